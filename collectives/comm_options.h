@@ -1,0 +1,39 @@
+// CommOptions: every tunable of the collectives in one place (STYLE.md, 10), each
+// overridable by an environment variable:
+//
+//   ETR_COMM_TIMEOUT_S          seconds before a stuck collective fails (default 300)
+//   ETR_ALLREDUCE_ALGO          auto | ring | rd (recursive doubling) | mpi (default auto)
+//   ETR_ALLREDUCE_SMALL_BYTES   auto uses recursive doubling up to this size (default 64KiB)
+//   ETR_RING_CHUNK_BYTES        pipelining unit of the ring algorithms (default 256KiB)
+//   ETR_RING_DEPTH              chunks in flight per direction (default 4)
+//   ETR_INLINE_BYTES            ops up to this size run on the caller's thread when the
+//                               engine is idle, saving two thread hand-offs (default 64KiB;
+//                               0 turns it off)
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace etr {
+
+enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling, kMpi };
+
+AllreduceAlgo parse_allreduce_algo(const std::string& name);
+const char* allreduce_algo_name(AllreduceAlgo algo);
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{300'000};
+  AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
+  size_t small_bytes = 64 << 10;
+  size_t chunk_bytes = 256 << 10;
+  int depth = 4;
+  size_t inline_bytes = 64 << 10;
+
+  // Defaults overridden by the ETR_* variables above; throws ConfigError on bad values.
+  static CommOptions from_env();
+  // One line listing the effective values, for the start-up log.
+  std::string str() const;
+};
+
+}  // namespace etr

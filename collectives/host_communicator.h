@@ -1,0 +1,61 @@
+// HostCommunicator: the collectives over host memory, driven through MPI point-to-point
+// by this communicator's own progress engine (DESIGN.md, "Collectives").
+//
+//   World world(&argc, &argv);
+//   HostCommunicator comm(world.group(), CommOptions::from_env());
+//   WorkPtr w = comm.allreduce(view, ReduceOp::kSum);   // returns at once
+//   ... compute ...
+//   w->wait();
+//
+// Algorithms (one per file): ring reduce-scatter + ring allgather, chunked and
+// pipelined, for large allreduces; recursive doubling below CommOptions::small_bytes;
+// MPI's own MPI_Allreduce when asked (for comparison). The communicator duplicates
+// the group's MPI communicator, so its traffic never mixes with anybody else's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/comm_options.h"
+#include "collectives/communicator.h"
+#include "runtime/group.h"
+
+namespace etr {
+
+class ProgressEngine;
+class MpiTransport;
+struct RingScratch;
+
+class HostCommunicator final : public Communicator {
+ public:
+  // Collective over `group`: every member must construct it.
+  HostCommunicator(const Group& group, CommOptions options = CommOptions::from_env());
+  ~HostCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  const std::string& name() const override;
+  Device device() const override { return Device::cpu(); }
+  const CommOptions& options() const { return options_; }
+
+  WorkPtr allreduce(TensorView in, TensorView out, ReduceOp op) override;
+  using Communicator::allreduce;
+  WorkPtr reduce_scatter(TensorView in, TensorView out, ReduceOp op) override;
+  WorkPtr allgather(TensorView in, TensorView out) override;
+  WorkPtr broadcast(TensorView inout, int root) override;
+  WorkPtr send(TensorView in, int peer, int tag = 0) override;
+  WorkPtr recv(TensorView out, int peer, int tag = 0) override;
+  WorkPtr barrier() override;
+
+  // The allreduce algorithm `auto` picks for `bytes`.
+  AllreduceAlgo choose_allreduce(size_t bytes) const;
+
+ private:
+  CommOptions options_;
+  Group group_;
+  std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<RingScratch> scratch_;
+  std::unique_ptr<ProgressEngine> engine_;  // last: stopped first
+};
+
+}  // namespace etr

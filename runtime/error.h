@@ -1,0 +1,66 @@
+// The typed error hierarchy of etr (STYLE.md, "What we take", 4).
+//
+// Library code throws; only main() decides to exit. Every message is a sentence
+// that says what is wrong and, where it can, what to do about it.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace etr {
+
+// Base of everything etr throws on purpose.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A setting, flag or environment variable has a value that cannot be used.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A caller passed arguments that do not fit together (sizes, dtypes, devices).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file could not be read or written.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A collective or point-to-point operation failed or timed out.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A checkpoint is missing, incomplete or corrupt.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An allocation would exceed the allocator's byte budget, or the device refused it.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(const std::string& what, size_t requested, size_t in_use, size_t peak,
+              size_t budget)
+      : Error(what), requested_(requested), in_use_(in_use), peak_(peak), budget_(budget) {}
+  size_t requested() const { return requested_; }
+  size_t in_use() const { return in_use_; }
+  size_t peak() const { return peak_; }
+  size_t budget() const { return budget_; }
+
+ private:
+  size_t requested_;
+  size_t in_use_;
+  size_t peak_;
+  size_t budget_;
+};
+
+}  // namespace etr

@@ -1,0 +1,89 @@
+#include "runtime/host_allocator.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+
+namespace etr {
+
+size_t host_available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return size_t{1} << 40;  // no /proc: do not invent a limit
+}
+
+HostAllocator::HostAllocator(size_t budget) {
+  if (budget == 0) {
+    const char* env = std::getenv("ETR_HOST_MEMORY_BUDGET");
+    budget = (env && *env) ? parse_bytes(env) : host_available_memory();
+  }
+  stats_.budget = budget;
+}
+
+HostAllocator::~HostAllocator() {
+  for (auto& [ptr, bytes] : sizes_) std::free(ptr);
+}
+
+void* HostAllocator::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > stats_.budget - std::min(stats_.budget, stats_.in_use)) {
+    throw_out_of_memory(Device::cpu(), bytes, stats_,
+                        "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");
+  }
+  size_t align = bytes >= kHugeAlignment ? kHugeAlignment : kAlignment;
+  size_t rounded = (bytes + align - 1) / align * align;
+  void* ptr = std::aligned_alloc(align, rounded);
+  if (!ptr) {
+    throw_out_of_memory(Device::cpu(), bytes, stats_,
+                        "the operating system refused the allocation");
+  }
+  if (align == kHugeAlignment) madvise(ptr, rounded, MADV_HUGEPAGE);
+  sizes_.emplace(ptr, bytes);
+  stats_.in_use += bytes;
+  stats_.reserved += bytes;
+  stats_.allocations += 1;
+  stats_.peak = std::max(stats_.peak, stats_.in_use);
+  return ptr;
+}
+
+void HostAllocator::deallocate(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sizes_.find(ptr);
+  if (it == sizes_.end()) {
+    throw InvalidArgument("HostAllocator::deallocate got a pointer it did not allocate");
+  }
+  stats_.in_use -= it->second;
+  stats_.reserved -= it->second;
+  stats_.allocations -= 1;
+  sizes_.erase(it);
+  std::free(ptr);
+}
+
+MemoryStats HostAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void HostAllocator::set_budget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.budget = bytes;
+}
+
+void HostAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak = stats_.in_use;
+}
+
+}  // namespace etr
