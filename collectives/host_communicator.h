@@ -13,6 +13,7 @@
 // the group's MPI communicator, so its traffic never mixes with anybody else's.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,9 +52,17 @@ class HostCommunicator final : public Communicator {
   AllreduceAlgo choose_allreduce(size_t bytes) const;
 
  private:
+  struct AlgoSetup;
+  WorkPtr submit_collective(std::string description, size_t bytes,
+                            std::function<void(AlgoSetup&)> body);
+  WorkPtr submit_point_to_point(std::string description, bool is_send, TensorView buf, int peer,
+                                int tag);
+
   CommOptions options_;
-  Group group_;
+  Group group_;      // collectives' messages
+  Group p2p_group_;  // send/recv, so user tags never meet collective traffic
   std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<MpiTransport> p2p_transport_;
   std::unique_ptr<RingScratch> scratch_;
   std::unique_ptr<ProgressEngine> engine_;  // last: stopped first
 };

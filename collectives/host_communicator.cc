@@ -1,0 +1,197 @@
+#include "collectives/host_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/chain_broadcast.h"
+#include "collectives/mpi_transport.h"
+#include "collectives/op_context.h"
+#include "collectives/progress_engine.h"
+#include "collectives/recursive_doubling.h"
+#include "collectives/reduce_kernels.h"
+#include "collectives/ring_algorithms.h"
+#include "collectives/ring_common.h"
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+
+namespace etr {
+
+// What a collective's body gets when it runs on the engine (or inline).
+struct HostCommunicator::AlgoSetup {
+  OpContext& ctx;
+  AlgoParams params(DType dtype) const {
+    const int64_t chunk =
+        std::max<int64_t>(1, static_cast<int64_t>(comm.options_.chunk_bytes / dtype_size(dtype)));
+    return AlgoParams{*comm.transport_, ctx, *comm.scratch_, dtype, chunk,
+                      std::clamp(comm.options_.depth, 1, 64)};
+  }
+  const HostCommunicator& comm;
+};
+
+namespace {
+
+std::string describe(const char* op, const TensorView& v, const char* detail,
+                     const std::string& group) {
+  std::string s = std::string(op) + "(" + std::string(dtype_name(v.dtype())) + " x " +
+                  std::to_string(v.numel());
+  if (detail && *detail) s += std::string(", ") + detail;
+  return s + ") on group '" + group + "'";
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// MPI's own allreduce, for comparison (the `mpi` algorithm); non-blocking so that the
+// deadline still applies.
+void mpi_allreduce(OpContext& ctx, MPI_Comm comm, const TensorView& in, const TensorView& out,
+                   ReduceOp op) {
+  MPI_Op mop = op == ReduceOp::kMax ? MPI_MAX : op == ReduceOp::kMin ? MPI_MIN : MPI_SUM;
+  const void* src = in.data() == out.data() ? MPI_IN_PLACE : in.data();
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(src, out.data(), static_cast<int>(out.numel()), mpi_type(out.dtype()),
+                           mop, comm, &req));
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    ctx.idle(-1);
+  }
+  if (op == ReduceOp::kAvg) divide(out.dtype(), out.data(), out.numel(), ctx.size());
+}
+
+}  // namespace
+
+HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
+    : options_(options),
+      group_(group.dup(group.name())),
+      p2p_group_(group.dup(group.name())),
+      transport_(std::make_unique<MpiTransport>(group_.comm())),
+      p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
+      scratch_(std::make_unique<RingScratch>()),
+      engine_(std::make_unique<ProgressEngine>(group.name())) {
+  // Slots for the pipelined pieces are allocated and touched now, not in the first step.
+  scratch_->get(scratch_->slots, options_.chunk_bytes * std::clamp(options_.depth, 1, 64));
+}
+
+HostCommunicator::~HostCommunicator() { engine_.reset(); }
+
+int HostCommunicator::rank() const { return group_.rank(); }
+int HostCommunicator::size() const { return group_.size(); }
+const std::string& HostCommunicator::name() const { return group_.name(); }
+
+AllreduceAlgo HostCommunicator::choose_allreduce(size_t bytes) const {
+  if (options_.allreduce_algo != AllreduceAlgo::kAuto) return options_.allreduce_algo;
+  return bytes <= options_.small_bytes ? AllreduceAlgo::kRecursiveDoubling : AllreduceAlgo::kRing;
+}
+
+WorkPtr HostCommunicator::submit_collective(std::string description, size_t bytes,
+                                            std::function<void(AlgoSetup&)> body) {
+  auto work = std::make_shared<HostWork>(std::move(description));
+  auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
+    OpContext ctx(work->description(), rank(), size(), options_.timeout);
+    AlgoSetup setup{ctx, *this};
+    body(setup);
+    return {};
+  };
+  engine_->submit(work, std::move(task), bytes <= options_.inline_bytes);
+  return work;
+}
+
+WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) {
+  validate::allreduce(*this, in, out, op);
+  const AllreduceAlgo algo = choose_allreduce(in.nbytes());
+  if (algo == AllreduceAlgo::kMpi && mpi_type(in.dtype()) == MPI_DATATYPE_NULL) {
+    throw InvalidArgument("allreduce on group '" + name() + "': the mpi algorithm has no " +
+                          std::string(dtype_name(in.dtype())) + " type; use ring or rd");
+  }
+  return submit_collective(
+      describe("allreduce", in, reduce_op_name(op), name()), in.nbytes(),
+      [this, in, out, op, algo](AlgoSetup& s) {
+        switch (algo) {
+          case AllreduceAlgo::kMpi:
+            return mpi_allreduce(s.ctx, group_.comm(), in, out, op);
+          case AllreduceAlgo::kRecursiveDoubling:
+            return recursive_doubling_allreduce(s.params(in.dtype()), in.data(), out.data(),
+                                                in.numel(), op);
+          default:
+            return ring_allreduce(s.params(in.dtype()), in.data(), out.data(), in.numel(), op);
+        }
+      });
+}
+
+WorkPtr HostCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op) {
+  validate::reduce_scatter(*this, in, out, op);
+  return submit_collective(describe("reduce_scatter", in, reduce_op_name(op), name()),
+                           in.nbytes(), [in, out, op](AlgoSetup& s) {
+                             ring_reduce_scatter(s.params(in.dtype()), in.data(), out.data(),
+                                                 out.numel(), op);
+                           });
+}
+
+WorkPtr HostCommunicator::allgather(TensorView in, TensorView out) {
+  validate::allgather(*this, in, out);
+  return submit_collective(describe("allgather", out, nullptr, name()), out.nbytes(),
+                           [in, out](AlgoSetup& s) {
+                             ring_allgather(s.params(in.dtype()), in.data(), out.data(),
+                                            in.numel());
+                           });
+}
+
+WorkPtr HostCommunicator::broadcast(TensorView inout, int root) {
+  validate::broadcast(*this, inout, root);
+  std::string root_text = "root " + std::to_string(root);
+  return submit_collective(describe("broadcast", inout, root_text.c_str(), name()),
+                           inout.nbytes(), [inout, root](AlgoSetup& s) {
+                             chain_broadcast(s.params(inout.dtype()), inout.data(), inout.numel(),
+                                             root);
+                           });
+}
+
+WorkPtr HostCommunicator::barrier() {
+  return submit_collective("barrier on group '" + name() + "'", 0,
+                           [this](AlgoSetup& s) { dissemination_barrier(*transport_, s.ctx); });
+}
+
+WorkPtr HostCommunicator::submit_point_to_point(std::string description, bool is_send,
+                                                TensorView buf, int peer, int tag) {
+  auto work = std::make_shared<HostWork>(std::move(description));
+  auto task = [this, work, is_send, buf, peer, tag]() -> ProgressEngine::Poll {
+    MpiTransport& t = *p2p_transport_;
+    Transport::Request req = is_send ? t.isend(buf.data(), buf.nbytes(), peer, tag)
+                                     : t.irecv(buf.data(), buf.nbytes(), peer, tag);
+    auto ctx = std::make_shared<OpContext>(work->description(), rank(), size(), options_.timeout);
+    return [&t, req, ctx, peer, work]() {
+      if (t.test(req)) return true;
+      try {
+        ctx->check_deadline(peer);
+      } catch (...) {
+        t.cancel(req);
+        throw;
+      }
+      return false;
+    };
+  };
+  engine_->submit(work, std::move(task), false);
+  return work;
+}
+
+WorkPtr HostCommunicator::send(TensorView in, int peer, int tag) {
+  validate::point_to_point(*this, in, peer, tag, "send");
+  std::string detail = "to rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
+  return submit_point_to_point(describe("send", in, detail.c_str(), name()), true, in, peer, tag);
+}
+
+WorkPtr HostCommunicator::recv(TensorView out, int peer, int tag) {
+  validate::point_to_point(*this, out, peer, tag, "recv");
+  std::string detail = "from rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
+  return submit_point_to_point(describe("recv", out, detail.c_str(), name()), false, out, peer,
+                               tag);
+}
+
+}  // namespace etr

@@ -1,0 +1,87 @@
+#include "collectives/mpi_transport.h"
+
+#include <algorithm>
+
+#include "runtime/mpi_check.h"
+
+namespace etr {
+
+MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (std::find(free_.begin(), free_.end(), static_cast<Request>(s)) == free_.end()) {
+      cancel(static_cast<Request>(s));
+    }
+  }
+}
+
+Transport::Request MpiTransport::acquire() {
+  if (free_.empty()) {
+    slots_.emplace_back();
+    return static_cast<Request>(slots_.size() - 1);
+  }
+  Request r = free_.back();
+  free_.pop_back();
+  slots_[r].clear();
+  return r;
+}
+
+Transport::Request MpiTransport::isend(const void* data, size_t bytes, int peer, int tag) {
+  Request r = acquire();
+  const char* p = static_cast<const char*>(data);
+  do {
+    size_t n = std::min(bytes, kMaxMessageBytes);
+    MPI_Request req;
+    MPI_CHECK(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &req));
+    slots_[r].push_back(req);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+  return r;
+}
+
+Transport::Request MpiTransport::irecv(void* data, size_t bytes, int peer, int tag) {
+  Request r = acquire();
+  char* p = static_cast<char*>(data);
+  do {
+    size_t n = std::min(bytes, kMaxMessageBytes);
+    MPI_Request req;
+    MPI_CHECK(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &req));
+    slots_[r].push_back(req);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+  return r;
+}
+
+bool MpiTransport::test(Request request) {
+  auto& reqs = slots_[request];
+  int done = 0;
+  if (reqs.size() == 1) {
+    MPI_CHECK(MPI_Test(reqs.data(), &done, MPI_STATUS_IGNORE));
+  } else {
+    MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
+                          MPI_STATUSES_IGNORE));
+  }
+  if (done) free_.push_back(request);
+  return done != 0;
+}
+
+void MpiTransport::cancel(Request request) {
+  for (MPI_Request& req : slots_[request]) {
+    if (req == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&req);  // receives are cancelled; a send may already be under way
+    MPI_Request_free(&req);
+  }
+  slots_[request].clear();
+  free_.push_back(request);
+}
+
+}  // namespace etr

@@ -1,0 +1,46 @@
+// OpContext: what a running collective knows about itself, for its deadline and its
+// error messages. Algorithms call idle() whenever a poll made no progress; idle()
+// backs off from spinning to yielding to short sleeps (so a rank waiting for a slow
+// peer leaves the core to compute), and throws CommError once the deadline passes:
+//
+//   "allreduce(f32 x 16, sum) on group 'world' (rank 0 of 2) did not finish within
+//    2 s (2.001 s elapsed, waiting on rank 1): ..."
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace etr {
+
+class OpContext {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  OpContext(const std::string& description, int rank, int size,
+            std::chrono::milliseconds timeout);
+
+  // A poll made progress: spin again.
+  void progressed() { idle_polls_ = 0; }
+  // A poll made no progress while waiting on `peer` (-1: unknown). May throw CommError.
+  void idle(int peer);
+  // Throws CommError when the deadline has passed.
+  void check_deadline(int peer) const {
+    if (Clock::now() > deadline_) fail_timeout(peer);
+  }
+  [[noreturn]] void fail_timeout(int peer) const;
+
+  const std::string& description() const { return description_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  const std::string& description_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  unsigned idle_polls_ = 0;
+};
+
+}  // namespace etr

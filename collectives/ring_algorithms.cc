@@ -1,0 +1,120 @@
+#include "collectives/ring_algorithms.h"
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "collectives/reduce_kernels.h"
+#include "collectives/ring_step.h"
+
+namespace etr {
+namespace {
+
+using SegmentDst = std::function<char*(int step, int segment)>;
+
+// After this, rank r holds segment r fully reduced at dst(n - 2, r).
+void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector<int64_t>& off,
+                          ReduceOp op, const SegmentDst& dst) {
+  const int n = p.ctx.size(), r = p.ctx.rank();
+  const size_t es = dtype_size(p.dtype);
+  void* slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(p.chunk) * es * p.depth);
+  for (int s = 0; s <= n - 2; ++s) {
+    const int send_seg = ring_mod(r - 1 - s, n);
+    const int recv_seg = ring_mod(r - 2 - s, n);
+    const bool last = s == n - 2;
+    char* recv_dst = dst(s, recv_seg);
+    const char* recv_in = in + off[recv_seg] * es;
+    RingStep step;
+    step.to = ring_mod(r + 1, n);
+    step.from = ring_mod(r - 1, n);
+    step.tag = kTagRing;
+    step.send_data = s == 0 ? in + off[send_seg] * es : dst(s - 1, send_seg);
+    step.send_count = off[send_seg + 1] - off[send_seg];
+    step.recv_count = off[recv_seg + 1] - off[recv_seg];
+    step.elem_size = es;
+    step.chunk = p.chunk;
+    step.depth = p.depth;
+    step.slots = slots;
+    step.consume = [&](int64_t o, const void* piece, int64_t c) {
+      if (last && op == ReduceOp::kAvg) {
+        reduce_avg_last(p.dtype, recv_dst + o * es, recv_in + o * es, piece, c, n);
+      } else {
+        reduce(p.dtype, op, recv_dst + o * es, recv_in + o * es, piece, c);
+      }
+    };
+    run_ring_step(p.transport, p.ctx, step);
+  }
+}
+
+// Before this, rank r holds segment r at out (or at `own` for the first send).
+void allgather_phase(const AlgoParams& p, char* out, const std::vector<int64_t>& off,
+                     const char* own) {
+  const int n = p.ctx.size(), r = p.ctx.rank();
+  const size_t es = dtype_size(p.dtype);
+  for (int s = 0; s <= n - 2; ++s) {
+    const int send_seg = ring_mod(r - s, n);
+    const int recv_seg = ring_mod(r - s - 1, n);
+    RingStep step;
+    step.to = ring_mod(r + 1, n);
+    step.from = ring_mod(r - 1, n);
+    step.tag = kTagRing;
+    step.send_data = (s == 0 && own) ? own : out + off[send_seg] * es;
+    step.send_count = off[send_seg + 1] - off[send_seg];
+    step.recv_into = out + off[recv_seg] * es;
+    step.recv_count = off[recv_seg + 1] - off[recv_seg];
+    step.elem_size = es;
+    step.chunk = p.chunk;
+    step.depth = p.depth;
+    run_ring_step(p.transport, p.ctx, step);
+  }
+}
+
+std::vector<int64_t> equal_blocks(int64_t block, int n) {
+  std::vector<int64_t> off(n + 1);
+  for (int i = 0; i <= n; ++i) off[i] = block * i;
+  return off;
+}
+
+}  // namespace
+
+void ring_allreduce(const AlgoParams& p, const void* in, void* out, int64_t count, ReduceOp op) {
+  const int n = p.ctx.size();
+  const size_t es = dtype_size(p.dtype);
+  if (n == 1) {
+    if (in != out) std::memcpy(out, in, count * es);
+    return;
+  }
+  const std::vector<int64_t> off = ring_segments(count, n, es);
+  char* o = static_cast<char*>(out);
+  reduce_scatter_phase(p, static_cast<const char*>(in), off, op,
+                       [&](int, int seg) { return o + off[seg] * es; });
+  allgather_phase(p, o, off, nullptr);
+}
+
+void ring_reduce_scatter(const AlgoParams& p, const void* in, void* out, int64_t block,
+                         ReduceOp op) {
+  const int n = p.ctx.size();
+  const size_t es = dtype_size(p.dtype);
+  if (n == 1) {
+    if (in != out) std::memmove(out, in, block * es);
+    return;
+  }
+  char* stage = n > 2 ? static_cast<char*>(p.scratch.get(p.scratch.stage, 2 * block * es))
+                      : nullptr;
+  reduce_scatter_phase(p, static_cast<const char*>(in), equal_blocks(block, n), op,
+                       [&](int s, int) -> char* {
+                         if (s == n - 2) return static_cast<char*>(out);
+                         return stage + (s % 2) * block * es;
+                       });
+}
+
+void ring_allgather(const AlgoParams& p, const void* in, void* out, int64_t block) {
+  const int n = p.ctx.size(), r = p.ctx.rank();
+  const size_t es = dtype_size(p.dtype);
+  char* own = static_cast<char*>(out) + r * block * es;
+  if (n > 1) allgather_phase(p, static_cast<char*>(out), equal_blocks(block, n),
+                             static_cast<const char*>(in));
+  if (in != own) std::memmove(own, in, block * es);
+}
+
+}  // namespace etr
