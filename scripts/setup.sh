@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs what etr needs on Debian 12 (as root) and builds it into build/.
+# Idempotent and quiet: packages already present are not touched; an up-to-date
+# build does nothing. Sourced by quickstart.sh and test.sh; usable on its own:
+#   scripts/setup.sh            # install + configure + build (build/)
+# Environment: ETR_BUILD_DIR (default build), ETR_JOBS (default: all cores),
+#              ETR_CMAKE_ARGS (extra configure arguments).
+set -euo pipefail
+
+ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ETR_BUILD_DIR="${ETR_BUILD_DIR:-$ETR_ROOT/build}"
+ETR_JOBS="${ETR_JOBS:-$(nproc)}"
+
+# Debian packages and why (README.md, "Dependencies").
+ETR_PACKAGES=(
+  build-essential cmake ninja-build pkg-config   # compilers and build
+  openmpi-bin libopenmpi-dev                     # the job runtime: mpirun, MPI
+  libprotobuf-dev protobuf-compiler              # configs and checkpoint manifests
+  libopenblas-dev                                # matrix products on the CPU
+  libgtest-dev libgmock-dev                      # unit and multi-rank tests
+  libbenchmark-dev                               # kernel micro-benchmarks
+  libcli11-dev                                   # command-line parsing
+  libxxhash-dev                                  # checkpoint checksums (XXH3)
+  nlohmann-json3-dev                             # JSON: metrics, traces, bench output
+)
+
+etr_install_packages() {
+  local missing=()
+  for p in "${ETR_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if ((${#missing[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+      echo "etr setup: missing packages: ${missing[*]}; run this as root (or install them)" >&2
+      exit 1
+    fi
+    echo "etr setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# CUDA: nvcc may be installed without being on PATH.
+etr_find_cuda() {
+  if ! command -v nvcc >/dev/null 2>&1 && [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
+}
+
+# etr_build DIR [cmake args...]: configure once, then build.
+etr_build() {
+  local dir="$1"
+  shift
+  if [[ ! -f "$dir/build.ninja" ]]; then
+    cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ETR_CMAKE_ARGS:-} "$@" \
+      >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log" >&2; exit 1; }
+  fi
+  ninja -C "$dir" -j "$ETR_JOBS" --quiet
+}
+
+etr_install_packages
+etr_find_cuda
+mkdir -p "$(dirname "$ETR_BUILD_DIR")"
+etr_build "$ETR_BUILD_DIR"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Quick start, command 2: set everything up and run the whole test suite via ctest.
+# Also builds etr with CUDA turned off (build-nocuda/), so the build without a CUDA
+# toolkit is checked on every run. Extra arguments go to ctest (e.g. -L mpi).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+echo "etr test: building without CUDA in ${ETR_BUILD_DIR}-nocuda"
+etr_build "${ETR_BUILD_DIR}-nocuda" -DETR_WITH_CUDA=OFF -DETR_BUILD_TESTS=OFF
+cd "$ETR_BUILD_DIR"
+exec ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@"
