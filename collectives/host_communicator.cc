@@ -30,12 +30,15 @@ struct HostCommunicator::AlgoSetup {
 
 namespace {
 
-std::string describe(const char* op, const TensorView& v, const char* detail,
-                     const std::string& group) {
-  std::string s = std::string(op) + "(" + std::string(dtype_name(v.dtype())) + " x " +
-                  std::to_string(v.numel());
-  if (detail && *detail) s += std::string(", ") + detail;
-  return s + ") on group '" + group + "'";
+OpDescription describe(const char* op, const TensorView& v, const char* detail,
+                       const std::string& group) {
+  OpDescription d;
+  d.op = op;
+  d.dtype = dtype_name(v.dtype()).data();
+  d.count = v.numel();
+  d.detail = detail;
+  d.group = &group;
+  return d;
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -90,11 +93,11 @@ AllreduceAlgo HostCommunicator::choose_allreduce(size_t bytes) const {
   return bytes <= options_.small_bytes ? AllreduceAlgo::kRecursiveDoubling : AllreduceAlgo::kRing;
 }
 
-WorkPtr HostCommunicator::submit_collective(std::string description, size_t bytes,
+WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t bytes,
                                             std::function<void(AlgoSetup&)> body) {
-  auto work = std::make_shared<HostWork>(std::move(description));
+  auto work = std::make_shared<HostWork>(description);
   auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
-    OpContext ctx(work->description(), rank(), size(), options_.timeout);
+    OpContext ctx(*work, rank(), size(), options_.timeout);
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};
@@ -145,8 +148,10 @@ WorkPtr HostCommunicator::allgather(TensorView in, TensorView out) {
 
 WorkPtr HostCommunicator::broadcast(TensorView inout, int root) {
   validate::broadcast(*this, inout, root);
-  std::string root_text = "root " + std::to_string(root);
-  return submit_collective(describe("broadcast", inout, root_text.c_str(), name()),
+  OpDescription d = describe("broadcast", inout, nullptr, name());
+  d.peer_label = "root";
+  d.peer = root;
+  return submit_collective(d,
                            inout.nbytes(), [inout, root](AlgoSetup& s) {
                              chain_broadcast(s.params(inout.dtype()), inout.data(), inout.numel(),
                                              root);
@@ -154,18 +159,25 @@ WorkPtr HostCommunicator::broadcast(TensorView inout, int root) {
 }
 
 WorkPtr HostCommunicator::barrier() {
-  return submit_collective("barrier on group '" + name() + "'", 0,
+  OpDescription d;
+  d.op = "barrier";
+  d.dtype = "-";
+  d.group = &name();
+  return submit_collective(d, 0,
                            [this](AlgoSetup& s) { dissemination_barrier(*transport_, s.ctx); });
 }
 
-WorkPtr HostCommunicator::submit_point_to_point(std::string description, bool is_send,
-                                                TensorView buf, int peer, int tag) {
-  auto work = std::make_shared<HostWork>(std::move(description));
+WorkPtr HostCommunicator::submit_point_to_point(bool is_send, TensorView buf, int peer, int tag) {
+  OpDescription d = describe(is_send ? "send" : "recv", buf, nullptr, name());
+  d.peer_label = is_send ? "to rank" : "from rank";
+  d.peer = peer;
+  d.tag = tag;
+  auto work = std::make_shared<HostWork>(d);
   auto task = [this, work, is_send, buf, peer, tag]() -> ProgressEngine::Poll {
     MpiTransport& t = *p2p_transport_;
     Transport::Request req = is_send ? t.isend(buf.data(), buf.nbytes(), peer, tag)
                                      : t.irecv(buf.data(), buf.nbytes(), peer, tag);
-    auto ctx = std::make_shared<OpContext>(work->description(), rank(), size(), options_.timeout);
+    auto ctx = std::make_shared<OpContext>(*work, rank(), size(), options_.timeout);
     return [&t, req, ctx, peer, work]() {
       if (t.test(req)) return true;
       try {
@@ -183,15 +195,12 @@ WorkPtr HostCommunicator::submit_point_to_point(std::string description, bool is
 
 WorkPtr HostCommunicator::send(TensorView in, int peer, int tag) {
   validate::point_to_point(*this, in, peer, tag, "send");
-  std::string detail = "to rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
-  return submit_point_to_point(describe("send", in, detail.c_str(), name()), true, in, peer, tag);
+  return submit_point_to_point(true, in, peer, tag);
 }
 
 WorkPtr HostCommunicator::recv(TensorView out, int peer, int tag) {
   validate::point_to_point(*this, out, peer, tag, "recv");
-  std::string detail = "from rank " + std::to_string(peer) + ", tag " + std::to_string(tag);
-  return submit_point_to_point(describe("recv", out, detail.c_str(), name()), false, out, peer,
-                               tag);
+  return submit_point_to_point(false, out, peer, tag);
 }
 
 }  // namespace etr

@@ -53,10 +53,9 @@ class HostCommunicator final : public Communicator {
 
  private:
   struct AlgoSetup;
-  WorkPtr submit_collective(std::string description, size_t bytes,
+  WorkPtr submit_collective(OpDescription description, size_t bytes,
                             std::function<void(AlgoSetup&)> body);
-  WorkPtr submit_point_to_point(std::string description, bool is_send, TensorView buf, int peer,
-                                int tag);
+  WorkPtr submit_point_to_point(bool is_send, TensorView buf, int peer, int tag);
 
   CommOptions options_;
   Group group_;      // collectives' messages

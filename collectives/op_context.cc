@@ -18,9 +18,8 @@ constexpr unsigned kYieldPolls = kSpinPolls + 8192;
 constexpr auto kSleep = std::chrono::microseconds(50);
 }  // namespace
 
-OpContext::OpContext(const std::string& description, int rank, int size,
-                     std::chrono::milliseconds timeout)
-    : description_(description),
+OpContext::OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout)
+    : work_(work),
       rank_(rank),
       size_(size),
       timeout_(timeout),
@@ -47,7 +46,7 @@ void OpContext::fail_timeout(int peer) const {
   std::snprintf(times, sizeof times, "%.3g s (%.3f s elapsed", timeout_.count() / 1000.0,
                 elapsed);
   std::string waiting = peer >= 0 ? ", waiting on rank " + std::to_string(peer) + ")" : ")";
-  throw CommError(description_ + " (rank " + std::to_string(rank_) + " of " +
+  throw CommError(work_.description() + " (rank " + std::to_string(rank_) + " of " +
                   std::to_string(size_) + ") did not finish within " + times + waiting +
                   ": a peer never joined or is stuck; every rank must issue the same "
                   "collectives in the same order (ETR_COMM_TIMEOUT_S sets the limit)");

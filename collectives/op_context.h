@@ -10,14 +10,15 @@
 #include <chrono>
 #include <string>
 
+#include "collectives/work.h"
+
 namespace etr {
 
 class OpContext {
  public:
   using Clock = std::chrono::steady_clock;
 
-  OpContext(const std::string& description, int rank, int size,
-            std::chrono::milliseconds timeout);
+  OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout);
 
   // A poll made progress: spin again.
   void progressed() { idle_polls_ = 0; }
@@ -29,12 +30,11 @@ class OpContext {
   }
   [[noreturn]] void fail_timeout(int peer) const;
 
-  const std::string& description() const { return description_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
 
  private:
-  const std::string& description_;
+  const Work& work_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;

@@ -39,8 +39,11 @@ void ProgressEngine::submit(std::shared_ptr<HostWork> work, Task task, bool may_
     execute(item);
     lock.lock();
     inlined_ = false;
+    // Wake the engine only when something queued up meanwhile: a needless wake-up
+    // costs a context switch on the caller's core, several times the op itself.
+    const bool wake = !queue_.empty() || !pending_.empty() || stop_;
     lock.unlock();
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
     return;
   }
   queue_.push_back(Item{std::move(work), std::move(task)});

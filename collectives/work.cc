@@ -4,6 +4,21 @@
 
 namespace etr {
 
+std::string OpDescription::str() const {
+  std::string s = std::string(op) + "(" + dtype + " x " + std::to_string(count);
+  if (detail) s += std::string(", ") + detail;
+  if (peer_label) s += std::string(", ") + peer_label + " " + std::to_string(peer);
+  if (tag >= 0) s += ", tag " + std::to_string(tag);
+  s += ")";
+  if (group) s += " on group '" + *group + "'";
+  return s;
+}
+
+const std::string& HostWork::description() const {
+  std::call_once(described_, [this] { description_ = op_.str(); });
+  return description_;
+}
+
 bool HostWork::is_completed() {
   std::lock_guard<std::mutex> lock(mutex_);
   return done_;
@@ -14,7 +29,7 @@ void HostWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kForever) {
     cv_.wait(lock, [&] { return done_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
-    throw CommError(description_ + " is still running after " +
+    throw CommError(description() + " is still running after " +
                     std::to_string(timeout.count()) + " ms of waiting");
   }
   if (error_) std::rethrow_exception(error_);

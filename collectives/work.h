@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -34,21 +35,38 @@ class Work {
 
 using WorkPtr = std::shared_ptr<Work>;
 
+// What an operation is, kept as plain fields and formatted only when a message needs
+// it: "allreduce(f32 x 1024, sum) on group 'world'". Formatting eagerly would cost
+// more than a small allreduce itself.
+struct OpDescription {
+  const char* op = "";
+  const char* dtype = "";       // dtype_name()
+  int64_t count = 0;
+  const char* detail = nullptr;  // static text, e.g. the reduce op
+  const char* peer_label = nullptr;  // "root", "to rank", "from rank"
+  int peer = -1;
+  int tag = -1;
+  const std::string* group = nullptr;
+  std::string str() const;
+};
+
 // Work completed by a host thread (the progress engine, or the caller for inline ops).
 class HostWork final : public Work {
  public:
-  explicit HostWork(std::string description) : description_(std::move(description)) {}
+  explicit HostWork(OpDescription op) : op_(op) {}
 
   bool is_completed() override;
   void wait(std::chrono::milliseconds timeout = kForever) override;
   std::exception_ptr error() override;
-  const std::string& description() const override { return description_; }
+  const std::string& description() const override;
 
   void mark_done();
   void mark_failed(std::exception_ptr error);
 
  private:
-  std::string description_;
+  OpDescription op_;
+  mutable std::once_flag described_;
+  mutable std::string description_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
