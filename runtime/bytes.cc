@@ -34,7 +34,12 @@ size_t parse_bytes(std::string_view text) {
   if (pos == 0 || scale < 0 || !(value >= 0) || !std::isfinite(value)) {
     throw ConfigError("'" + s + "' is not a byte count; write e.g. 4096, 64KiB, 1.5GiB or 2GB");
   }
-  return static_cast<size_t>(std::llround(value * scale));
+  // Rounded in double: below 2^64 every double converts to size_t exactly.
+  double total = std::round(value * scale);
+  if (total >= 18446744073709551616.0) {
+    throw ConfigError("'" + s + "' is more bytes than 64 bits can count; write a smaller size");
+  }
+  return static_cast<size_t>(total);
 }
 
 std::string format_bytes(double bytes) {

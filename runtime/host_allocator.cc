@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "runtime/bytes.h"
@@ -40,6 +41,10 @@ void* HostAllocator::allocate(size_t bytes) {
   if (bytes > stats_.budget - std::min(stats_.budget, stats_.in_use)) {
     throw_out_of_memory(Device::cpu(), bytes, stats_,
                         "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");
+  }
+  if (bytes > std::numeric_limits<size_t>::max() - kHugeAlignment) {
+    // Rounding up to the alignment would wrap around to a small size.
+    throw_out_of_memory(Device::cpu(), bytes, stats_, "no address space holds that many bytes");
   }
   size_t align = bytes >= kHugeAlignment ? kHugeAlignment : kAlignment;
   size_t rounded = (bytes + align - 1) / align * align;

@@ -23,7 +23,8 @@ class Logger {
   void set_level(LogLevel level) { level_ = level; }
   LogLevel level() const { return level_; }
   void set_prefix(std::string prefix) { prefix_ = std::move(prefix); }
-  bool enabled(LogLevel level) const { return level >= level_; }
+  // kOff is a threshold, not a level to log at: log(kOff, ...) prints nothing.
+  bool enabled(LogLevel level) const { return level < LogLevel::kOff && level >= level_; }
 
   template <typename... Args>
   void debug(const Args&... args) { log(LogLevel::kDebug, args...); }

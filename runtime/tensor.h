@@ -79,8 +79,9 @@ class TensorView {
 
   // Elements [offset, offset + count) of this view read as a flat array.
   TensorView slice(int64_t offset, int64_t count) const {
-    ETR_CHECK(offset >= 0 && count >= 0 && offset + count <= numel())
-        << "slice [" << offset << ", " << offset + count << ") is outside a view of "
+    // count <= numel() - offset: offset + count could overflow.
+    ETR_CHECK(offset >= 0 && count >= 0 && offset <= numel() && count <= numel() - offset)
+        << "a slice of " << count << " elements at offset " << offset << " is outside a view of "
         << numel() << " elements";
     return flat(static_cast<char*>(data_) + offset * static_cast<int64_t>(dtype_size(dtype_)),
                 count, dtype_, device_);

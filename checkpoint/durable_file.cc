@@ -1,0 +1,130 @@
+// DurableFile: write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the
+// directory (see durable_file.h for the guarantees).
+#include "checkpoint/durable_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace etr {
+
+namespace {
+
+std::string quoted(const std::filesystem::path& p) {
+  return "'" + p.string() + "'";
+}
+
+std::filesystem::path directory_of(const std::filesystem::path& p) {
+  std::filesystem::path dir = p.parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+}  // namespace
+
+DurableFile::DurableFile(std::filesystem::path path)
+    : path_(std::move(path)), temp_path_(path_.string() + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ >= 0) {
+    temp_exists_ = true;
+  } else {
+    int err = errno;
+    throw IoError("cannot create the temporary file " + quoted(temp_path_) + " for " +
+                  quoted(path_) + ": " + std::strerror(err) +
+                  "; check that the directory exists and is writable");
+  }
+}
+
+DurableFile::~DurableFile() {
+  discard();
+}
+
+void DurableFile::fail(const std::string& what, int error_number) {
+  discard();
+  throw IoError("cannot " + what + " " + quoted(path_) + " (temporary file " + quoted(temp_path_) +
+                "): " + std::strerror(error_number) +
+                "; check free space, quotas and file size limits of the file system");
+}
+
+void DurableFile::write(const void* data, size_t size) {
+  if (committed_) {
+    throw InvalidArgument("DurableFile for " + quoted(path_) +
+                          " was already committed; create a new one to write the file again");
+  }
+  if (fd_ < 0) {
+    throw InvalidArgument("DurableFile for " + quoted(path_) +
+                          " failed earlier and has no file left; create a new one");
+  }
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", errno);
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+    written_ += static_cast<size_t>(n);
+  }
+}
+
+void DurableFile::close_fd() {
+  int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0 && errno != EINTR) fail("close", errno);
+}
+
+void DurableFile::commit() {
+  if (committed_) return;
+  if (fd_ < 0) {
+    throw InvalidArgument("DurableFile for " + quoted(path_) +
+                          " failed earlier and has nothing to commit; create a new one");
+  }
+  while (::fsync(fd_) != 0) {
+    if (errno != EINTR) fail("flush (fsync)", errno);
+  }
+  close_fd();
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("rename into place", errno);
+  temp_exists_ = false;
+  committed_ = true;
+
+  // The rename is durable only once the directory entry is: fsync the directory.
+  std::filesystem::path dir = directory_of(path_);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int err = 0;
+  if (dfd < 0) {
+    err = errno;
+  } else {
+    while (::fsync(dfd) != 0) {
+      if (errno == EINTR) continue;
+      // Some file systems cannot fsync a directory; they have nothing more to flush.
+      if (errno != EINVAL && errno != EROFS) err = errno;
+      break;
+    }
+    ::close(dfd);
+  }
+  if (err != 0) {
+    throw IoError("wrote " + quoted(path_) + " but cannot flush its directory " + quoted(dir) +
+                  ": " + std::strerror(err) +
+                  "; the file may not survive a crash, check the file system");
+  }
+}
+
+void DurableFile::discard() noexcept {
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  // Only a file this object created: a later DurableFile for the same path reuses the name.
+  if (std::exchange(temp_exists_, false)) ::unlink(temp_path_.c_str());
+}
+
+void write_file_durably(const std::filesystem::path& path, const void* data, size_t size) {
+  DurableFile file(path);
+  file.write(data, size);
+  file.commit();
+}
+
+}  // namespace etr

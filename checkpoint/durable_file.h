@@ -1,0 +1,57 @@
+// DurableFile: writes one file so that its path names either the previous file (or
+// nothing) or the complete new one, and the new one is on disk once commit() returns
+// (DESIGN.md, "Checkpoints": write, fsync, rename).
+//
+//   DurableFile f(dir / "shard-00003.bin");   // creates "<path>.tmp.<pid>"
+//   f.write(data, n);                          // any number of times
+//   f.commit();                                // fsync, rename over <path>, fsync dir
+//
+// Invariants: until commit() has renamed the temporary file, `path` is untouched; a
+// DurableFile destroyed without a successful commit() (an exception, a failed write)
+// removes its temporary file. One writer per path per process (the temporary name is
+// made unique by the process id only). Every failure is an IoError naming the path,
+// the operation and the system's reason (strerror).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+namespace etr {
+
+class DurableFile {
+ public:
+  // Creates (or truncates) the temporary file beside `path`; the directory must exist.
+  explicit DurableFile(std::filesystem::path path);
+  ~DurableFile();
+  DurableFile(const DurableFile&) = delete;
+  DurableFile& operator=(const DurableFile&) = delete;
+
+  // Appends `size` bytes; partial writes and EINTR are retried.
+  void write(const void* data, size_t size);
+  // fsync the file, rename it over path(), fsync the directory. When only the last step
+  // fails the new file is in place but may not survive a crash; it still throws.
+  void commit();
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+  size_t bytes_written() const { return written_; }
+  bool committed() const { return committed_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, int error_number);
+  void close_fd();
+  void discard() noexcept;  // closes and removes our temporary file, ignoring errors
+
+  std::filesystem::path path_;
+  std::filesystem::path temp_path_;
+  int fd_ = -1;
+  size_t written_ = 0;
+  bool temp_exists_ = false;  // this object created temp_path_ and has not renamed it
+  bool committed_ = false;
+};
+
+// The whole of data[0, size) into `path`, durably, in one call.
+void write_file_durably(const std::filesystem::path& path, const void* data, size_t size);
+
+}  // namespace etr

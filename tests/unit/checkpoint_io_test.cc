@@ -1,0 +1,320 @@
+// Tests of checkpoint/durable_file.h and checkpoint/checksum.h, the first pieces of the
+// checkpoint writer. Checksums are compared with libxxhash's one-shot XXH3_64bits on
+// the whole buffer and with published XXH3 test vectors; files are read back with
+// std::ifstream; write failures are real ones (a missing directory, a file size limit,
+// a directory in the way), not simulated.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checksum.h"
+#include "checkpoint/durable_file.h"
+#include "runtime/error.h"
+
+namespace etr {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<char> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<char> v(n);
+  for (char& c : v) c = static_cast<char>(rng());
+  return v;
+}
+
+std::vector<char> read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  EXPECT_TRUE(in.good()) << p;
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A fresh directory per test, removed afterwards.
+class CheckpointIo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "etr-ckpt-io-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Names in the directory, so tests can see that no temporary file is left.
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+// ---- checksums -------------------------------------------------------------------------
+
+// XXH3_64bits test vectors of LLVM's independent implementation (llvm/unittests/Support/
+// xxhashTest.cpp): the first `len` bytes of a xorshift64 sequence.
+TEST(Checksum, MatchesPublishedXxh3Vectors) {
+  std::vector<uint8_t> a(2243);
+  uint64_t x = 1;
+  for (uint8_t& b : a) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  const std::pair<size_t, uint64_t> kVectors[] = {
+      {0, 0x2d06800538d394c2},    {1, 0xd0d496e05c553485},   {3, 0x6ea2d59aca5c3778},
+      {17, 0xed4be912ba5f836d},   {129, 0xbc7138129bf065da}, {403, 0xcefeb3ffa532ad8c},
+      {2048, 0x330ce110cbb79eae}, {2243, 0x0979f786a24edde7}};
+  for (auto [len, want] : kVectors) {
+    EXPECT_EQ(Checksum::of(a.data(), len), want) << len;
+    Checksum s;
+    for (size_t i = 0; i < len; ++i) s.update(&a[i], 1);  // one byte at a time
+    EXPECT_EQ(s.digest(), want) << len;
+  }
+  EXPECT_EQ(Checksum::of("a", 1), 0xe6c632b61e964e1fu);
+}
+
+TEST(Checksum, StreamingInOddPiecesEqualsOneShotReference) {
+  const std::vector<char> data = random_bytes((3 << 20) + 7, 1);
+  const uint64_t reference = XXH3_64bits(data.data(), data.size());
+  EXPECT_EQ(Checksum::of(data.data(), data.size()), reference);
+  std::mt19937 rng(2);
+  for (int round = 0; round < 4; ++round) {
+    Checksum s;
+    size_t pos = 0;
+    const size_t kPieces[] = {1, 3, 7, 31, 63, 65, 241, 1021, 4097, 65537, 1 << 20};
+    while (pos < data.size()) {
+      size_t n = std::min(data.size() - pos, kPieces[rng() % std::size(kPieces)]);
+      s.update(data.data() + pos, n);
+      pos += n;
+    }
+    EXPECT_EQ(s.digest(), reference) << round;
+  }
+}
+
+TEST(Checksum, DigestDoesNotConsumeAndResetStartsOver) {
+  const std::vector<char> data = random_bytes(1000, 3);
+  Checksum s;
+  EXPECT_EQ(s.digest(), XXH3_64bits(nullptr, 0));
+  s.update(data.data(), 500);
+  EXPECT_EQ(s.digest(), XXH3_64bits(data.data(), 500));
+  EXPECT_EQ(s.digest(), XXH3_64bits(data.data(), 500));
+  s.update(nullptr, 0);
+  s.update(data.data() + 500, 500);
+  EXPECT_EQ(s.digest(), XXH3_64bits(data.data(), 1000));
+  Checksum moved(std::move(s));
+  EXPECT_EQ(moved.digest(), XXH3_64bits(data.data(), 1000));
+  moved.reset();
+  EXPECT_EQ(moved.digest(), XXH3_64bits(nullptr, 0));
+}
+
+TEST(Checksum, OneFlippedBitChangesTheDigest) {
+  std::vector<char> data = random_bytes(4096, 4);
+  uint64_t before = Checksum::of(data.data(), data.size());
+  data[1234] ^= 0x10;
+  EXPECT_NE(Checksum::of(data.data(), data.size()), before);
+}
+
+TEST(Checksum, FormatsAsSixteenHexDigits) {
+  EXPECT_EQ(format_checksum(0x2d06800538d394c2), "2d06800538d394c2");
+  EXPECT_EQ(format_checksum(0), "0000000000000000");
+  EXPECT_EQ(format_checksum(0xf), "000000000000000f");
+  EXPECT_EQ(format_checksum(UINT64_MAX), "ffffffffffffffff");
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t v = rng() >> (rng() % 64);
+    char want[17];
+    std::snprintf(want, sizeof want, "%016" PRIx64, v);
+    ASSERT_EQ(format_checksum(v), want);
+    ASSERT_EQ(parse_checksum(want), v);
+  }
+  EXPECT_EQ(parse_checksum("2D06800538D394C2"), 0x2d06800538d394c2u);
+}
+
+TEST(Checksum, ParseRejectsAnythingButSixteenHexDigits) {
+  for (const char* bad : {"", "2d06", "2d06800538d394c", "2d06800538d394c2a", "0x2d06800538d394",
+                          "2d06800538d394cg", " 2d06800538d394c", "-d06800538d394c2"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_checksum(bad);
+      ADD_FAILURE() << "no exception";
+    } catch (const CheckpointError& e) {
+      EXPECT_TRUE(contains(e.what(), std::string("'") + bad + "'")) << e.what();
+    }
+  }
+}
+
+TEST_F(CheckpointIo, FileChecksumEqualsBufferChecksum) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{(1 << 20) - 1}, size_t{(1 << 20) + 1},
+                   size_t{(5 << 20) + 333}}) {
+    const std::vector<char> data = random_bytes(n, static_cast<uint32_t>(n));
+    fs::path p = dir_ / "f";
+    p += std::to_string(n);  // (not "f" + to_string: GCC 12 warns falsely, PR 105329)
+    std::ofstream(p, std::ios::binary).write(data.data(), static_cast<std::streamsize>(n));
+    EXPECT_EQ(Checksum::of_file(p), XXH3_64bits(data.data(), n)) << n;
+  }
+}
+
+TEST_F(CheckpointIo, FileChecksumOfMissingFileIsIoErrorNamingIt) {
+  fs::path p = dir_ / "absent.bin";
+  try {
+    Checksum::of_file(p);
+    ADD_FAILURE() << "no exception";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "'" + p.string() + "'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::strerror(ENOENT))) << e.what();
+  }
+  try {
+    Checksum::of_file(dir_);  // a directory opens but cannot be read
+    ADD_FAILURE() << "no exception";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(contains(e.what(), std::strerror(EISDIR))) << e.what();
+  }
+}
+
+// ---- durable files ---------------------------------------------------------------------
+
+TEST_F(CheckpointIo, RoundTrip) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4096}, size_t{(3 << 20) + 17}}) {
+    const std::vector<char> data = random_bytes(n, 10 + static_cast<uint32_t>(n));
+    fs::path p = dir_ / "shard.bin";
+    write_file_durably(p, data.data(), data.size());
+    EXPECT_EQ(read_all(p), data) << n;
+    EXPECT_EQ(Checksum::of_file(p), XXH3_64bits(data.data(), n));
+    EXPECT_EQ(listing(), std::vector<std::string>{"shard.bin"});  // no temporary left
+  }
+}
+
+TEST_F(CheckpointIo, PiecesAreConcatenatedAndReplaceTheOldFile) {
+  fs::path p = dir_ / "manifest.pb";
+  const std::vector<char> old_data = random_bytes(10000, 20);
+  write_file_durably(p, old_data.data(), old_data.size());
+  const std::vector<char> data = random_bytes(7777, 21);
+  DurableFile f(p);
+  EXPECT_EQ(f.path(), p);
+  EXPECT_EQ(f.temp_path(), fs::path(p.string() + ".tmp." + std::to_string(::getpid())));
+  size_t pos = 0;
+  for (size_t piece : {1, 100, 3000, 4676}) {
+    f.write(data.data() + pos, piece);
+    pos += piece;
+  }
+  ASSERT_EQ(pos, data.size());
+  EXPECT_EQ(f.bytes_written(), data.size());
+  // Until commit() the old file is untouched and the new bytes sit in the temporary.
+  EXPECT_EQ(read_all(p), old_data);
+  EXPECT_TRUE(fs::exists(f.temp_path()));
+  f.commit();
+  EXPECT_TRUE(f.committed());
+  EXPECT_EQ(read_all(p), data);  // shorter than the old file: nothing of it remains
+  EXPECT_FALSE(fs::exists(f.temp_path()));
+  EXPECT_THROW(f.write("x", 1), InvalidArgument);
+}
+
+TEST_F(CheckpointIo, AbandonedWriteLeavesTheOldFileAndNoTemporary) {
+  fs::path p = dir_ / "shard.bin";
+  const std::vector<char> old_data = random_bytes(5000, 30);
+  write_file_durably(p, old_data.data(), old_data.size());
+  {
+    DurableFile f(p);
+    f.write("partial", 7);
+  }  // destroyed without commit, as when an exception unwinds
+  EXPECT_EQ(read_all(p), old_data);
+  EXPECT_EQ(listing(), std::vector<std::string>{"shard.bin"});
+}
+
+TEST_F(CheckpointIo, MissingDirectoryIsIoErrorNamingThePath) {
+  fs::path p = dir_ / "no-such-dir" / "shard.bin";
+  try {
+    const char data[] = "abc";
+    write_file_durably(p, data, sizeof data);
+    ADD_FAILURE() << "no exception";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "'" + p.string() + "'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::strerror(ENOENT))) << e.what();
+  }
+  EXPECT_TRUE(listing().empty());
+}
+
+// A real failed write: the process's file size limit stops the temporary file at
+// 64 KiB (EFBIG). The previous file must survive whole and the temporary must go.
+TEST_F(CheckpointIo, FailedWriteLeavesThePreviousFileIntact) {
+  fs::path p = dir_ / "shard.bin";
+  const std::vector<char> old_data = random_bytes(1000, 40);
+  write_file_durably(p, old_data.data(), old_data.size());
+  const std::vector<char> data = random_bytes(1 << 20, 41);
+
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // fail with EFBIG instead of dying
+  rlimit small = saved;
+  small.rlim_cur = 64 << 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string what;
+  try {
+    write_file_durably(p, data.data(), data.size());
+  } catch (const IoError& e) {
+    what = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_TRUE(contains(what, "'" + p.string() + "'")) << what;
+  EXPECT_TRUE(contains(what, std::strerror(EFBIG))) << what;
+  EXPECT_EQ(read_all(p), old_data);
+  EXPECT_EQ(listing(), std::vector<std::string>{"shard.bin"});
+}
+
+// rename() fails when a non-empty directory has the target's name; the directory stays
+// and the temporary goes.
+TEST_F(CheckpointIo, FailedRenameIsIoErrorAndRemovesTheTemporary) {
+  fs::path p = dir_ / "step-000000010";
+  fs::create_directory(p);
+  std::ofstream(p / "keep") << "x";
+  DurableFile f(p);
+  f.write("data", 4);
+  try {
+    f.commit();
+    ADD_FAILURE() << "no exception";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "'" + p.string() + "'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::strerror(EISDIR))) << e.what();
+  }
+  EXPECT_FALSE(f.committed());
+  EXPECT_EQ(listing(), std::vector<std::string>{"step-000000010"});
+  EXPECT_TRUE(fs::exists(p / "keep"));
+  EXPECT_THROW(f.write("more", 4), InvalidArgument);
+}
+
+// A file name without a directory part is written in the working directory.
+TEST_F(CheckpointIo, RelativePathInTheWorkingDirectory) {
+  fs::path cwd = fs::current_path();
+  fs::current_path(dir_);
+  write_file_durably("plain.bin", "hello", 5);
+  fs::current_path(cwd);
+  EXPECT_EQ(read_all(dir_ / "plain.bin"), (std::vector<char>{'h', 'e', 'l', 'l', 'o'}));
+}
+
+}  // namespace
+}  // namespace etr
