@@ -21,26 +21,37 @@ namespace {
 
 ncclDataType_t nccl_dtype(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
   }
   throw InvalidArgument("NcclCommunicator got an unknown dtype; use f32, f64, bf16, f16 or i32");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   throw InvalidArgument("NcclCommunicator got an unknown reduce op; use sum, avg, max or min");
 }
 
-size_t count_of(const TensorView& v) { return static_cast<size_t>(v.numel()); }
+size_t count_of(const TensorView& v) {
+  return static_cast<size_t>(v.numel());
+}
 
 }  // namespace
 
@@ -58,8 +69,8 @@ NcclCommunicator::NcclCommunicator(const Group& group, int cuda_device, CommOpti
     int count = cuda_device_count();
     if (cuda_device < 0 || cuda_device >= count) {
       throw InvalidArgument("NcclCommunicator for group '" + name_ + "' was given CUDA device " +
-                            std::to_string(cuda_device) + " but rank " +
-                            std::to_string(rank_) + " sees " + std::to_string(count) +
+                            std::to_string(cuda_device) + " but rank " + std::to_string(rank_) +
+                            " sees " + std::to_string(count) +
                             " CUDA devices; bind each rank to a visible GPU (e.g. local rank "
                             "modulo the device count)");
     }
@@ -102,7 +113,9 @@ NcclCommunicator::NcclCommunicator(const Group& group, int cuda_device, CommOpti
   }
 }
 
-NcclCommunicator::~NcclCommunicator() { release(); }
+NcclCommunicator::~NcclCommunicator() {
+  release();
+}
 
 void NcclCommunicator::release() noexcept {
   int previous = 0;
@@ -167,8 +180,7 @@ void NcclCommunicator::set_compute_stream(cudaStream_t stream) {
 
 void NcclCommunicator::check_tag(int tag, const char* op) const {
   if (tag == 0) return;
-  throw InvalidArgument(std::string("NcclCommunicator::") + op + " got tag " +
-                        std::to_string(tag) +
+  throw InvalidArgument(std::string("NcclCommunicator::") + op + " got tag " + std::to_string(tag) +
                         " but NCCL has no message tags; pass tag 0 and match sends with "
                         "receives by program order");
 }
@@ -183,8 +195,10 @@ template <typename Launch>
 WorkPtr NcclCommunicator::enqueue(std::string description, bool empty, Launch&& launch) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->broken) {
-    throw CommError("cannot start " + description + ": the NCCL communicator was aborted "
-                    "because " + state_->broken_reason +
+    throw CommError("cannot start " + description +
+                    ": the NCCL communicator was aborted "
+                    "because " +
+                    state_->broken_reason +
                     "; create a new communicator (restart from the last checkpoint)");
   }
   CudaDeviceGuard guard(device_);
@@ -220,8 +234,7 @@ WorkPtr NcclCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp
   return enqueue(describe("reduce_scatter", in, extra.c_str()), out.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
                    NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), count_of(out),
-                                                nccl_dtype(in.dtype()), nccl_op(op), comm,
-                                                stream));
+                                                nccl_dtype(in.dtype()), nccl_op(op), comm, stream));
                  });
 }
 
@@ -245,19 +258,19 @@ WorkPtr NcclCommunicator::broadcast(TensorView inout, int root) {
 }
 
 WorkPtr NcclCommunicator::send(TensorView in, int peer, int tag) {
-  validate::point_to_point(*this, in, peer, tag, "send");
   check_tag(tag, "send");
+  validate::point_to_point(*this, in, peer, tag, "send");
   std::string extra = "to rank " + std::to_string(peer) + ", ";
-  return enqueue(describe("send", in, extra.c_str()), in.numel() == 0,
-                 [&](ncclComm_t comm, cudaStream_t stream) {
-                   NCCL_CHECK(ncclSend(in.data(), count_of(in), nccl_dtype(in.dtype()), peer,
-                                       comm, stream));
-                 });
+  return enqueue(
+      describe("send", in, extra.c_str()), in.numel() == 0,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        NCCL_CHECK(ncclSend(in.data(), count_of(in), nccl_dtype(in.dtype()), peer, comm, stream));
+      });
 }
 
 WorkPtr NcclCommunicator::recv(TensorView out, int peer, int tag) {
-  validate::point_to_point(*this, out, peer, tag, "recv");
   check_tag(tag, "recv");
+  validate::point_to_point(*this, out, peer, tag, "recv");
   std::string extra = "from rank " + std::to_string(peer) + ", ";
   return enqueue(describe("recv", out, extra.c_str()), out.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
@@ -267,11 +280,11 @@ WorkPtr NcclCommunicator::recv(TensorView out, int peer, int tag) {
 }
 
 WorkPtr NcclCommunicator::barrier() {
-  return enqueue("barrier on group '" + name_ + "'", false,
-                 [&](ncclComm_t comm, cudaStream_t stream) {
-                   NCCL_CHECK(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclInt32,
-                                            ncclSum, comm, stream));
-                 });
+  return enqueue(
+      "barrier on group '" + name_ + "'", false, [&](ncclComm_t comm, cudaStream_t stream) {
+        NCCL_CHECK(
+            ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclInt32, ncclSum, comm, stream));
+      });
 }
 
 }  // namespace etr

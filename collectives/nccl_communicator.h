@@ -89,8 +89,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;          // NCCL's stream
   cudaStream_t compute_stream_ = nullptr;  // valid when has_compute_stream_
   bool has_compute_stream_ = false;
-  cudaEvent_t compute_ready_ = nullptr;    // recorded on compute_stream_ before each op
-  int* barrier_scratch_ = nullptr;         // [1] int32 on the device, for barrier()
+  cudaEvent_t compute_ready_ = nullptr;  // recorded on compute_stream_ before each op
+  int* barrier_scratch_ = nullptr;       // [1] int32 on the device, for barrier()
 };
 
 }  // namespace etr

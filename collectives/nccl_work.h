@@ -30,8 +30,8 @@ namespace etr {
 
 // Shared by an NcclCommunicator and every NcclWork it returned; outlives either.
 struct NcclCommState {
-  std::mutex mutex;          // guards every field below and every call on `comm`
-  ncclComm_t comm = nullptr; // null once destroyed or aborted
+  std::mutex mutex;           // guards every field below and every call on `comm`
+  ncclComm_t comm = nullptr;  // null once destroyed or aborted
   bool broken = false;
   std::string broken_reason;  // why it was aborted, for the errors of later calls
 
