@@ -3,7 +3,7 @@
 //
 //   World world(&argc, &argv);
 //   HostCommunicator comm(world.group(), CommOptions::from_env());
-//   WorkPtr w = comm.allreduce(view, ReduceOp::kSum);   // returns at once
+//   WorkPtr w = comm.allreduce(view, ReduceOp::kSum);   // returns at once (*)
 //   ... compute ...
 //   w->wait();
 //
@@ -11,6 +11,11 @@
 // pipelined, for large allreduces; recursive doubling below CommOptions::small_bytes;
 // MPI's own MPI_Allreduce when asked (for comparison). The communicator duplicates
 // the group's MPI communicator, so its traffic never mixes with anybody else's.
+//
+// (*) Collectives up to CommOptions::inline_bytes (64 KiB) run on the calling thread
+// when nothing else is queued, and return when done: issue collectives on several
+// communicators in the same order on every rank, or set inline_bytes to 0 for a
+// communicator whose small operations must never block the caller.
 #pragma once
 
 #include <functional>

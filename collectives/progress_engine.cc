@@ -19,17 +19,21 @@ ProgressEngine::~ProgressEngine() {
   thread_.join();
 }
 
+void ProgressEngine::fail_as_broken(HostWork& work, const std::exception_ptr& broken) {
+  try {
+    std::rethrow_exception(broken);
+  } catch (const std::exception& e) {
+    work.mark_failed(std::make_exception_ptr(CommError(
+        work.description() + " cannot run: the communicator failed earlier (" + e.what() + ")")));
+  }
+}
+
 void ProgressEngine::submit(std::shared_ptr<HostWork> work, Task task, bool may_inline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (broken_) {
+    std::exception_ptr broken = broken_;
     lock.unlock();
-    try {
-      std::rethrow_exception(broken_);
-    } catch (const std::exception& e) {
-      work->mark_failed(std::make_exception_ptr(
-          CommError(work->description() + " cannot run: the communicator failed earlier (" +
-                    e.what() + ")")));
-    }
+    fail_as_broken(*work, broken);
     return;
   }
   if (may_inline && queue_.empty() && !busy_ && !inlined_) {
@@ -52,6 +56,16 @@ void ProgressEngine::submit(std::shared_ptr<HostWork> work, Task task, bool may_
 }
 
 void ProgressEngine::execute(Item& item) {
+  {
+    // Operations queued behind a failed one must not talk to peers that have given up.
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (broken_) {
+      std::exception_ptr broken = broken_;
+      lock.unlock();
+      fail_as_broken(*item.work, broken);
+      return;
+    }
+  }
   try {
     Poll poll = item.task();
     if (!poll) {

@@ -8,7 +8,10 @@
 //
 // Small collectives may run inline on the submitting thread when the engine is idle:
 // the order is unchanged (nothing is queued or running), and two thread hand-offs
-// (~10 us here) are saved on an operation that takes ~1 us.
+// (~10 us here) are saved on an operation that takes ~1 us. The price: such a call
+// returns only once its peers have joined it, so collectives on two communicators must
+// then be issued in the same order on every rank (NCCL asks the same of its
+// communicators). CommOptions::inline_bytes = 0 lifts that.
 //
 // After an operation fails with CommError (timeout, MPI error) the communicator is
 // broken: every later operation fails at once with a message that names the first
@@ -56,7 +59,7 @@ class ProgressEngine {
   void loop();
   void execute(Item& item);  // runs a task; records a CommError as the broken state
   void poll_pending();
-  std::exception_ptr broken_error();
+  static void fail_as_broken(HostWork& work, const std::exception_ptr& broken);
 
   std::string name_;
   std::mutex mutex_;
