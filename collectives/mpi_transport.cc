@@ -33,31 +33,36 @@ Transport::Request MpiTransport::acquire() {
   return r;
 }
 
+template <typename Post>
+void MpiTransport::post_pieces(Request r, size_t bytes, Post post) {
+  const size_t piece = (bytes > kEagerPieceBytes && bytes <= kEagerSplitMax)
+                           ? (bytes + 1) / 2
+                           : kMaxMessageBytes;
+  size_t offset = 0;
+  do {
+    size_t n = std::min(bytes - offset, piece);
+    MPI_Request req;
+    post(offset, static_cast<int>(n), &req);
+    slots_[r].push_back(req);
+    offset += n;
+  } while (offset < bytes);
+}
+
 Transport::Request MpiTransport::isend(const void* data, size_t bytes, int peer, int tag) {
   Request r = acquire();
   const char* p = static_cast<const char*>(data);
-  do {
-    size_t n = std::min(bytes, kMaxMessageBytes);
-    MPI_Request req;
-    MPI_CHECK(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &req));
-    slots_[r].push_back(req);
-    p += n;
-    bytes -= n;
-  } while (bytes > 0);
+  post_pieces(r, bytes, [&](size_t offset, int n, MPI_Request* req) {
+    MPI_CHECK(MPI_Isend(p + offset, n, MPI_BYTE, peer, tag, comm_, req));
+  });
   return r;
 }
 
 Transport::Request MpiTransport::irecv(void* data, size_t bytes, int peer, int tag) {
   Request r = acquire();
   char* p = static_cast<char*>(data);
-  do {
-    size_t n = std::min(bytes, kMaxMessageBytes);
-    MPI_Request req;
-    MPI_CHECK(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &req));
-    slots_[r].push_back(req);
-    p += n;
-    bytes -= n;
-  } while (bytes > 0);
+  post_pieces(r, bytes, [&](size_t offset, int n, MPI_Request* req) {
+    MPI_CHECK(MPI_Irecv(p + offset, n, MPI_BYTE, peer, tag, comm_, req));
+  });
   return r;
 }
 
