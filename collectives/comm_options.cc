@@ -64,6 +64,14 @@ CommOptions CommOptions::from_env() {
   }
   if (const char* v = env("ETR_RING_DEPTH")) o.depth = static_cast<int>(parse_positive("ETR_RING_DEPTH", v));
   if (const char* v = env("ETR_INLINE_BYTES")) o.inline_bytes = parse_bytes(v);
+  if (const char* v = env("ETR_SPIN_POLLS")) {
+    char* end = nullptr;
+    long polls = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || polls < 0) {
+      throw ConfigError(std::string("ETR_SPIN_POLLS='") + v + "' is not a count of polls (>= 0)");
+    }
+    o.spin_polls = static_cast<int>(polls);
+  }
   return o;
 }
 
@@ -72,7 +80,8 @@ std::string CommOptions::str() const {
   s << "timeout=" << timeout.count() / 1000.0 << "s algo=" << allreduce_algo_name(allreduce_algo)
     << " small_bytes=" << format_bytes(static_cast<double>(small_bytes))
     << " chunk_bytes=" << format_bytes(static_cast<double>(chunk_bytes)) << " depth=" << depth
-    << " inline_bytes=" << format_bytes(static_cast<double>(inline_bytes));
+    << " inline_bytes=" << format_bytes(static_cast<double>(inline_bytes)) << " spin_polls="
+    << (spin_polls < 0 ? std::string("auto") : std::to_string(spin_polls));
   return s.str();
 }
 

@@ -9,6 +9,9 @@
 //   ETR_INLINE_BYTES            ops up to this size run on the caller's thread when the
 //                               engine is idle, saving two thread hand-offs (default 64KiB;
 //                               0 turns it off)
+//   ETR_SPIN_POLLS              polls a waiting rank spins before it yields the core
+//                               (default: 4096, about 1 ms; 16 when this node runs more
+//                               ranks than it has cores, where spinning starves the peer)
 #pragma once
 
 #include <chrono>
@@ -29,6 +32,7 @@ struct CommOptions {
   size_t chunk_bytes = 256 << 10;
   int depth = 4;
   size_t inline_bytes = 64 << 10;
+  int spin_polls = -1;  // -1: decided from ranks per core (HostCommunicator)
 
   // Defaults overridden by the ETR_* variables above; throws ConfigError on bad values.
   static CommOptions from_env();

@@ -1,7 +1,10 @@
 #include "collectives/host_communicator.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "collectives/chain_broadcast.h"
 #include "collectives/mpi_transport.h"
@@ -70,6 +73,25 @@ void mpi_allreduce(OpContext& ctx, MPI_Comm comm, const TensorView& in, const Te
 
 }  // namespace
 
+namespace {
+
+// Ranks of `group` on this node, against the cores this process may run on.
+bool node_oversubscribed(const Group& group) {
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
+                                &local));
+  int local_size = 1;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  cpu_set_t cpus;
+  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  // With every rank bound to one core, affinity shows 1: count the machine's cores then.
+  if (cores == 1) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return local_size > cores;
+}
+
+}  // namespace
+
 HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
     : options_(options),
       group_(group.dup(group.name())),
@@ -78,6 +100,10 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
       p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
       scratch_(std::make_unique<RingScratch>()),
       engine_(std::make_unique<ProgressEngine>(group.name())) {
+  if (options_.spin_polls < 0) {
+    options_.spin_polls =
+        node_oversubscribed(group_) ? 16 : static_cast<int>(OpContext::kDefaultSpinPolls);
+  }
   // Slots for the pipelined pieces are allocated and touched now, not in the first step.
   scratch_->get(scratch_->slots, options_.chunk_bytes * std::clamp(options_.depth, 1, 64));
 }
@@ -97,7 +123,8 @@ WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t by
                                             std::function<void(AlgoSetup&)> body) {
   auto work = std::make_shared<HostWork>(description);
   auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
-    OpContext ctx(*work, rank(), size(), options_.timeout);
+    OpContext ctx(*work, rank(), size(), options_.timeout,
+                  static_cast<unsigned>(options_.spin_polls));
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};

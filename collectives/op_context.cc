@@ -10,30 +10,30 @@
 namespace etr {
 
 namespace {
-// Polls spent spinning before yielding, and before sleeping. A poll is one MPI_Test,
-// about 0.1-0.3 us here, so a rank spins for ~1 ms and yields for ~10 ms before it
-// starts to sleep between polls.
-constexpr unsigned kSpinPolls = 4096;
-constexpr unsigned kYieldPolls = kSpinPolls + 8192;
+// After spinning, a rank yields for ~8192 polls (~10 ms) before it starts to sleep
+// between polls.
+constexpr unsigned kYieldPolls = 8192;
 constexpr auto kSleep = std::chrono::microseconds(50);
 }  // namespace
 
-OpContext::OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout)
+OpContext::OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout,
+                     unsigned spin_polls)
     : work_(work),
       rank_(rank),
       size_(size),
       timeout_(timeout),
       start_(Clock::now()),
-      deadline_(start_ + timeout) {}
+      deadline_(start_ + timeout),
+      spin_polls_(spin_polls) {}
 
 void OpContext::idle(int peer) {
   ++idle_polls_;
-  if (idle_polls_ < kSpinPolls) {
+  if (idle_polls_ < spin_polls_) {
     if ((idle_polls_ & 255) == 0 && Clock::now() > deadline_) fail_timeout(peer);
     return;
   }
   if (Clock::now() > deadline_) fail_timeout(peer);
-  if (idle_polls_ < kYieldPolls) {
+  if (idle_polls_ < spin_polls_ + kYieldPolls) {
     sched_yield();
   } else {
     std::this_thread::sleep_for(kSleep);
