@@ -1,0 +1,68 @@
+// BenchContext: what every etr-bench subcommand runs in: the World, rank-0 output, the
+// description of the machine, and small collective helpers (max over ranks, agreeing on
+// an error so that every rank leaves together instead of some hanging in a collective).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/world.h"
+
+namespace etr::bench {
+
+// Thrown by every rank at once, after the ranks agreed on it (BenchContext::agree): main()
+// prints it on rank 0 only and every rank exits with 1, without MPI_Abort.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The machine as the job sees it; gathered collectively once.
+struct MachineInfo {
+  std::vector<std::string> hostnames;  // [world size], rank order
+  std::vector<std::string> cpus;       // [world size], each rank's allowed CPUs ("0", "0-1")
+  std::string cpu_model;               // /proc/cpuinfo "model name" of rank 0
+  int cpus_online = 0;                 // on rank 0's host
+  std::string mpi_library;             // first line of MPI_Get_library_version
+
+  // "2 ranks on 1 host (h: ranks 0-1)"
+  std::string placement() const;
+  nlohmann::json to_json() const;
+};
+
+class BenchContext {
+ public:
+  explicit BenchContext(World& world);
+
+  World& world() const { return world_; }
+  int rank() const { return world_.rank(); }
+  int size() const { return world_.size(); }
+  bool is_root() const { return world_.rank() == 0; }
+  const MachineInfo& machine() const { return machine_; }
+
+  // Writes `text` to stdout on rank 0 (flushed at once); other ranks do nothing.
+  void print(const std::string& text) const;
+  void barrier() const { world_.barrier(); }
+  // Element-wise maximum over ranks, in place.
+  void max_over_ranks(double* values, int n) const;
+  double max_over_ranks(double value) const;
+
+  // Collective. Every rank passes its own error ("" when fine). When any rank has one,
+  // every rank throws AgreedError with the message of the lowest such rank.
+  void agree(const std::string& local_error) const;
+
+  // Collective. Rank 0 writes `doc` to `path` (through path.tmp and a rename); when that
+  // fails every rank throws AgreedError.
+  void write_json(const std::string& path, const nlohmann::json& doc) const;
+
+ private:
+  World& world_;
+  MachineInfo machine_;
+};
+
+// Median of `values` (mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> values);
+
+}  // namespace etr::bench

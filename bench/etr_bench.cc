@@ -1,0 +1,101 @@
+// etr-bench: benchmarks that put etr beside a reference measured in the same run
+// (DESIGN.md, "Tests and benchmarks"). Run under mpirun, e.g.
+//
+//   build/etr-mpirun -np 2 build/bench/etr-bench allreduce --max-bytes 64MiB
+//
+// Each subcommand lives in its own file and registers itself below; rank 0 prints.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "bench/bench_context.h"
+#include "bench/collective_bench.h"
+#include "bench/memory_bandwidth.h"
+#include "bench/subcommand.h"
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "runtime/world.h"
+
+namespace {
+
+// The registration function of every subcommand's file.
+constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
+    etr::bench::add_collective_subcommands,       // allreduce, reduce_scatter, allgather
+    etr::bench::add_memory_bandwidth_subcommand,  // membw
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<etr::World> world;
+  try {
+    world = std::make_unique<etr::World>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    return 1;
+  }
+  const bool root = world->rank() == 0;
+
+  CLI::App app{
+      "etr-bench: etr's collectives and kernels beside a reference measured in the same "
+      "run. Run it under mpirun (build/etr-mpirun -np 2 ...); rank 0 prints.",
+      "etr-bench"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 "debug, info, warn, error or off (default: ETR_LOG_LEVEL, else info)");
+  etr::bench::SubcommandList subcommands;
+  for (auto add : kSubcommands) add(app, subcommands);
+
+  // Every rank parses the same command line, so every rank reaches the same verdict.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return root ? app.exit(e) : 0;
+  } catch (const CLI::CallForAllHelp& e) {
+    return root ? app.exit(e) : 0;
+  } catch (const CLI::ParseError& e) {
+    if (root) {
+      std::string message = e.what();
+      if (app.get_subcommands().empty()) {  // none given, or an unknown word instead
+        std::string names;
+        for (const auto& sub : subcommands)
+          names += (names.empty() ? "" : ", ") + sub.cli->get_name();
+        bool word = argc > 1 && argv[1][0] != '-';
+        message =
+            (word ? "unknown subcommand '" + std::string(argv[1]) + "'" : "no subcommand given") +
+            "; use one of " + names;
+      }
+      std::fprintf(stderr, "etr-bench: error: %s (see etr-bench --help)\n", message.c_str());
+    }
+    return e.get_exit_code() ? e.get_exit_code() : 1;
+  }
+
+  try {
+    if (!log_level.empty()) {
+      world->log().set_level(etr::parse_log_level(log_level));
+      setenv("ETR_LOG_LEVEL", log_level.c_str(), 1);  // for loggers made after this point
+    }
+    etr::bench::BenchContext ctx(*world);
+    for (auto& sub : subcommands) {
+      if (sub.cli->parsed()) sub.run(ctx);
+    }
+  } catch (const etr::ConfigError& e) {
+    // Option values: the same on every rank, so every rank fails here; one says so.
+    if (root) std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    return 1;
+  } catch (const etr::bench::AgreedError& e) {
+    if (root) std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    // Possibly this rank alone: the others may be waiting in a collective, so end the job.
+    std::fprintf(stderr, "etr-bench: error: rank %d: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    world->abort("etr-bench failed", 1);
+  }
+  return 0;
+}
