@@ -32,6 +32,7 @@ void run_ring_step(Transport& t, OpContext& ctx, const RingStep& s) {
   // Receives first, so a peer's first pieces find a posted buffer.
   while (recv_posted < recv_pieces && recv_posted < depth) post_recv(recv_posted++);
   while (send_posted < send_pieces && send_posted < depth) post_send(send_posted++);
+  if (s.meanwhile) s.meanwhile();
 
   try {
     while (received < recv_pieces || sent < send_pieces) {

@@ -34,6 +34,8 @@ struct RingStep {
   void* slots = nullptr;
   // (element offset of the piece within the received range, slot pointer, count)
   std::function<void(int64_t, const void*, int64_t)> consume;
+  // Optional local work done once the first pieces are posted, while they travel.
+  std::function<void()> meanwhile;
 };
 
 void run_ring_step(Transport& transport, OpContext& ctx, const RingStep& step);

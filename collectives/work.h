@@ -8,6 +8,7 @@
 // the operation itself keeps going (its own deadline is the communicator's timeout).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <condition_variable>
@@ -63,12 +64,15 @@ class HostWork final : public Work {
   void mark_done();
   void mark_failed(std::exception_ptr error);
 
+  static constexpr std::chrono::microseconds kYieldBeforeSleep{50};
+
  private:
   OpDescription op_;
   mutable std::once_flag described_;
   mutable std::string description_;
   std::mutex mutex_;
   std::condition_variable cv_;
+  std::atomic<bool> finished_{false};  // mirrors done_ for the lock-free first look
   bool done_ = false;
   std::exception_ptr error_;
 };

@@ -55,8 +55,9 @@ etr_build() {
   local dir="$1"
   shift
   if [[ ! -f "$dir/build.ninja" ]]; then
+    mkdir -p "$dir"
     cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ETR_CMAKE_ARGS:-} "$@" \
-      >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log" >&2; exit 1; }
+      >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
   fi
   ninja -C "$dir" -j "$ETR_JOBS" --quiet
 }
