@@ -3,7 +3,8 @@
 //
 //   ETR_COMM_TIMEOUT_S          seconds before a stuck collective fails (default 300)
 //   ETR_ALLREDUCE_ALGO          auto | ring | rd (recursive doubling) | mpi (default auto)
-//   ETR_ALLREDUCE_SMALL_BYTES   auto uses recursive doubling up to this size (default 64KiB)
+//   ETR_ALLREDUCE_SMALL_BYTES   auto uses recursive doubling below this size times (n-1),
+//                               the ring above (default 16KiB; see choose_allreduce)
 //   ETR_RING_CHUNK_BYTES        pipelining unit of the ring algorithms (default 256KiB)
 //   ETR_RING_DEPTH              chunks in flight per direction (default 4)
 //   ETR_INLINE_BYTES            ops up to this size run on the caller's thread when the
@@ -28,7 +29,7 @@ const char* allreduce_algo_name(AllreduceAlgo algo);
 struct CommOptions {
   std::chrono::milliseconds timeout{300'000};
   AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
-  size_t small_bytes = 64 << 10;
+  size_t small_bytes = 16 << 10;
   size_t chunk_bytes = 256 << 10;
   int depth = 4;
   size_t inline_bytes = 64 << 10;

@@ -35,9 +35,11 @@ Transport::Request MpiTransport::acquire() {
 
 template <typename Post>
 void MpiTransport::post_pieces(Request r, size_t bytes, Post post) {
-  const size_t piece = (bytes > kEagerPieceBytes && bytes <= kEagerSplitMax)
-                           ? (bytes + 1) / 2
-                           : kMaxMessageBytes;
+  size_t piece = kMaxMessageBytes;
+  if (bytes > kEagerPieceBytes && bytes <= kEagerSplitMax) {
+    const size_t pieces = (bytes + kEagerPieceBytes - 1) / kEagerPieceBytes;
+    piece = (bytes + pieces - 1) / pieces;
+  }
   size_t offset = 0;
   do {
     size_t n = std::min(bytes - offset, piece);

@@ -6,7 +6,7 @@
 // order; both sides derive the split from the byte count alone):
 //  - just above the shared-memory eager limit (Open MPI's vader: 4 KiB including its
 //    header) a message would switch to the rendezvous protocol, ~3 us slower here for
-//    a 4 KiB payload; up to kEagerSplitMax bytes it is sent as eager-sized pieces.
+//    a 4 KiB payload; up to kEagerSplitMax bytes it is sent as (up to 4) eager pieces.
 //  - above 1 GiB it is split so that counts fit in an int.
 #pragma once
 
@@ -32,7 +32,7 @@ class MpiTransport final : public Transport {
 
   static constexpr size_t kMaxMessageBytes = size_t{1} << 30;
   static constexpr size_t kEagerPieceBytes = 4096 - 128;  // payload that stays eager
-  static constexpr size_t kEagerSplitMax = 2 * kEagerPieceBytes;
+  static constexpr size_t kEagerSplitMax = 4 * kEagerPieceBytes;
 
  private:
   Request acquire();

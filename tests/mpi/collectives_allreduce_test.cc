@@ -8,6 +8,7 @@
 // was bitwise identical on every rank: data-parallel replicas depend on that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -199,24 +200,26 @@ TEST(AllreducePipeline, ChunksThatAreNotAMultipleOfTheElementSize) {
   expect_identical_on_all_ranks(tally);
 }
 
-// Around auto's switch from recursive doubling to the ring (64 KiB = 16384 f32).
+// Around auto's switch from recursive doubling to the ring (small_bytes x (n-1)).
 TEST(AllreduceAuto, SizesAroundTheAlgorithmSwitch) {
   HostCommunicator comm(world().group(), test_options(AllreduceAlgo::kAuto));
+  const int64_t limit = static_cast<int64_t>(comm.options().small_bytes) *
+                        std::max(1, world().size() - 1);
   Tally tally;
-  run_matrix(comm, "algo=auto", Fill::kRandom, {DType::kF32}, {16383, 16384, 16385},
-             {ReduceOp::kSum}, tally);
-  run_matrix(comm, "algo=auto", Fill::kRandom, {DType::kBF16}, {32767, 32768, 32769},
-             {ReduceOp::kSum}, tally);
+  run_matrix(comm, "algo=auto", Fill::kRandom, {DType::kF32},
+             {limit / 4 - 1, limit / 4, limit / 4 + 1}, {ReduceOp::kSum}, tally);
+  run_matrix(comm, "algo=auto", Fill::kRandom, {DType::kBF16},
+             {limit / 2 - 1, limit / 2, limit / 2 + 1}, {ReduceOp::kSum}, tally);
   expect_identical_on_all_ranks(tally);
 }
 
-TEST(AllreduceAuto, ChoosesRecursiveDoublingUpToSmallBytesThenRing) {
+TEST(AllreduceAuto, ChoosesRecursiveDoublingBelowTheLimitThenRing) {
   if (world().size() < 2) GTEST_SKIP() << "a 1-rank world needs no algorithm";
   HostCommunicator comm(world().group(), test_options(AllreduceAlgo::kAuto));
-  const size_t small = comm.options().small_bytes;
+  const size_t limit = comm.options().small_bytes * static_cast<size_t>(world().size() - 1);
   EXPECT_EQ(comm.choose_allreduce(4), AllreduceAlgo::kRecursiveDoubling);
-  EXPECT_EQ(comm.choose_allreduce(small), AllreduceAlgo::kRecursiveDoubling);
-  EXPECT_EQ(comm.choose_allreduce(small + 1), AllreduceAlgo::kRing);
+  EXPECT_EQ(comm.choose_allreduce(limit - 1), AllreduceAlgo::kRecursiveDoubling);
+  EXPECT_EQ(comm.choose_allreduce(limit), AllreduceAlgo::kRing);
   EXPECT_EQ(comm.choose_allreduce(size_t{1} << 30), AllreduceAlgo::kRing);
 }
 
