@@ -8,33 +8,6 @@
 namespace etr {
 namespace {
 
-// Branch-free 16-bit conversions (the scalar versions in dtype.h have the same
-// results); written as selects so that the loops below vectorise.
-inline float load_bf16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline uint16_t store_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  uint32_t quiet = (bits >> 16) | 0x40u;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-inline float load_f16(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-inline uint16_t store_f16(float f) {
-  _Float16 v = static_cast<_Float16>(f);
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return h;
-}
-
 // NaN-propagating and symmetric in its operands (std::max is neither).
 template <typename T>
 inline T max_of(T a, T b) {
@@ -74,10 +47,10 @@ void combine_native(T* dst, const T* a, const T* b, size_t n, Op op) {
 template <bool kBf16, typename Op>
 void combine_half(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n, Op op) {
   for (size_t i = 0; i < n; ++i) {
-    float x = kBf16 ? load_bf16(a[i]) : load_f16(a[i]);
-    float y = kBf16 ? load_bf16(b[i]) : load_f16(b[i]);
+    float x = kBf16 ? bf16_to_f32(a[i]) : f16_to_f32(a[i]);
+    float y = kBf16 ? bf16_to_f32(b[i]) : f16_to_f32(b[i]);
     float r = op(x, y);
-    dst[i] = kBf16 ? store_bf16(r) : store_f16(r);
+    dst[i] = kBf16 ? f32_to_bf16(r) : f32_to_f16(r);
   }
 }
 
@@ -154,12 +127,12 @@ void divide(DType dtype, void* data, size_t n, int divisor) {
     }
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < n; ++i) d[i] = store_bf16(load_bf16(d[i]) / divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(bf16_to_f32(d[i]) / divisor);
       return;
     }
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(data);
-      for (size_t i = 0; i < n; ++i) d[i] = store_f16(load_f16(d[i]) / divisor);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(f16_to_f32(d[i]) / divisor);
       return;
     }
     case DType::kI32:

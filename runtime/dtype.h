@@ -51,12 +51,13 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// Written as a select rather than a branch, so that loops over it vectorise.
 inline uint16_t f32_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 inline float f16_to_f32(uint16_t h) {
