@@ -1,0 +1,63 @@
+#include "runtime/param_layout.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace etr {
+
+size_t ParamLayout::add(std::string name, Shape shape, int layer, bool weight_decay, DType dtype) {
+  if (find(name)) throw InvalidArgument("tensor '" + name + "' is already in the layout");
+  if (!entries_.empty() && layer < entries_.back().layer) {
+    throw InvalidArgument("tensor '" + name + "' of layer " + std::to_string(layer) +
+                          " comes after layer " + std::to_string(entries_.back().layer) +
+                          "; add tensors in forward order");
+  }
+  if (layer < 0) throw InvalidArgument("tensor '" + name + "' has a negative layer index");
+  const int64_t offset = (numel_ + kAlignElements - 1) / kAlignElements * kAlignElements;
+  entries_.push_back(TensorEntry{std::move(name), offset, shape, dtype, layer, weight_decay});
+  numel_ = offset + shape.numel();
+  return entries_.size() - 1;
+}
+
+const TensorEntry* ParamLayout::find(std::string_view name) const {
+  for (const TensorEntry& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+int64_t ParamLayout::param_count() const {
+  int64_t n = 0;
+  for (const TensorEntry& e : entries_) n += e.numel();
+  return n;
+}
+
+std::pair<int64_t, int64_t> ParamLayout::layer_range(int layer) const {
+  int64_t begin = -1, end = -1;
+  for (const TensorEntry& e : entries_) {
+    if (e.layer != layer) continue;
+    if (begin < 0) begin = e.offset;
+    end = e.offset + e.numel();
+  }
+  if (begin < 0) return {0, 0};
+  return {begin, end};
+}
+
+int64_t ParamLayout::padded_numel(int n) const {
+  ETR_CHECK_GT(n, 0);
+  return (numel_ + n - 1) / n * n;
+}
+
+std::pair<int64_t, int64_t> ParamLayout::shard_range(int r, int n) const {
+  ETR_CHECK(r >= 0 && r < n) << "shard " << r << " of " << n;
+  const int64_t per = padded_numel(n) / n;
+  return {per * r, per * (r + 1)};
+}
+
+TensorView ParamLayout::view(void* base, size_t i, Device device) const {
+  const TensorEntry& e = at(i);
+  return TensorView(static_cast<char*>(base) + e.offset * dtype_size(e.dtype), e.dtype, e.shape,
+                    device);
+}
+
+}  // namespace etr
