@@ -1,0 +1,71 @@
+// BatchPlan: rank-major contiguous split of a step's global samples (see batch_plan.h).
+#include "examples/data/batch_plan.h"
+
+#include <string>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace etr::data {
+
+BatchPlan::BatchPlan(uint64_t global_batch, std::vector<RankBatch> ranks)
+    : global_batch_(global_batch), ranks_(std::move(ranks)) {
+  if (ranks_.empty()) throw InvalidArgument("a batch plan needs at least one rank");
+  offsets_.reserve(ranks_.size() + 1);
+  offsets_.push_back(0);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const RankBatch& rb = ranks_[r];
+    if (rb.micro_batch == 0 || rb.accumulation == 0) {
+      throw InvalidArgument("rank " + std::to_string(r) + " has micro-batch " +
+                            std::to_string(rb.micro_batch) + " and accumulation " +
+                            std::to_string(rb.accumulation) + "; both must be at least 1");
+    }
+    offsets_.push_back(offsets_.back() + rb.micro_batch * rb.accumulation);
+  }
+  if (offsets_.back() != global_batch_) {
+    throw InvalidArgument("the ranks' micro-batches times accumulations sum to " +
+                          std::to_string(offsets_.back()) + " samples, not the global batch " +
+                          std::to_string(global_batch_));
+  }
+}
+
+BatchPlan BatchPlan::uniform(uint64_t global_batch, int world_size, uint64_t micro_batch) {
+  if (world_size < 1 || micro_batch == 0 ||
+      global_batch % (static_cast<uint64_t>(world_size) * micro_batch) != 0) {
+    throw InvalidArgument("the global batch " + std::to_string(global_batch) +
+                          " is not a multiple of " + std::to_string(world_size) +
+                          " ranks times the micro-batch " + std::to_string(micro_batch));
+  }
+  const uint64_t k = global_batch / (static_cast<uint64_t>(world_size) * micro_batch);
+  return BatchPlan(global_batch,
+                   std::vector<RankBatch>(static_cast<size_t>(world_size), {micro_batch, k}));
+}
+
+const RankBatch& BatchPlan::rank(int r) const {
+  if (r < 0 || r >= world_size()) {
+    throw InvalidArgument("rank " + std::to_string(r) + " is outside the batch plan of " +
+                          std::to_string(world_size()) + " ranks");
+  }
+  return ranks_[static_cast<size_t>(r)];
+}
+
+uint64_t BatchPlan::rank_offset(int r) const {
+  rank(r);  // range check
+  return offsets_[static_cast<size_t>(r)];
+}
+
+SampleRange BatchPlan::rank_samples(uint64_t step_begin, int r) const {
+  const RankBatch& rb = rank(r);
+  return {step_begin + offsets_[static_cast<size_t>(r)], rb.micro_batch * rb.accumulation};
+}
+
+SampleRange BatchPlan::micro_batch(uint64_t step_begin, int r, uint64_t m) const {
+  const RankBatch& rb = rank(r);
+  if (m >= rb.accumulation) {
+    throw InvalidArgument("micro-batch " + std::to_string(m) + " does not exist; rank " +
+                          std::to_string(r) + " accumulates " + std::to_string(rb.accumulation));
+  }
+  return {step_begin + offsets_[static_cast<size_t>(r)] + m * rb.micro_batch, rb.micro_batch};
+}
+
+}  // namespace etr::data

@@ -1,0 +1,62 @@
+// BatchPlan: which global samples each rank trains on in one optimizer step (DESIGN.md,
+// "Execution of one optimizer step": B = sum over ranks of b_r * k_r).
+//
+// Rank r runs k_r micro-batches of b_r samples (b_r, k_r >= 1; they may differ between
+// ranks) and sum_r b_r * k_r = B, the global batch. A step consumes the B global sample
+// indices [s, s + B), where s = DataPosition::samples_seen at its start (= step * B while
+// B has not changed). The layout is rank-major and contiguous:
+//
+//   rank r owns   [s + o_r, s + o_r + b_r * k_r),     o_r = sum_{q<r} b_q * k_q
+//   micro-batch m (0 <= m < k_r) of rank r is
+//                 [s + o_r + m * b_r, s + o_r + (m + 1) * b_r)
+//
+// so the union over ranks of all micro-batches is exactly [s, s + B), whatever the world
+// size and the split, and a single process with b = B, k = 1 (or any other split) sees
+// the same samples in the step; the Sampler maps each index to its window.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace etr::data {
+
+struct RankBatch {
+  uint64_t micro_batch = 0;   // b_r: samples per micro-batch
+  uint64_t accumulation = 0;  // k_r: micro-batches per step
+  bool operator==(const RankBatch&) const = default;
+};
+
+// Global sample indices [first, first + count).
+struct SampleRange {
+  uint64_t first = 0;
+  uint64_t count = 0;
+  bool operator==(const SampleRange&) const = default;
+};
+
+class BatchPlan {
+ public:
+  // InvalidArgument when there is no rank, a b_r or k_r is 0, or sum b_r * k_r != B.
+  BatchPlan(uint64_t global_batch, std::vector<RankBatch> ranks);
+  // Every rank with the same micro_batch b and k = B / (world_size * b); InvalidArgument
+  // when B is not a multiple of world_size * b.
+  static BatchPlan uniform(uint64_t global_batch, int world_size, uint64_t micro_batch);
+
+  uint64_t global_batch() const { return global_batch_; }
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  const RankBatch& rank(int r) const;
+  const std::vector<RankBatch>& ranks() const { return ranks_; }
+  // o_r = sum_{q<r} b_q * k_q.
+  uint64_t rank_offset(int r) const;
+
+  // All samples of rank r in the step starting at global sample step_begin.
+  SampleRange rank_samples(uint64_t step_begin, int r) const;
+  // Micro-batch m of rank r in that step; InvalidArgument when m >= k_r.
+  SampleRange micro_batch(uint64_t step_begin, int r, uint64_t m) const;
+
+ private:
+  uint64_t global_batch_;
+  std::vector<RankBatch> ranks_;
+  std::vector<uint64_t> offsets_;  // [world_size + 1]: o_r, and B at the end
+};
+
+}  // namespace etr::data

@@ -1,0 +1,137 @@
+// etr-tokenize: turns text into an etr token file (docs/token_file_format.md) for the
+// example GPT, makes a synthetic corpus, or shows what a token file holds.
+//
+//   etr-tokenize input.txt -o train.tok                 // byte tokens of any file
+//   etr-tokenize --synthetic 1000000 -o synth.tok --seed 3
+//   etr-tokenize --show train.tok [--tokens 400]
+//
+// Errors are one sentence on stderr and exit status 1 (2 for a bad command line).
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checksum.h"
+#include "examples/data/byte_tokenizer.h"
+#include "examples/data/synthetic_corpus.h"
+#include "examples/data/token_file.h"
+#include "runtime/error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using etr::data::ByteTokenizer;
+
+std::string read_text(const fs::path& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw etr::IoError("cannot read '" + path.string() + "': it is a directory; give a text file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw etr::IoError("cannot open '" + path.string() + "': " + std::strerror(errno) +
+                       "; check that the file exists and is readable");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw etr::IoError("cannot read '" + path.string() + "': " + std::strerror(errno));
+  }
+  return text;
+}
+
+void write_tokens(const fs::path& output, const std::string& text) {
+  const std::vector<uint16_t> tokens = ByteTokenizer::encode(text);
+  const etr::data::TokenFileHeader h =
+      etr::data::write_token_file(output, tokens, ByteTokenizer::kVocabSize);
+  std::printf("etr-tokenize: wrote %s: %llu tokens, vocabulary %u, checksum %s\n", output.c_str(),
+              static_cast<unsigned long long>(h.token_count), h.vocab_size,
+              etr::format_checksum(h.checksum).c_str());
+}
+
+void show(const fs::path& path, uint64_t count, bool verify) {
+  etr::data::TokenFileOptions options;
+  options.verify_checksum = verify;
+  const etr::data::TokenFile file(path, options);
+  const etr::data::TokenFileHeader& h = file.header();
+  std::printf("file:        %s\n", path.c_str());
+  std::printf("format:      version %u, dtype %u (uint16 little-endian)\n", h.version,
+              static_cast<unsigned>(h.dtype));
+  std::printf("tokens:      %llu\n", static_cast<unsigned long long>(h.token_count));
+  std::printf("vocabulary:  %u\n", h.vocab_size);
+  std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
+              verify ? "verified" : "not verified");
+  const auto first = file.tokens().first(std::min<uint64_t>(count, file.size()));
+  std::printf("first %zu tokens, decoded:\n%s\n", first.size(),
+              ByteTokenizer::decode_for_display(first).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "etr-tokenize: converts text to an etr token file of byte tokens (vocabulary 256), "
+      "writes a synthetic corpus, or shows a token file.",
+      "etr-tokenize"};
+  std::string input;
+  std::string output;
+  std::optional<uint64_t> synthetic;
+  uint64_t seed = 1;
+  std::string show_path;
+  uint64_t show_tokens = 256;
+  bool no_verify = false;
+
+  auto* input_opt = app.add_option("input", input, "text file to convert (any bytes)");
+  auto* output_opt = app.add_option("-o,--output", output, "token file to write");
+  auto* synthetic_opt = app.add_option(
+      "--synthetic", synthetic, "write N tokens of the synthetic corpus instead of a text file");
+  auto* seed_opt = app.add_option("--seed", seed, "seed of the synthetic corpus (default 1)");
+  auto* show_opt =
+      app.add_option("--show", show_path, "print a token file's header and its first tokens");
+  auto* tokens_opt =
+      app.add_option("--tokens", show_tokens, "how many tokens --show decodes (default 256)");
+  auto* no_verify_opt =
+      app.add_flag("--no-verify", no_verify, "--show without checking the checksum");
+  input_opt->excludes(synthetic_opt);
+  show_opt->excludes(input_opt)->excludes(synthetic_opt)->excludes(output_opt);
+  seed_opt->needs(synthetic_opt);
+  tokens_opt->needs(show_opt);
+  no_verify_opt->needs(show_opt);
+
+  try {
+    app.parse(argc, argv);
+    if (show_path.empty() && input.empty() && !synthetic) {
+      throw CLI::ValidationError("give a text file to convert, --synthetic N or --show FILE");
+    }
+    if (show_path.empty() && output.empty()) {
+      throw CLI::ValidationError("-o OUTPUT is required to write a token file");
+    }
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "etr-tokenize: error: %s (see etr-tokenize --help)\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (!show_path.empty()) {
+      show(show_path, show_tokens, !no_verify);
+    } else if (synthetic) {
+      etr::data::SyntheticCorpus corpus(seed);
+      write_tokens(output, corpus.generate(*synthetic));
+    } else {
+      write_tokens(output, read_text(input));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "etr-tokenize: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,36 @@
+#include "examples/gpt/embedding_layer.h"
+
+#include "runtime/kernels/cpu/encoder.h"
+
+namespace etr::gpt {
+
+template <typename Real>
+void EmbeddingLayer<Real>::declare(ParamLayout& layout, int index) {
+  layout.add("wte.weight", Shape{c_.padded_vocab(), c_.d_model}, index, true);
+  layout.add("wpe.weight", Shape{c_.seq_len, c_.d_model}, index, true);
+}
+
+template <typename Real>
+void EmbeddingLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+  const int64_t wte = layout.find("wte.weight")->offset, wpe = layout.find("wpe.weight")->offset;
+  wte_ = params + wte;
+  wpe_ = params + wpe;
+  dwte_ = grads + wte;
+  dwpe_ = grads + wpe;
+}
+
+template <typename Real>
+void EmbeddingLayer<Real>::forward(const Real*, const Batch& b) {
+  cpu::encoder_forward(out_, b.tokens, wte_, wpe_, b.B, b.T, c_.d_model, c_.vocab_size);
+}
+
+template <typename Real>
+void EmbeddingLayer<Real>::backward(const Real*, const Real* dout, Real*, Real*,
+                                    const Batch& b) {
+  cpu::encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
+}
+
+template class EmbeddingLayer<float>;
+template class EmbeddingLayer<double>;
+
+}  // namespace etr::gpt

@@ -1,0 +1,36 @@
+// EmbeddingLayer: token + learned position embedding, GPT-2's first layer.
+//
+//   params   wte [Vp, C] (tied to the LM head), wpe [maxT, C]
+//   output   [B, T, C] = wte[tokens] + wpe[t]
+#pragma once
+
+#include "examples/gpt/gpt_config.h"
+#include "runtime/layer.h"
+
+namespace etr::gpt {
+
+template <typename Real>
+class EmbeddingLayer final : public Layer<Real> {
+ public:
+  explicit EmbeddingLayer(const GptConfig& c) : c_(c) {}
+  std::string name() const override { return "embedding"; }
+  void declare(ParamLayout& layout, int index) override;
+  void bind(const ParamLayout& layout, Real* params, Real* grads) override;
+  int64_t activation_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
+  int64_t scratch_numel(int64_t, int64_t) const override { return 0; }
+  void plan(Real* activations, int64_t, int64_t) override { out_ = activations; }
+  const Real* output() const override { return out_; }
+  void forward(const Real* in, const Batch& batch) override;
+  void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
+                const Batch& batch) override;
+
+ private:
+  GptConfig c_;
+  const Real* wte_ = nullptr;
+  const Real* wpe_ = nullptr;
+  Real* dwte_ = nullptr;
+  Real* dwpe_ = nullptr;
+  Real* out_ = nullptr;
+};
+
+}  // namespace etr::gpt

@@ -1,0 +1,73 @@
+#include "examples/gpt/head_layer.h"
+
+#include <algorithm>
+
+#include "runtime/kernels/cpu/layernorm.h"
+#include "runtime/kernels/cpu/matmul.h"
+#include "runtime/kernels/cpu/softmax_xent.h"
+
+namespace etr::gpt {
+
+template <typename Real>
+void HeadLayer<Real>::declare(ParamLayout& layout, int index) {
+  layout.add("ln_f.weight", Shape{c_.d_model}, index, false);
+  layout.add("ln_f.bias", Shape{c_.d_model}, index, false);
+}
+
+template <typename Real>
+void HeadLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+  const int64_t w = layout.find("ln_f.weight")->offset, b = layout.find("ln_f.bias")->offset;
+  const int64_t wte = layout.find("wte.weight")->offset;
+  w_ = params + w;
+  b_ = params + b;
+  wte_ = params + wte;
+  dw_ = grads + w;
+  db_ = grads + b;
+  dwte_ = grads + wte;
+}
+
+template <typename Real>
+int64_t HeadLayer<Real>::activation_numel(int64_t B, int64_t T) const {
+  const int64_t N = B * T;
+  return N * c_.d_model + 3 * N + N * c_.padded_vocab();
+}
+
+template <typename Real>
+void HeadLayer<Real>::plan(Real* p, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  lnf_ = p;
+  mean_ = lnf_ + N * c_.d_model;
+  rstd_ = mean_ + N;
+  losses_ = rstd_ + N;
+  logits_ = losses_ + N;
+}
+
+template <typename Real>
+void HeadLayer<Real>::forward(const Real* x, const Batch& b) {
+  const int64_t N = b.B * b.T, C = c_.d_model, V = c_.vocab_size, Vp = c_.padded_vocab();
+  cpu::layernorm_forward(lnf_, mean_, rstd_, x, w_, b_, N, C);
+  cpu::matmul_forward(logits_, lnf_, wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  if (!b.targets) return;
+  if (b.dloss != 0) {
+    cpu::softmax_xent_forward_backward(losses_, logits_, logits_, b.targets,
+                                       static_cast<Real>(b.dloss), N, V, Vp);
+  } else {
+    cpu::softmax_xent_forward(losses_, logits_, b.targets, N, V, Vp);
+  }
+}
+
+template <typename Real>
+void HeadLayer<Real>::backward(const Real* x, const Real*, Real* din, Real* scratch,
+                               const Batch& b) {
+  const int64_t N = b.B * b.T, C = c_.d_model;
+  Real* dlnf = scratch;
+  std::fill(dlnf, dlnf + N * C, Real(0));
+  cpu::matmul_backward(dlnf, dwte_, static_cast<Real*>(nullptr), logits_, lnf_, wte_, N, C,
+                       c_.padded_vocab());
+  cpu::layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
+}
+
+template class HeadLayer<float>;
+template class HeadLayer<double>;
+
+}  // namespace etr::gpt

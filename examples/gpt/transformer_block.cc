@@ -1,0 +1,134 @@
+#include "examples/gpt/transformer_block.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/gelu.h"
+#include "runtime/kernels/cpu/layernorm.h"
+#include "runtime/kernels/cpu/matmul.h"
+#include "runtime/kernels/cpu/residual.h"
+#include "runtime/kernels/cpu/threads.h"
+
+namespace etr::gpt {
+
+template <typename Real>
+void TransformerBlock<Real>::declare(ParamLayout& layout, int index) {
+  const int64_t C = c_.d_model;
+  const std::string p = name() + ".";
+  layout.add(p + "ln_1.weight", Shape{C}, index, false);
+  layout.add(p + "ln_1.bias", Shape{C}, index, false);
+  layout.add(p + "attn.c_attn.weight", Shape{3 * C, C}, index, true);
+  layout.add(p + "attn.c_attn.bias", Shape{3 * C}, index, false);
+  layout.add(p + "attn.c_proj.weight", Shape{C, C}, index, true);
+  layout.add(p + "attn.c_proj.bias", Shape{C}, index, false);
+  layout.add(p + "ln_2.weight", Shape{C}, index, false);
+  layout.add(p + "ln_2.bias", Shape{C}, index, false);
+  layout.add(p + "mlp.c_fc.weight", Shape{4 * C, C}, index, true);
+  layout.add(p + "mlp.c_fc.bias", Shape{4 * C}, index, false);
+  layout.add(p + "mlp.c_proj.weight", Shape{C, 4 * C}, index, true);
+  layout.add(p + "mlp.c_proj.bias", Shape{C}, index, false);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+  static const char* kNames[kNumParams] = {
+      "ln_1.weight",       "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+      "mlp.c_fc.weight",   "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  for (int i = 0; i < kNumParams; ++i) {
+    const int64_t off = layout.find(name() + "." + kNames[i])->offset;
+    p_[i] = params + off;
+    g_[i] = grads + off;
+  }
+}
+
+template <typename Real>
+int64_t TransformerBlock<Real>::activation_numel(int64_t B, int64_t T) const {
+  const int64_t N = B * T, C = c_.d_model;
+  return 16 * N * C + 4 * N + B * c_.n_head * T * T;
+}
+
+template <typename Real>
+int64_t TransformerBlock<Real>::scratch_numel(int64_t B, int64_t T) const {
+  const int64_t N = B * T, C = c_.d_model;
+  return 15 * N * C + cpu::attention_backward_scratch_size(T, cpu::num_threads());
+}
+
+template <typename Real>
+void TransformerBlock<Real>::plan(Real* p, int64_t B, int64_t T) {
+  const int64_t N = B * T, C = c_.d_model;
+  auto take = [&p](int64_t n) {
+    Real* r = p;
+    p += n;
+    return r;
+  };
+  a_.ln1 = take(N * C);
+  a_.ln1_mean = take(N);
+  a_.ln1_rstd = take(N);
+  a_.qkv = take(3 * N * C);
+  a_.atty = take(N * C);
+  a_.att = take(B * c_.n_head * T * T);
+  a_.x1 = take(N * C);
+  a_.ln2 = take(N * C);
+  a_.ln2_mean = take(N);
+  a_.ln2_rstd = take(N);
+  a_.fch = take(4 * N * C);
+  a_.fch_gelu = take(4 * N * C);
+  a_.out = take(N * C);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::forward(const Real* x, const Batch& b) {
+  const int64_t N = b.B * b.T, C = c_.d_model;
+  cpu::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x, p_[kLn1W], p_[kLn1B], N, C);
+  cpu::matmul_forward(a_.qkv, a_.ln1, p_[kQkvW], p_[kQkvB], N, C, 3 * C);
+  cpu::attention_forward(a_.atty, a_.att, a_.qkv, b.B, b.T, C, c_.n_head);
+  // The attention projection lands in `out` for a moment, then x1 = x + it.
+  cpu::matmul_forward(a_.out, a_.atty, p_[kProjW], p_[kProjB], N, C, C);
+  cpu::residual_forward(a_.x1, x, a_.out, N * C);
+  cpu::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x1, p_[kLn2W], p_[kLn2B], N, C);
+  cpu::matmul_forward(a_.fch, a_.ln2, p_[kFcW], p_[kFcB], N, C, 4 * C);
+  cpu::gelu_forward(a_.fch_gelu, a_.fch, N * 4 * C);
+  cpu::matmul_forward(a_.out, a_.fch_gelu, p_[kFcProjW], p_[kFcProjB], N, 4 * C, C);
+  cpu::residual_forward(a_.out, a_.x1, a_.out, N * C);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::backward(const Real* x, const Real* dout, Real* din, Real* scratch,
+                                      const Batch& b) {
+  const int64_t N = b.B * b.T, C = c_.d_model;
+  Real* dx1 = scratch;               // [N, C]  assigned below
+  Real* dln2 = dx1 + N * C;          // [N, C]  the rest accumulate (+=): zeroed first
+  Real* dfch_gelu = dln2 + N * C;    // [N, 4C]
+  Real* dfch = dfch_gelu + 4 * N * C;  // [N, 4C]
+  Real* datty = dfch + 4 * N * C;    // [N, C]
+  Real* dqkv = datty + N * C;        // [N, 3C]
+  Real* dln1 = dqkv + 3 * N * C;     // [N, C]
+  Real* attn_scratch = dln1 + N * C;
+  const int64_t attn_scratch_size =
+      scratch_numel(b.B, b.T) - 15 * N * C;
+  std::fill(dln2, attn_scratch, Real(0));
+
+  // y = x1 + mlp(x1): the MLP branch gets dout as it is; dx1 = dout + its LN path.
+  cpu::matmul_backward(dfch_gelu, g_[kFcProjW], g_[kFcProjB], dout, a_.fch_gelu, p_[kFcProjW], N,
+                       4 * C, C);
+  cpu::gelu_backward(dfch, a_.fch, dfch_gelu, N * 4 * C);
+  cpu::matmul_backward(dln2, g_[kFcW], g_[kFcB], dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
+  std::copy(dout, dout + N * C, dx1);
+  cpu::layernorm_backward(dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
+                          a_.ln2_rstd, N, C);
+  // x1 = x + proj(attention(qkv(ln_1(x)))): the same split.
+  cpu::matmul_backward(datty, g_[kProjW], g_[kProjB], dx1, a_.atty, p_[kProjW], N, C, C);
+  cpu::attention_backward(dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B, b.T,
+                          C, c_.n_head);
+  cpu::matmul_backward(dln1, g_[kQkvW], g_[kQkvB], dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
+  cpu::layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean,
+                          a_.ln1_rstd, N, C);
+  for (int64_t i = 0; i < N * C; ++i) din[i] += dx1[i];
+}
+
+template class TransformerBlock<float>;
+template class TransformerBlock<double>;
+
+}  // namespace etr::gpt

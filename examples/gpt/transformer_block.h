@@ -1,0 +1,54 @@
+// TransformerBlock: one pre-LayerNorm GPT-2 block.
+//
+//   x1 = x + attn_proj(attention(qkv(ln_1(x))))
+//   y  = x1 + mlp_proj(gelu(fc(ln_2(x1))))
+//
+// params (h.{i}.*, HF GPT-2 names; linear weights stored [out, in]):
+//   ln_1.weight [C], ln_1.bias [C], attn.c_attn.weight [3C, C], attn.c_attn.bias [3C],
+//   attn.c_proj.weight [C, C], attn.c_proj.bias [C], ln_2.weight [C], ln_2.bias [C],
+//   mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C], mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]
+//
+// activations kept for backward (N = B T):
+//   ln1 [N, C], ln1_mean [N], ln1_rstd [N], qkv [N, 3C], atty [N, C], att [B, NH, T, T],
+//   x1 [N, C], ln2 [N, C], ln2_mean [N], ln2_rstd [N], fch [N, 4C], fch_gelu [N, 4C],
+//   out [N, C] (fcproj is added into out in place)
+// scratch for backward: dx1 [N, C], dln2 [N, C], dfch_gelu [N, 4C], dfch [N, 4C],
+//   datty [N, C], dqkv [N, 3C], dln1 [N, C], then attention's own scratch
+#pragma once
+
+#include "examples/gpt/gpt_config.h"
+#include "runtime/layer.h"
+
+namespace etr::gpt {
+
+template <typename Real>
+class TransformerBlock final : public Layer<Real> {
+ public:
+  TransformerBlock(const GptConfig& c, int block) : c_(c), block_(block) {}
+  std::string name() const override { return "h." + std::to_string(block_); }
+  void declare(ParamLayout& layout, int index) override;
+  void bind(const ParamLayout& layout, Real* params, Real* grads) override;
+  int64_t activation_numel(int64_t B, int64_t T) const override;
+  int64_t scratch_numel(int64_t B, int64_t T) const override;
+  void plan(Real* activations, int64_t B, int64_t T) override;
+  const Real* output() const override { return a_.out; }
+  void forward(const Real* in, const Batch& batch) override;
+  void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
+                const Batch& batch) override;
+
+ private:
+  enum Param { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW,
+               kFcProjB, kNumParams };
+  struct Acts {
+    Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu, *out;
+  };
+
+  GptConfig c_;
+  int block_;
+  Real* p_[kNumParams] = {};
+  Real* g_[kNumParams] = {};
+  Acts a_{};
+};
+
+}  // namespace etr::gpt

@@ -1,0 +1,324 @@
+#include "runtime/config/train_config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/bytes.h"
+#include "runtime/config/config_fields.h"
+#include "runtime/error.h"
+
+namespace etr {
+namespace {
+
+constexpr std::array<ModelPreset, 7> kPresets = {{
+    {"tiny", 2, 2, 64, 64, 256, "unit tests and quick checks"},
+    {"small", 4, 4, 256, 128, 256, "the CPU benchmark"},
+    {"medium-cpu", 6, 6, 384, 256, 256, "a longer CPU run"},
+    {"gpt2-124m", 12, 12, 768, 1024, 50257, "GPT-2 small"},
+    {"gpt2-350m", 24, 16, 1024, 1024, 50257, "GPT-2 medium"},
+    {"gpt2-774m", 36, 20, 1280, 1024, 50257, "GPT-2 large"},
+    {"gpt2-1558m", 48, 25, 1600, 1024, 50257, "GPT-2 XL"},
+}};
+
+// Keeps the parser's first error; later ones are usually consequences of it.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (found) return;
+    found = true;
+    this->line = line;
+    this->column = column;
+    this->message = message;
+  }
+  bool found = false;
+  int line = 0;
+  int column = 0;
+  std::string message;
+};
+
+// For the parser's 'Message type "etr.config.ModelConfig" has no field named "nlayer".':
+// " Did you mean n_layer?", or "" when the message is another one or nothing is close.
+std::string unknown_field_hint(const std::string& message) {
+  static constexpr std::string_view kType = "Message type \"";
+  static constexpr std::string_view kField = "has no field named \"";
+  size_t t = message.find(kType);
+  size_t f = message.find(kField);
+  if (t == std::string::npos || f == std::string::npos) return "";
+  t += kType.size();
+  f += kField.size();
+  std::string type_name = message.substr(t, message.find('"', t) - t);
+  std::string field = message.substr(f, message.find('"', f) - f);
+  const google::protobuf::Descriptor* type =
+      google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
+  if (type == nullptr) return "";
+  std::vector<std::string> names;
+  for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+  std::vector<std::string> close = closest_matches(field, names);
+  if (close.empty()) return "";
+  std::string hint = " Did you mean ";
+  for (size_t i = 0; i < close.size(); ++i) hint += (i > 0 ? " or " : "") + close[i];
+  return hint + "?";
+}
+
+std::string text(double v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+std::string text(int64_t v) {
+  return std::to_string(v);
+}
+std::string text(int v) {
+  return std::to_string(v);
+}
+
+void require(bool ok, const std::string& sentence) {
+  if (!ok) throw ConfigError(sentence);
+}
+
+// "<path> is <value>; it must be <rule>."
+template <typename T>
+void require(bool ok, std::string_view path, T value, std::string_view rule) {
+  require(ok, std::string(path) + " is " + text(value) + "; it must be " + std::string(rule) + ".");
+}
+
+std::string preset_names() {
+  std::string names;
+  for (const ModelPreset& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  return names;
+}
+
+// Fills the sizes the user left unset from model.preset ("" = no preset: all given).
+void apply_preset(config::ModelConfig& model) {
+  if (model.preset().empty()) {
+    const char* missing = !model.has_n_layer()      ? "model.n_layer"
+                          : !model.has_n_head()     ? "model.n_head"
+                          : !model.has_d_model()    ? "model.d_model"
+                          : !model.has_seq_len()    ? "model.seq_len"
+                          : !model.has_vocab_size() ? "model.vocab_size"
+                                                    : nullptr;
+    require(missing == nullptr, std::string(missing ? missing : "") +
+                                    " is not set and model.preset is empty; name a preset (" +
+                                    preset_names() + ") or give all five model sizes.");
+    return;
+  }
+  const ModelPreset* p = find_model_preset(model.preset());
+  if (p == nullptr) {
+    std::vector<std::string> names;
+    for (const ModelPreset& q : kPresets) names.emplace_back(q.name);
+    std::vector<std::string> close = closest_matches(model.preset(), names);
+    throw ConfigError("model.preset \"" + model.preset() + "\" is not a preset" +
+                      (close.empty() ? "" : " (did you mean " + close.front() + "?)") +
+                      "; the presets are " + preset_names() + ", or \"\" for none.");
+  }
+  if (!model.has_n_layer()) model.set_n_layer(p->n_layer);
+  if (!model.has_n_head()) model.set_n_head(p->n_head);
+  if (!model.has_d_model()) model.set_d_model(p->d_model);
+  if (!model.has_seq_len()) model.set_seq_len(p->seq_len);
+  if (!model.has_vocab_size()) model.set_vocab_size(p->vocab_size);
+}
+
+void validate_model(const config::ModelConfig& m) {
+  require(m.n_layer() >= 1, "model.n_layer", m.n_layer(), "at least 1");
+  require(m.n_head() >= 1, "model.n_head", m.n_head(), "at least 1");
+  require(m.d_model() >= 1, "model.d_model", m.d_model(), "at least 1");
+  require(m.seq_len() >= 1, "model.seq_len", m.seq_len(), "at least 1");
+  require(m.vocab_size() >= 1, "model.vocab_size", m.vocab_size(), "at least 1");
+  require(m.d_model() % m.n_head() == 0,
+          "model.d_model = " + text(m.d_model()) + " is not a multiple of model.n_head = " +
+              text(m.n_head()) + "; the heads must split the model width evenly.");
+  require(m.init_std() > 0, "model.init_std", m.init_std(), "greater than 0");
+}
+
+void validate_optimizer(const config::OptimizerConfig& o) {
+  require(o.lr() > 0, "optimizer.lr", o.lr(), "greater than 0");
+  require(o.beta1() >= 0 && o.beta1() < 1, "optimizer.beta1", o.beta1(), "in [0, 1)");
+  require(o.beta2() >= 0 && o.beta2() < 1, "optimizer.beta2", o.beta2(), "in [0, 1)");
+  require(o.eps() > 0, "optimizer.eps", o.eps(), "greater than 0");
+  require(o.weight_decay() >= 0, "optimizer.weight_decay", o.weight_decay(), "0 or more");
+  require(o.grad_clip() >= 0, "optimizer.grad_clip", o.grad_clip(), "0 (no clipping) or more");
+}
+
+void validate_schedule(const config::ScheduleConfig& s) {
+  require(s.max_steps() >= 1, "schedule.max_steps", s.max_steps(), "at least 1");
+  require(s.warmup_steps() >= 0, "schedule.warmup_steps", s.warmup_steps(), "0 or more");
+  require(s.warmup_steps() <= s.max_steps(),
+          "schedule.warmup_steps = " + text(s.warmup_steps()) +
+              " is more than schedule.max_steps = " + text(s.max_steps()) +
+              "; warmup must end by the last step.");
+  require(s.min_lr_ratio() >= 0 && s.min_lr_ratio() <= 1, "schedule.min_lr_ratio", s.min_lr_ratio(),
+          "in [0, 1]");
+}
+
+void validate_data(const TrainConfig& c) {
+  const config::DataConfig& d = c.data();
+  require(!d.train_file().empty() || d.synthetic(),
+          "No training data: set data.train_file to a token file (etr-tokenize makes one "
+          "from text), or data.synthetic=true for a generated corpus.");
+  require(d.train_file().empty() || !d.synthetic(),
+          "data.train_file = \"" + d.train_file() +
+              "\" and data.synthetic = true both name a corpus; keep one.");
+  require(d.val_fraction() >= 0 && d.val_fraction() < 1, "data.val_fraction", d.val_fraction(),
+          "in [0, 1)");
+  require(c.log().eval_every() == 0 || d.val_fraction() > 0,
+          "log.eval_every = " + text(c.log().eval_every()) +
+              " asks for evaluations but data.val_fraction is 0; hold out some data or set "
+              "log.eval_every=0.");
+  size_t bytes = 0;
+  try {
+    bytes = parse_bytes(d.synthetic_size());
+  } catch (const ConfigError& e) {
+    throw ConfigError("data.synthetic_size: " + std::string(e.what()));
+  }
+  if (!d.synthetic()) return;
+  require(c.model().vocab_size() >= 256, "model.vocab_size", c.model().vocab_size(),
+          "at least 256 with data.synthetic, whose tokens are bytes");
+  // One sequence needs seq_len + 1 tokens (inputs and their next-token targets).
+  double need = c.model().seq_len() + 1.0;
+  double val = std::floor(static_cast<double>(bytes) * d.val_fraction());
+  double train = static_cast<double>(bytes) - val;
+  require(train >= need, "data.synthetic_size = " + d.synthetic_size() + " leaves " + text(train) +
+                             " training tokens, fewer than one sequence of " + text(need) +
+                             " (model.seq_len + 1); make it larger.");
+  require(c.log().eval_every() == 0 || val >= need,
+          "data.synthetic_size = " + d.synthetic_size() +
+              " with data.val_fraction = " + text(d.val_fraction()) + " holds out " + text(val) +
+              " tokens, fewer than one sequence of " + text(need) +
+              " (model.seq_len + 1); make either larger or set log.eval_every=0.");
+}
+
+void validate_log(const config::LogConfig& l) {
+  require(l.log_every() >= 1, "log.log_every", l.log_every(), "at least 1");
+  require(l.eval_every() >= 0, "log.eval_every", l.eval_every(), "0 (never) or more");
+  require(l.eval_batches() >= 1, "log.eval_batches", l.eval_batches(), "at least 1");
+  require(l.sample_tokens() >= 0, "log.sample_tokens", l.sample_tokens(), "0 (none) or more");
+  require(l.log_level() != config::LOG_LEVEL_UNSPECIFIED,
+          "log.log_level is LOG_LEVEL_UNSPECIFIED; choose debug, info, warn, error or off.");
+}
+
+void validate_runtime(const config::RuntimeConfig& r) {
+  require(r.threads() >= 0, "runtime.threads", r.threads(), "0 (automatic) or more");
+  if (r.host_memory_budget().empty()) return;
+  size_t budget = 0;
+  try {
+    budget = parse_bytes(r.host_memory_budget());
+  } catch (const ConfigError& e) {
+    throw ConfigError("runtime.host_memory_budget: " + std::string(e.what()));
+  }
+  require(budget > 0,
+          "runtime.host_memory_budget is 0; give a size such as 8GiB, or \"\" for "
+          "the allocator's default.");
+}
+
+}  // namespace
+
+TrainConfig load_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot read config file " + path + ": " + std::strerror(errno));
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) throw IoError("cannot read config file " + path + ": " + std::strerror(errno));
+  return parse_config(content.str(), path);
+}
+
+TrainConfig parse_config(std::string_view text, std::string_view source) {
+  TrainConfig config;
+  FirstError errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    if (!errors.found) throw ConfigError(std::string(source) + ": not a valid config.");
+    throw ConfigError(std::string(source) + ":" + std::to_string(errors.line + 1) + ":" +
+                      std::to_string(errors.column + 1) + ": " + errors.message +
+                      unknown_field_hint(errors.message));
+  }
+  return config;
+}
+
+void apply_overrides(TrainConfig& config, const std::vector<std::string>& overrides) {
+  for (const std::string& item : overrides) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw ConfigError("config override \"" + item +
+                        "\" is not of the form path=value (e.g. model.n_layer=4).");
+    std::string_view path = std::string_view(item).substr(0, eq);
+    while (!path.empty() && path.back() == ' ') path.remove_suffix(1);
+    while (!path.empty() && path.front() == ' ') path.remove_prefix(1);
+    set_field(config, path, std::string_view(item).substr(eq + 1));
+  }
+}
+
+void resolve(TrainConfig& config) {
+  apply_field_defaults(config);
+  apply_preset(*config.mutable_model());
+  validate(config);
+}
+
+void validate(const TrainConfig& config) {
+  validate_model(config.model());
+  validate_optimizer(config.optimizer());
+  validate_schedule(config.schedule());
+  const config::BatchConfig& b = config.batch();
+  require(b.global_batch() >= 1, "batch.global_batch", b.global_batch(), "at least 1");
+  require(b.micro_batch() >= 1, "batch.micro_batch", b.micro_batch(), "at least 1");
+  accumulation_steps(config, 1);
+  validate_data(config);
+  validate_log(config.log());
+  validate_runtime(config.runtime());
+}
+
+std::string format_config(const TrainConfig& config) {
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetUseUtf8StringEscaping(true);
+  std::string out;
+  printer.PrintToString(config, &out);
+  return out;
+}
+
+std::span<const ModelPreset> model_presets() {
+  return kPresets;
+}
+
+const ModelPreset* find_model_preset(std::string_view name) {
+  for (const ModelPreset& p : kPresets)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+int accumulation_steps(const TrainConfig& config, int data_parallel_ranks) {
+  const config::BatchConfig& b = config.batch();
+  int64_t per_step = static_cast<int64_t>(b.micro_batch()) * data_parallel_ranks;
+  require(per_step > 0 && b.global_batch() % per_step == 0,
+          "batch.global_batch = " + text(b.global_batch()) +
+              " is not a multiple of batch.micro_batch = " + text(b.micro_batch()) + " x " +
+              text(data_parallel_ranks) + (data_parallel_ranks == 1 ? " rank" : " ranks") +
+              "; make it one so that every rank accumulates the same number of micro-batches.");
+  return static_cast<int>(b.global_batch() / per_step);
+}
+
+LogLevel log_level(const TrainConfig& config) {
+  switch (config.log().log_level()) {
+    case config::LOG_LEVEL_DEBUG:
+      return LogLevel::kDebug;
+    case config::LOG_LEVEL_WARN:
+      return LogLevel::kWarn;
+    case config::LOG_LEVEL_ERROR:
+      return LogLevel::kError;
+    case config::LOG_LEVEL_OFF:
+      return LogLevel::kOff;
+    default:
+      return LogLevel::kInfo;
+  }
+}
+
+}  // namespace etr

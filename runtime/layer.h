@@ -1,0 +1,64 @@
+// Layer: one stage of a model, computing forward and backward over the flat buffers
+// (DESIGN.md, "Core data layout" and "Execution of one optimizer step").
+//
+// A model is an ordered stack of layers. Each layer
+//   - declares its parameter tensors into the model's ParamLayout (forward order), so its
+//     parameters and gradients are one contiguous range of the flat buffers: the unit a
+//     gradient bucket is made of, final as soon as the layer's backward returns;
+//   - states how much activation memory it keeps from forward to backward, and how much
+//     scratch its backward needs, for a micro-batch of B x T, so peak memory is planned
+//     from the configuration before a step, never discovered;
+//   - computes on views it is given: it allocates nothing.
+// The template parameter is the element type: float for training, double for the
+// gradient checks against finite differences.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/param_layout.h"
+
+namespace etr {
+
+// One micro-batch as the layers see it.
+struct Batch {
+  const int32_t* tokens = nullptr;   // [B, T] inputs
+  const int32_t* targets = nullptr;  // [B, T] next tokens; nullptr: no loss (generation)
+  int64_t B = 0;
+  int64_t T = 0;
+  // d(training loss) / d(each position's loss): 1 / (tokens in the global batch) for a
+  // mean over the global batch; 0 for evaluation (no backward follows).
+  double dloss = 0;
+};
+
+template <typename Real>
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string name() const = 0;
+
+  // Adds this layer's tensors to `layout` as layer `index`.
+  virtual void declare(ParamLayout& layout, int index) = 0;
+  // Points the layer at the flat parameter and gradient buffers (both in `layout`).
+  virtual void bind(const ParamLayout& layout, Real* params, Real* grads) = 0;
+
+  // Elements kept from forward to backward for micro-batches of up to B x T, output
+  // included.
+  virtual int64_t activation_numel(int64_t B, int64_t T) const = 0;
+  // Elements of temporary memory backward needs (shared by all layers).
+  virtual int64_t scratch_numel(int64_t B, int64_t T) const = 0;
+  // Hands the layer activation_numel(B, T) elements for micro-batches of up to B x T.
+  virtual void plan(Real* activations, int64_t B, int64_t T) = 0;
+
+  // The last forward's output: [B, T, C], or the loss layer's per-position losses [B, T].
+  virtual const Real* output() const = 0;
+  // `in` is the previous layer's output (nullptr for the first layer).
+  virtual void forward(const Real* in, const Batch& batch) = 0;
+  // dout: gradient of the loss with respect to output() (the loss layer ignores it);
+  // din: += gradient with respect to `in` (nullptr for the first layer). Parameter
+  // gradients are accumulated (+=) into the bound gradient buffer.
+  virtual void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
+                        const Batch& batch) = 0;
+};
+
+}  // namespace etr
