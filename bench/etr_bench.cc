@@ -15,6 +15,7 @@
 #include "bench/collective_bench.h"
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
+#include "bench/train_bench.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/world.h"
@@ -25,6 +26,7 @@ namespace {
 constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_collective_subcommands,       // allreduce, reduce_scatter, allgather
     etr::bench::add_memory_bandwidth_subcommand,  // membw
+    etr::bench::add_train_subcommand,             // train
 };
 
 }  // namespace
