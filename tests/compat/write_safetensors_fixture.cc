@@ -71,24 +71,39 @@ void put(std::vector<std::byte>& out, T v) {
 // Element j of every tensor of this dtype, appended to `out` (little-endian bytes).
 void fixture_value(D dtype, int64_t j, std::vector<std::byte>& out) {
   switch (dtype) {
-    case D::kF32: return put(out, static_cast<float>(j) * 0.25f - 1.0f);
-    case D::kF64: return put(out, static_cast<double>(j) / 3.0);
-    case D::kF16: return put(out, etr::f32_to_f16(static_cast<float>(j) * 0.5f - 1.0f));
-    case D::kBF16: return put(out, etr::f32_to_bf16(static_cast<float>(j) * 0.5f - 1.0f));
-    case D::kI8: return put(out, static_cast<int8_t>(-128 + 50 * j));
-    case D::kU8: return put(out, static_cast<uint8_t>((250 + j) % 256));
-    case D::kI16: return put(out, static_cast<int16_t>(-30000 + 30000 * j));
-    case D::kU16: return put(out, static_cast<uint16_t>(65535 - j));
-    case D::kI32: return put(out, static_cast<int32_t>(j * j - 5));
-    case D::kU32: return put(out, static_cast<uint32_t>(4294967295u - j));
-    case D::kI64: return put(out, static_cast<int64_t>((j - 1) * (int64_t{1} << 40)));
-    case D::kU64: return put(out, static_cast<uint64_t>(UINT64_MAX - static_cast<uint64_t>(j)));
-    case D::kBool: return put(out, static_cast<uint8_t>(j % 2 == 0));
+    case D::kF32:
+      return put(out, static_cast<float>(j) * 0.25f - 1.0f);
+    case D::kF64:
+      return put(out, static_cast<double>(j) / 3.0);
+    case D::kF16:
+      return put(out, etr::f32_to_f16(static_cast<float>(j) * 0.5f - 1.0f));
+    case D::kBF16:
+      return put(out, etr::f32_to_bf16(static_cast<float>(j) * 0.5f - 1.0f));
+    case D::kI8:
+      return put(out, static_cast<int8_t>(-128 + 50 * j));
+    case D::kU8:
+      return put(out, static_cast<uint8_t>((250 + j) % 256));
+    case D::kI16:
+      return put(out, static_cast<int16_t>(-30000 + 30000 * j));
+    case D::kU16:
+      return put(out, static_cast<uint16_t>(65535 - j));
+    case D::kI32:
+      return put(out, static_cast<int32_t>(j * j - 5));
+    case D::kU32:
+      return put(out, static_cast<uint32_t>(4294967295u - j));
+    case D::kI64:
+      return put(out, static_cast<int64_t>((j - 1) * (int64_t{1} << 40)));
+    case D::kU64:
+      return put(out, static_cast<uint64_t>(UINT64_MAX - static_cast<uint64_t>(j)));
+    case D::kBool:
+      return put(out, static_cast<uint8_t>(j % 2 == 0));
     case D::kF8E4M3:
-    case D::kF8E5M2: return put(out, static_cast<uint8_t>(17 * j));  // raw bits, all finite
-    case D::kC64: return put(out, std::complex<float>(static_cast<float>(j) + 0.5f,
-                                                     -static_cast<float>(j)));
-    default: throw etr::InvalidArgument("the fixture has no values for this dtype");
+    case D::kF8E5M2:
+      return put(out, static_cast<uint8_t>(17 * j));  // raw bits, all finite
+    case D::kC64:
+      return put(out, std::complex<float>(static_cast<float>(j) + 0.5f, -static_cast<float>(j)));
+    default:
+      throw etr::InvalidArgument("the fixture has no values for this dtype");
   }
 }
 
@@ -154,7 +169,8 @@ int list_file(const std::string& path) {
     std::cout << "tensor " << t->name << " " << safetensors_dtype_name(t->dtype) << " "
               << etr::shape_text(t->shape) << "\n";
   }
-  for (const auto& [key, value] : file.metadata()) std::cout << "metadata " << key << " " << value << "\n";
+  for (const auto& [key, value] : file.metadata())
+    std::cout << "metadata " << key << " " << value << "\n";
   return 0;
 }
 
