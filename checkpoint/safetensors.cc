@@ -208,8 +208,8 @@ void write_safetensors(const std::filesystem::path& path,
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument("a tensor name or metadata entry" + where +
-                          " is not valid UTF-8 (" + e.what() + ")");
+    throw InvalidArgument("a tensor name or metadata entry" + where + " is not valid UTF-8 (" +
+                          e.what() + ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   std::array<unsigned char, 8> length;
@@ -233,12 +233,13 @@ int64_t SafetensorsTensor::numel() const {
 void SafetensorsTensor::check_view(bool dtype_fits, size_t alignment, const char* what) const {
   if (!dtype_fits) {
     throw IoError("tensor " + in_quotes(name) + " in " + in_quotes(file) + " is " +
-                  std::string(safetensors_dtype_name(dtype)) + ", which is not stored as " +
-                  what + "; view it with a matching type or convert it");
+                  std::string(safetensors_dtype_name(dtype)) + ", which is not stored as " + what +
+                  "; view it with a matching type or convert it");
   }
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignment != 0) {
-    throw IoError("tensor " + in_quotes(name) + " in " + in_quotes(file) + " starts at data offset " +
-                  std::to_string(begin) + ", not aligned to its " + std::to_string(alignment) +
+    throw IoError("tensor " + in_quotes(name) + " in " + in_quotes(file) +
+                  " starts at data offset " + std::to_string(begin) + ", not aligned to its " +
+                  std::to_string(alignment) +
                   "-byte elements; copy it with read_into instead of viewing it");
   }
 }
@@ -330,7 +331,7 @@ nlohmann::json parse_json_without_duplicates(std::string_view text, const std::s
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text.begin(), text.end(), callback);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error; out_of_range for 1e999
     throw IoError("the header of safetensors file " + file + " is not valid JSON (" + e.what() +
                   "); the file is corrupt or not a safetensors file");
   }
@@ -349,9 +350,9 @@ std::optional<uint64_t> as_count(const nlohmann::json& v) {
 
 // What parse_entry needs to know about the file.
 struct DataSection {
-  std::string path;        // for SafetensorsTensor::file
-  std::string file;        // the path quoted, for messages
-  const std::byte* data;   // start of the data section in the mapping
+  std::string path;       // for SafetensorsTensor::file
+  std::string file;       // the path quoted, for messages
+  const std::byte* data;  // start of the data section in the mapping
   uint64_t size;
 };
 
@@ -360,13 +361,12 @@ SafetensorsDType parse_dtype(const nlohmann::json& dtype, const std::string& ten
   if (text != nullptr) {
     if (std::optional<SafetensorsDType> t = parse_safetensors_dtype(*text)) return *t;
   }
-  bool sub_byte = text != nullptr && std::find(std::begin(kSubByteDTypes),
-                                               std::end(kSubByteDTypes),
+  bool sub_byte = text != nullptr && std::find(std::begin(kSubByteDTypes), std::end(kSubByteDTypes),
                                                *text) != std::end(kSubByteDTypes);
-  throw IoError(tensor + " has dtype " + dtype.dump() +
-                (sub_byte ? ", a sub-byte type that etr does not support"
-                          : ", which etr does not know") +
-                "; etr reads " + safetensors_dtype_list());
+  throw IoError(
+      tensor + " has dtype " + dtype.dump() +
+      (sub_byte ? ", a sub-byte type that etr does not support" : ", which etr does not know") +
+      "; etr reads " + safetensors_dtype_list());
 }
 
 std::vector<int64_t> parse_shape(const nlohmann::json& shape, const std::string& tensor) {
@@ -541,8 +541,8 @@ const SafetensorsTensor& SafetensorsFile::tensor(std::string_view name) const {
   for (size_t i = 0; i < tensors_.size() && i < kShown; ++i)
     some += (i ? ", " : "") + in_quotes(tensors_[i].name);
   if (tensors_.size() > kShown) some += ", ...";
-  throw IoError("safetensors file " + in_quotes(path_.string()) + " has no tensor " + in_quotes(name) +
-                "; it has " + std::to_string(tensors_.size()) + " tensors" +
+  throw IoError("safetensors file " + in_quotes(path_.string()) + " has no tensor " +
+                in_quotes(name) + "; it has " + std::to_string(tensors_.size()) + " tensors" +
                 (some.empty() ? "" : " (" + some + ")"));
 }
 
@@ -550,11 +550,11 @@ void SafetensorsFile::read_into(std::string_view name, void* dst, SafetensorsDTy
                                 std::span<const int64_t> shape) const {
   const SafetensorsTensor& t = tensor(name);
   if (t.dtype != dtype || !std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end())) {
-    throw IoError("tensor " + in_quotes(name) + " in safetensors file " + in_quotes(path_.string()) +
-                  " is " + std::string(safetensors_dtype_name(t.dtype)) + " " +
-                  shape_text(t.shape) + ", but " + std::string(safetensors_dtype_name(dtype)) +
-                  " " + shape_text(shape) + " was expected; the file was saved from a " +
-                  "different model configuration or dtype");
+    throw IoError(
+        "tensor " + in_quotes(name) + " in safetensors file " + in_quotes(path_.string()) + " is " +
+        std::string(safetensors_dtype_name(t.dtype)) + " " + shape_text(t.shape) + ", but " +
+        std::string(safetensors_dtype_name(dtype)) + " " + shape_text(shape) +
+        " was expected; the file was saved from a " + "different model configuration or dtype");
   }
   if (!t.bytes.empty()) std::memcpy(dst, t.bytes.data(), t.bytes.size());
 }

@@ -60,8 +60,25 @@ namespace etr {
 // implementation's order. Its sub-byte types ("F4", "F6_E2M3", "F6_E3M2") are not
 // supported: a file with one is refused by name.
 enum class SafetensorsDType : uint8_t {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kF8E8M0, kF8E4M3Fnuz, kF8E5M2Fnuz,
-  kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kC64, kF64, kI64, kU64,
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kF8E8M0,
+  kF8E4M3Fnuz,
+  kF8E5M2Fnuz,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kC64,
+  kF64,
+  kI64,
+  kU64,
 };
 
 size_t safetensors_dtype_size(SafetensorsDType t);
@@ -110,20 +127,31 @@ namespace detail {
 template <typename T>
 constexpr bool storage_fits(SafetensorsDType t) {
   using D = SafetensorsDType;
-  if constexpr (std::is_same_v<T, float>) return t == D::kF32;
-  else if constexpr (std::is_same_v<T, double>) return t == D::kF64;
-  else if constexpr (std::is_same_v<T, std::complex<float>>) return t == D::kC64;
-  else if constexpr (std::is_same_v<T, int8_t>) return t == D::kI8;
+  if constexpr (std::is_same_v<T, float>)
+    return t == D::kF32;
+  else if constexpr (std::is_same_v<T, double>)
+    return t == D::kF64;
+  else if constexpr (std::is_same_v<T, std::complex<float>>)
+    return t == D::kC64;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return t == D::kI8;
   else if constexpr (std::is_same_v<T, uint8_t>)
-    return t == D::kU8 || t == D::kBool || t == D::kF8E5M2 || t == D::kF8E4M3 ||
-           t == D::kF8E8M0 || t == D::kF8E4M3Fnuz || t == D::kF8E5M2Fnuz;
-  else if constexpr (std::is_same_v<T, int16_t>) return t == D::kI16;
-  else if constexpr (std::is_same_v<T, uint16_t>) return t == D::kU16 || t == D::kF16 || t == D::kBF16;
-  else if constexpr (std::is_same_v<T, int32_t>) return t == D::kI32;
-  else if constexpr (std::is_same_v<T, uint32_t>) return t == D::kU32;
-  else if constexpr (std::is_same_v<T, int64_t>) return t == D::kI64;
-  else if constexpr (std::is_same_v<T, uint64_t>) return t == D::kU64;
-  else static_assert(sizeof(T) == 0, "no safetensors dtype is stored as this C++ type");
+    return t == D::kU8 || t == D::kBool || t == D::kF8E5M2 || t == D::kF8E4M3 || t == D::kF8E8M0 ||
+           t == D::kF8E4M3Fnuz || t == D::kF8E5M2Fnuz;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return t == D::kI16;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return t == D::kU16 || t == D::kF16 || t == D::kBF16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return t == D::kI32;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return t == D::kU32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return t == D::kI64;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return t == D::kU64;
+  else
+    static_assert(sizeof(T) == 0, "no safetensors dtype is stored as this C++ type");
   return false;
 }
 }  // namespace detail

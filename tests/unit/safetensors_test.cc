@@ -3,9 +3,12 @@
 // and malformed files built byte by byte, each rejected with its own message naming the
 // file and the tensor. Compatibility with Python's safetensors and transformers is
 // checked by tests/compat.
+#include "checkpoint/safetensors.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -18,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -27,10 +29,10 @@ namespace {
 namespace fs = std::filesystem;
 using D = SafetensorsDType;
 
-const D kAllDTypes[] = {D::kBool, D::kU8,         D::kI8,          D::kF8E5M2, D::kF8E4M3,
+const D kAllDTypes[] = {D::kBool,   D::kU8,         D::kI8,         D::kF8E5M2, D::kF8E4M3,
                         D::kF8E8M0, D::kF8E4M3Fnuz, D::kF8E5M2Fnuz, D::kI16,    D::kU16,
-                        D::kF16,  D::kBF16,       D::kI32,         D::kU32,    D::kF32,
-                        D::kC64,  D::kF64,        D::kI64,         D::kU64};
+                        D::kF16,    D::kBF16,       D::kI32,        D::kU32,    D::kF32,
+                        D::kC64,    D::kF64,        D::kI64,        D::kU64};
 
 std::vector<std::byte> random_bytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -110,8 +112,8 @@ TEST(SafetensorsDTypes, NamesSizesAndEtrDTypes) {
 }
 
 TEST_F(Safetensors, EveryDTypeAndShapeKindRoundTrips) {
-  const std::vector<std::vector<int64_t>> kShapes = {{}, {0}, {1}, {7}, {3, 5}, {2, 0, 3},
-                                                     {2, 3, 1, 2}};
+  const std::vector<std::vector<int64_t>> kShapes = {{},     {0},       {1},         {7},
+                                                     {3, 5}, {2, 0, 3}, {2, 3, 1, 2}};
   std::vector<SafetensorsTensorRef> refs;
   std::vector<std::vector<std::byte>> data;
   uint32_t seed = 1;
@@ -136,7 +138,7 @@ TEST_F(Safetensors, EveryDTypeAndShapeKindRoundTrips) {
     EXPECT_EQ(t.dtype, refs[i].dtype) << refs[i].name;
     EXPECT_EQ(t.shape, refs[i].shape) << refs[i].name;
     ASSERT_EQ(t.bytes.size(), data[i].size()) << refs[i].name;
-    EXPECT_EQ(std::memcmp(t.bytes.data(), data[i].data(), data[i].size()), 0) << refs[i].name;
+    EXPECT_TRUE(std::equal(t.bytes.begin(), t.bytes.end(), data[i].begin())) << refs[i].name;
     // Aligned to the element size in the mapping (the writer orders by element size).
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.bytes.data()) % safetensors_dtype_size(t.dtype), 0u)
         << refs[i].name;
@@ -158,12 +160,11 @@ TEST_F(Safetensors, WriterLayoutPadsTheHeaderAndOrdersByElementSize) {
   EXPECT_EQ(n % 8, 0u);
   EXPECT_EQ(bytes.size(), 8 + n + 8 + 8 + 6);
   const std::string header = bytes.substr(8, n);
-  EXPECT_EQ(header.rfind(
-                "{\"__metadata__\":{\"format\":\"pt\"},"
-                "\"d\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},"
-                "\"s\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
-                "\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[16,22]}}",
-                0),
+  EXPECT_EQ(header.rfind("{\"__metadata__\":{\"format\":\"pt\"},"
+                         "\"d\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[0,8]},"
+                         "\"s\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                         "\"h\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[16,22]}}",
+                         0),
             0u)
       << header;
   EXPECT_EQ(header.find_first_not_of(' ', header.find_last_of('}') + 1), std::string::npos);
@@ -194,8 +195,8 @@ TEST_F(Safetensors, TypedViewsAndReadInto) {
   const int64_t ids[2] = {-7, 1LL << 40};
   const uint16_t bf[2] = {f32_to_bf16(1.5f), f32_to_bf16(-3.0f)};
   const fs::path path = dir_ / "typed.safetensors";
-  write_safetensors(path, {{"w", D::kF32, {2, 3}, w}, {"ids", D::kI64, {2}, ids},
-                           {"bf", D::kBF16, {2}, bf}});
+  write_safetensors(
+      path, {{"w", D::kF32, {2, 3}, w}, {"ids", D::kI64, {2}, ids}, {"bf", D::kBF16, {2}, bf}});
   SafetensorsFile f(path);
   std::span<const float> wv = f.tensor("w").as<float>();
   EXPECT_EQ(std::vector<float>(wv.begin(), wv.end()), std::vector<float>(w, w + 6));
@@ -235,8 +236,9 @@ TEST_F(Safetensors, TypedViewsAndReadInto) {
     f.read_into("lm_head.weight", dst, D::kF32, {2, 3});
     FAIL() << "read_into of a missing tensor did not throw";
   } catch (const IoError& e) {
-    EXPECT_TRUE(contains(e.what(), "'" + path.string() + "' has no tensor 'lm_head.weight'; it "
-                                   "has 3 tensors ('ids', 'w', 'bf')"))
+    EXPECT_TRUE(contains(e.what(), "'" + path.string() +
+                                       "' has no tensor 'lm_head.weight'; it "
+                                       "has 3 tensors ('ids', 'w', 'bf')"))
         << e.what();
   }
   EXPECT_EQ(f.find("nope"), nullptr);
@@ -254,8 +256,8 @@ TEST_F(Safetensors, MisalignedTensorCanBeCopiedButNotViewed) {
     (void)f.tensor("f").as<float>();
     FAIL() << "misaligned view did not throw";
   } catch (const IoError& e) {
-    EXPECT_TRUE(contains(e.what(), "tensor 'f' in '" + p.string() +
-                                       "' starts at data offset 2, not aligned"))
+    EXPECT_TRUE(contains(e.what(),
+                         "tensor 'f' in '" + p.string() + "' starts at data offset 2, not aligned"))
         << e.what();
   }
   uint32_t v = 0;
@@ -293,9 +295,9 @@ TEST_F(Safetensors, WriterRejectsBadArgumentsAndLeavesNoFile) {
                        "tensor 'a' is given twice"));
   EXPECT_TRUE(contains(message({{"", D::kF32, {1}, x}}), "tensor name '' "));
   EXPECT_TRUE(contains(message({{"__metadata__", D::kF32, {1}, x}}), "is reserved or empty"));
-  EXPECT_TRUE(contains(message({{"neg", D::kF32, {2, -1}, x}}),
-                       "tensor 'neg' for safetensors file '" + path.string() +
-                           "' has shape [2, -1]"));
+  EXPECT_TRUE(
+      contains(message({{"neg", D::kF32, {2, -1}, x}}),
+               "tensor 'neg' for safetensors file '" + path.string() + "' has shape [2, -1]"));
   EXPECT_TRUE(contains(message({{"null", D::kF32, {4}, nullptr}}),
                        "tensor 'null' for safetensors file '" + path.string() +
                            "' has 16 bytes but no data pointer"));
@@ -303,9 +305,9 @@ TEST_F(Safetensors, WriterRejectsBadArgumentsAndLeavesNoFile) {
   EXPECT_TRUE(contains(message({{"a", D::kF32, {1}, x}}, {{"k", "\xc3"}}), "is not valid UTF-8"));
   EXPECT_TRUE(fs::is_empty(dir_));
   // A view on a GPU is refused by name.
-  EXPECT_THROW(SafetensorsTensorRef::of("g", TensorView(nullptr, DType::kF32, Shape{1},
-                                                        Device::cuda(0))),
-               InvalidArgument);
+  EXPECT_THROW(
+      SafetensorsTensorRef::of("g", TensorView(nullptr, DType::kF32, Shape{1}, Device::cuda(0))),
+      InvalidArgument);
 }
 
 // ---- malformed files -------------------------------------------------------------------
@@ -326,8 +328,8 @@ TEST_F(Safetensors, RejectsAFileShorterThanTheLengthField) {
 TEST_F(Safetensors, RejectsATruncatedHeader) {
   // The length says 64 bytes, the file stops after 30 of them.
   const fs::path p = raw(R"({"a":{"dtype":"F32","shape":[1],)", 0, 64);
-  expect_rejected(p, {"declares a header of 64 bytes but has only 32 bytes after the length",
-                      "truncated"});
+  expect_rejected(
+      p, {"declares a header of 64 bytes but has only 32 bytes after the length", "truncated"});
 }
 
 TEST_F(Safetensors, RejectsAHeaderLengthBeyondTheLimit) {
@@ -344,13 +346,15 @@ TEST_F(Safetensors, RejectsInvalidJson) {
   expect_rejected(raw(std::string("{}\0\0\0\0\0\0", 8), 0),
                   {"has a NUL byte at offset 10, which JSON does not allow"});
   expect_rejected(raw("{\"\xff\": 1}", 0), {"is not valid JSON"});  // not UTF-8
+  expect_rejected(raw(R"({"w": 1e999})", 0), {"is not valid JSON", "number overflow"});
   expect_rejected(raw("[1, 2]", 0), {"is JSON but not an object"});
 }
 
 TEST_F(Safetensors, RejectsOffsetsOutOfRange) {
   expect_rejected(raw(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 12),
-                  {"tensor 'w' in safetensors file", "data_offsets [0,16] beyond the data "
-                                                     "section of 12 bytes"});
+                  {"tensor 'w' in safetensors file",
+                   "data_offsets [0,16] beyond the data "
+                   "section of 12 bytes"});
   expect_rejected(raw(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 12),
                   {"tensor 'w'", "data_offsets [8,4]; they must be [begin, end]"});
   expect_rejected(raw(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4),
@@ -363,8 +367,9 @@ TEST_F(Safetensors, RejectsOverlappingTensors) {
   expect_rejected(raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                       12),
-                  {"tensor 'b' in safetensors file", "(data_offsets [4, 12]) overlaps tensor "
-                                                     "'a' (data_offsets [0, 8])"});
+                  {"tensor 'b' in safetensors file",
+                   "(data_offsets [4, 12]) overlaps tensor "
+                   "'a' (data_offsets [0, 8])"});
   // An empty tensor inside another one's range also overlaps it.
   expect_rejected(raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                       R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
@@ -384,8 +389,9 @@ TEST_F(Safetensors, RejectsHolesAndTrailingBytes) {
 
 TEST_F(Safetensors, RejectsAShapeThatDoesNotMatchTheByteCount) {
   expect_rejected(raw(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", 16),
-                  {"tensor 'w' in safetensors file", "is F32 [2, 3], which needs 24 bytes, but "
-                                                     "its data_offsets [0,16] span 16 bytes"});
+                  {"tensor 'w' in safetensors file",
+                   "is F32 [2, 3], which needs 24 bytes, but "
+                   "its data_offsets [0,16] span 16 bytes"});
   expect_rejected(raw(R"({"w":{"dtype":"F64","shape":[4294967296,4294967296],)"
                       R"("data_offsets":[0,0]}})",
                       0),
@@ -400,8 +406,9 @@ TEST_F(Safetensors, RejectsAShapeThatDoesNotMatchTheByteCount) {
 
 TEST_F(Safetensors, RejectsAnUnknownDType) {
   expect_rejected(raw(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16),
-                  {"tensor 'w' in safetensors file", "has dtype \"F128\", which etr does not "
-                                                     "know; etr reads BOOL, U8, I8"});
+                  {"tensor 'w' in safetensors file",
+                   "has dtype \"F128\", which etr does not "
+                   "know; etr reads BOOL, U8, I8"});
   expect_rejected(raw(R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", 1),
                   {"tensor 'w'", "has dtype \"F4\", a sub-byte type that etr does not support"});
   expect_rejected(raw(R"({"w":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4),
@@ -413,8 +420,7 @@ TEST_F(Safetensors, RejectsDuplicateNamesAndKeys) {
                       R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                       8),
                   {"tensor 'w' appears twice; names must be unique"});
-  expect_rejected(raw(R"({"w":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})",
-                      4),
+  expect_rejected(raw(R"({"w":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", 4),
                   {"entry 'w' has the key 'dtype' twice"});
   expect_rejected(raw(R"({"__metadata__":{"a":"1","a":"2"}})", 0),
                   {"entry '__metadata__' has the key 'a' twice"});
