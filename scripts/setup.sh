@@ -22,6 +22,7 @@ ETR_PACKAGES=(
   libcli11-dev                                   # command-line parsing
   libxxhash-dev                                  # checkpoint checksums (XXH3)
   nlohmann-json3-dev                             # JSON: metrics, traces, bench output
+  python3 python3-venv                           # Python peers (compat tests, PyTorch bench)
 )
 
 etr_install_packages() {

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Quick start, command 2: set everything up and run the whole test suite via ctest.
 # Also builds etr with CUDA turned off (build-nocuda/), so the build without a CUDA
-# toolkit is checked on every run. Extra arguments go to ctest (e.g. -L mpi).
+# toolkit is checked on every run, and sets up the Python peers (PyTorch, transformers,
+# safetensors in .venv/, scripts/setup_python.sh) for the compatibility tests: if that
+# cannot be installed (no network), those tests are reported as skipped. Set
+# ETR_SKIP_PYTHON=1 to skip it. Extra arguments go to ctest (e.g. -L mpi).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 echo "etr test: building without CUDA in ${ETR_BUILD_DIR}-nocuda"
 etr_build "${ETR_BUILD_DIR}-nocuda" -DETR_WITH_CUDA=OFF -DETR_BUILD_TESTS=OFF
+if [[ "${ETR_SKIP_PYTHON:-0}" != 1 ]]; then
+  "$ETR_ROOT/scripts/setup_python.sh" ||
+    echo "etr test: warning: the Python peers could not be installed; the compat tests will be skipped" >&2
+fi
 cd "$ETR_BUILD_DIR"
 exec ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@"
