@@ -47,9 +47,8 @@ void set_threads(benchmark::State& state) {
 }
 
 void flops(benchmark::State& state, double per_iteration) {
-  state.counters["FLOP/s"] =
-      benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1000);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      per_iteration, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void bytes(benchmark::State& state, double per_iteration) {
@@ -61,8 +60,11 @@ struct Product {
   const char* name;
   int64_t IC, OC;
 };
-constexpr Product kProducts[] = {
-    {"qkv", C, 3 * C}, {"attproj", C, C}, {"fc", C, 4 * C}, {"fcproj", 4 * C, C}, {"lmhead", C, Vp}};
+constexpr Product kProducts[] = {{"qkv", C, 3 * C},
+                                 {"attproj", C, C},
+                                 {"fc", C, 4 * C},
+                                 {"fcproj", 4 * C, C},
+                                 {"lmhead", C, Vp}};
 
 // ---------------------------------------------------------------------------------------
 // matmul and the sgemm references
@@ -85,8 +87,8 @@ void BM_matmul_backward(benchmark::State& state, Product p) {
        dout = random_floats(N * p.OC, 4);
   std::vector<float> dinp(N * p.IC), dw(p.OC * p.IC), db(p.OC);
   for (auto _ : state) {
-    etr::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
-                              w.data(), N, p.IC, p.OC);
+    etr::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                              N, p.IC, p.OC);
     benchmark::ClobberMemory();
   }
   flops(state, 4.0 * N * p.IC * p.OC);  // dinp and dweight; dbias is N * OC adds
@@ -117,8 +119,8 @@ void BM_layernorm_forward(benchmark::State& state) {
   auto x = random_floats(N * C, 1), w = random_floats(C, 2), b = random_floats(C, 3);
   std::vector<float> out(N * C), mean(N), rstd(N);
   for (auto _ : state) {
-    etr::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
-                                b.data(), N, C);
+    etr::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                                N, C);
     benchmark::ClobberMemory();
   }
   bytes(state, 4.0 * 2 * N * C);  // read inp, write out
@@ -129,11 +131,11 @@ void BM_layernorm_backward(benchmark::State& state) {
   auto x = random_floats(N * C, 1), w = random_floats(C, 2), b = random_floats(C, 3),
        dout = random_floats(N * C, 4);
   std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C), dw(C), db(C);
-  etr::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
-                              N, C);
+  etr::cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                              C);
   for (auto _ : state) {
-    etr::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(),
-                                 w.data(), mean.data(), rstd.data(), N, C);
+    etr::cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                                 mean.data(), rstd.data(), N, C);
     benchmark::ClobberMemory();
   }
   bytes(state, 4.0 * 4 * N * C);  // read dout, inp; read and write dinp
@@ -264,8 +266,8 @@ void BM_interplay_etr(benchmark::State& state) {
   std::vector<float> out(N * 3 * C), ln(N * C), mean(N), rstd(N);
   for (auto _ : state) {
     etr::cpu::matmul_forward<float>(out.data(), inp.data(), w.data(), nullptr, N, C, 3 * C);
-    etr::cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), g.data(),
-                                g.data(), N, C);
+    etr::cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), g.data(), g.data(),
+                                N, C);
     benchmark::ClobberMemory();
   }
   flops(state, 2.0 * N * C * 3 * C);
@@ -278,11 +280,11 @@ void BM_interplay_openblas_threads(benchmark::State& state) {
   std::vector<float> out(N * 3 * C), ln(N * C), mean(N), rstd(N);
   openblas_set_num_threads(n);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 3 * C, C, 1.0f, inp.data(), C,
-                w.data(), C, 0.0f, out.data(), 3 * C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 3 * C, C, 1.0f, inp.data(), C, w.data(),
+                C, 0.0f, out.data(), 3 * C);
     // the layernorm's OpenMP team, without the kernels' reset of OpenBLAS to one thread
-    etr::cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), g.data(),
-                                g.data(), N, C);
+    etr::cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), g.data(), g.data(),
+                                N, C);
     benchmark::ClobberMemory();
   }
   openblas_set_num_threads(1);

@@ -76,8 +76,8 @@ double rel_error(const std::vector<A>& a, const std::vector<B>& b) {
   double scale = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-    scale = std::max({scale, std::fabs(static_cast<double>(a[i])),
-                      std::fabs(static_cast<double>(b[i]))});
+    scale = std::max(
+        {scale, std::fabs(static_cast<double>(a[i])), std::fabs(static_cast<double>(b[i]))});
   }
   return scale == 0 ? 0 : diff / scale;
 }
@@ -94,9 +94,9 @@ inline std::vector<double> minus(const std::vector<double>& after,
 
 // Compares an analytic with a numeric gradient (kGradTol), naming the tensor on failure,
 // and prints the error (the numbers quoted in the kernels' notes come from these lines).
-#define ETR_EXPECT_GRAD(name, analytic, numeric)                                \
-  do {                                                                          \
-    const double etr_err_ = ::etr::testing::rel_error((analytic), (numeric));   \
-    EXPECT_LT(etr_err_, ::etr::testing::kGradTol) << "gradient of " << (name);  \
+#define ETR_EXPECT_GRAD(name, analytic, numeric)                               \
+  do {                                                                         \
+    const double etr_err_ = ::etr::testing::rel_error((analytic), (numeric));  \
+    EXPECT_LT(etr_err_, ::etr::testing::kGradTol) << "gradient of " << (name); \
     std::printf("[ gradient ] %-28s relative error %.2e\n", (name), etr_err_); \
   } while (0)

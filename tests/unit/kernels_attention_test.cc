@@ -3,8 +3,6 @@
 // explicit -inf mask), backward against central finite differences in double precision
 // (kernel_test_util.h: h = 1e-5, tolerance 1e-6), float against double, at sizes with one
 // block of query rows and with several (T > kAttentionRows), and the scratch contract.
-#include "runtime/kernels/cpu/attention.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "unit/kernel_test_util.h"
 

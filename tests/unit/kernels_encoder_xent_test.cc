@@ -62,12 +62,12 @@ TEST(Encoder, RejectsTokensOutsideTheVocabulary) {
   for (int32_t bad : {V, Vp, -1}) {
     auto tokens = kTokens;
     tokens[6] = bad;
-    EXPECT_THROW(cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C,
-                                      V),
-                 InvalidArgument);
-    EXPECT_THROW(cpu::encoder_backward(wte.data(), wpe.data(), out.data(), tokens.data(), B, T,
-                                       C, V),
-                 InvalidArgument);
+    EXPECT_THROW(
+        cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, V),
+        InvalidArgument);
+    EXPECT_THROW(
+        cpu::encoder_backward(wte.data(), wpe.data(), out.data(), tokens.data(), B, T, C, V),
+        InvalidArgument);
   }
 }
 
@@ -98,8 +98,8 @@ TEST(SoftmaxXent, ForwardBackwardMatchesReferenceAndFiniteDifferences) {
   const double dloss = 0.37;
   std::vector<double> losses(N), losses_only(N), dlogits(N * Vp, 5.0);
   cpu::softmax_xent_forward(losses_only.data(), logits.data(), kTargets.data(), N, V, Vp);
-  cpu::softmax_xent_forward_backward(losses.data(), dlogits.data(), logits.data(),
-                                     kTargets.data(), dloss, N, V, Vp);
+  cpu::softmax_xent_forward_backward(losses.data(), dlogits.data(), logits.data(), kTargets.data(),
+                                     dloss, N, V, Vp);
   EXPECT_EQ(losses, losses_only);
   for (int n = 0; n < N; ++n) {
     const double ref = kTargets[n] < 0 ? 0.0 : reference_loss(&logits[n * Vp], kTargets[n]);
@@ -204,8 +204,8 @@ TEST(SoftmaxXent, RejectsTargetsOutsideTheVocabulary) {
   EXPECT_THROW(cpu::softmax_xent_forward_backward(losses.data(), logits.data(), logits.data(),
                                                   targets.data(), 1.0, N, V, Vp),
                InvalidArgument);
-  EXPECT_THROW(cpu::softmax_xent_forward(losses.data(), logits.data(), kTargets.data(), N, V, V - 1),
-               Error);
+  EXPECT_THROW(
+      cpu::softmax_xent_forward(losses.data(), logits.data(), kTargets.data(), N, V, V - 1), Error);
 }
 
 }  // namespace

@@ -1,14 +1,13 @@
 // Tests of runtime/kernels/cpu/layernorm.h: forward against the definition (and the saved
 // mean/rstd), backward against central finite differences in double precision
 // (kernel_test_util.h: h = 1e-5, tolerance 1e-6), float against double.
-#include "runtime/kernels/cpu/layernorm.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cpu/layernorm.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "unit/kernel_test_util.h"
 
@@ -37,8 +36,8 @@ TEST(LayerNorm, ForwardMatchesDefinition) {
   std::mt19937_64 rng(11);
   auto in = make_inputs(rng);
   std::vector<double> out(N * C), mean(N), rstd(N);
-  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
-                    in.b.data(), N, C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(), in.b.data(),
+                    N, C);
   for (int n = 0; n < N; ++n) {
     double m = 0, v = 0;
     for (int c = 0; c < C; ++c) m += in.inp[n * C + c];
@@ -56,15 +55,15 @@ TEST(LayerNorm, ForwardMatchesDefinition) {
   // float on the same inputs, including the offset row
   auto inpf = to_float(in.inp), wf = to_float(in.w), bf = to_float(in.b);
   std::vector<float> outf(N * C), meanf(N), rstdf(N);
-  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), wf.data(), bf.data(),
-                    N, C);
+  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), wf.data(), bf.data(), N,
+                    C);
   // The offset row's inputs lose ~100 * 6e-8 in the conversion to float alone; the
   // normalised output amplifies that by rstd (~1): compare to the double result with the
   // float tolerance scaled accordingly.
   EXPECT_LT(rel_error(outf, out), 100 * kFloatTol);
   std::vector<float> out_no_stats(N * C);
-  layernorm_forward<float>(out_no_stats.data(), nullptr, nullptr, inpf.data(), wf.data(),
-                           bf.data(), N, C);
+  layernorm_forward<float>(out_no_stats.data(), nullptr, nullptr, inpf.data(), wf.data(), bf.data(),
+                           N, C);
   EXPECT_EQ(out_no_stats, outf);
 }
 
@@ -75,13 +74,13 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   const auto R = random_vector(N * C, rng);
   auto loss = [&] {
     std::vector<double> out(N * C);
-    layernorm_forward<double>(out.data(), nullptr, nullptr, in.inp.data(), in.w.data(),
-                              in.b.data(), N, C);
+    layernorm_forward<double>(out.data(), nullptr, nullptr, in.inp.data(), in.w.data(), in.b.data(),
+                              N, C);
     return dot(out, R);
   };
   std::vector<double> out(N * C), mean(N), rstd(N);
-  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
-                    in.b.data(), N, C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(), in.b.data(),
+                    N, C);
   const auto dinp0 = random_vector(N * C, rng), dw0 = random_vector(C, rng),
              db0 = random_vector(C, rng);
   auto dinp = dinp0, dw = dw0, db = db0;
@@ -93,15 +92,15 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
 
   // float against double (without the offset row, which float cannot resolve to 1e-5)
   for (int c = 0; c < C; ++c) in.inp[3 * C + c] -= 100.0;
-  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(),
-                    in.b.data(), N, C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), in.inp.data(), in.w.data(), in.b.data(),
+                    N, C);
   dinp = dinp0, dw = dw0, db = db0;
   layernorm_backward(dinp.data(), dw.data(), db.data(), R.data(), in.inp.data(), in.w.data(),
                      mean.data(), rstd.data(), N, C);
   auto inpf = to_float(in.inp), wf = to_float(in.w), bf = to_float(in.b), Rf = to_float(R);
   std::vector<float> outf(N * C), meanf(N), rstdf(N);
-  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), wf.data(), bf.data(),
-                    N, C);
+  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), wf.data(), bf.data(), N,
+                    C);
   auto dinpf = to_float(dinp0), dwf = to_float(dw0), dbf = to_float(db0);
   layernorm_backward(dinpf.data(), dwf.data(), dbf.data(), Rf.data(), inpf.data(), wf.data(),
                      meanf.data(), rstdf.data(), N, C);

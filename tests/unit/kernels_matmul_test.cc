@@ -2,13 +2,12 @@
 // without bias, shapes that split the product by rows and by columns), backward against
 // central finite differences in double precision (kernel_test_util.h states h and the
 // tolerance), float against double, accumulation into the gradients, dinp = nullptr.
-#include "runtime/kernels/cpu/matmul.h"
-
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
+#include "runtime/kernels/cpu/matmul.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "unit/kernel_test_util.h"
 
@@ -47,13 +46,12 @@ TEST_P(MatmulShapes, ForwardMatchesNaiveLoops) {
   for (bool with_bias : {false, true}) {
     const auto ref = naive_matmul(inp, w, with_bias ? &bias : nullptr, N, C, OC);
     std::vector<double> out(N * OC, 123.0);  // assigned: the old contents must not matter
-    matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
-                   OC);
+    matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
     EXPECT_LT(rel_error(out, ref), 1e-14) << "double, bias " << with_bias;
     auto inpf = to_float(inp), wf = to_float(w), biasf = to_float(bias);
     std::vector<float> outf(N * OC, 123.0f);
-    matmul_forward(outf.data(), inpf.data(), wf.data(), with_bias ? biasf.data() : nullptr, N,
-                   C, OC);
+    matmul_forward(outf.data(), inpf.data(), wf.data(), with_bias ? biasf.data() : nullptr, N, C,
+                   OC);
     EXPECT_LT(rel_error(outf, ref), kFloatTol) << "float, bias " << with_bias;
   }
 }

@@ -84,16 +84,16 @@ TEST(KernelThreads, CallsFromInsideAnOpenMPTeam) {
   const auto inp = rand_f(N * C, 21), w = rand_f(3 * C * C, 22), g = rand_f(C, 23);
   std::vector<float> ref(N * 3 * C), ref_ln(N * C);
   cpu::matmul_forward<float>(ref.data(), inp.data(), w.data(), nullptr, N, C, 3 * C);
-  cpu::layernorm_forward<float>(ref_ln.data(), nullptr, nullptr, inp.data(), g.data(), g.data(),
-                                N, C);
+  cpu::layernorm_forward<float>(ref_ln.data(), nullptr, nullptr, inp.data(), g.data(), g.data(), N,
+                                C);
   std::vector<std::vector<float>> outs(2, std::vector<float>(N * 3 * C)),
       lns(2, std::vector<float>(N * C));
 #pragma omp parallel num_threads(2)
   {
     const int i = omp_get_thread_num();
     cpu::matmul_forward<float>(outs[i].data(), inp.data(), w.data(), nullptr, N, C, 3 * C);
-    cpu::layernorm_forward<float>(lns[i].data(), nullptr, nullptr, inp.data(), g.data(),
-                                  g.data(), N, C);
+    cpu::layernorm_forward<float>(lns[i].data(), nullptr, nullptr, inp.data(), g.data(), g.data(),
+                                  N, C);
   }
   for (int i = 0; i < 2; ++i) {
     EXPECT_LT(rel_error(outs[i], ref), 1e-6) << "caller thread " << i;
@@ -105,27 +105,33 @@ TEST(KernelThreads, MatmulDoesNotDependOnThreads) {
   const auto inp = rand_f(N * C, 3), w = rand_f(4 * C * C, 4), b = rand_f(4 * C, 5),
              dout = rand_f(N * 4 * C, 6);
   // forward [N, 4C] splits rows; a few rows against many columns splits columns
-  expect_same("matmul", [&] {
-    std::vector<float> out(N * 4 * C), out_cols(8 * 4 * C), dinp(N * C, 0.5f),
-        dw(4 * C * C, 0.25f), db(4 * C, 0.125f);
-    cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, 4 * C);
-    cpu::matmul_forward(out_cols.data(), inp.data(), w.data(), b.data(), 8, C, 4 * C);
-    cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N,
-                         C, 4 * C);
-    return std::vector<std::vector<float>>{out, out_cols, dinp, dw, db};
-  }, /*bitwise=*/false);
+  expect_same(
+      "matmul",
+      [&] {
+        std::vector<float> out(N * 4 * C), out_cols(8 * 4 * C), dinp(N * C, 0.5f),
+            dw(4 * C * C, 0.25f), db(4 * C, 0.125f);
+        cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, 4 * C);
+        cpu::matmul_forward(out_cols.data(), inp.data(), w.data(), b.data(), 8, C, 4 * C);
+        cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                             N, C, 4 * C);
+        return std::vector<std::vector<float>>{out, out_cols, dinp, dw, db};
+      },
+      /*bitwise=*/false);
 }
 
 TEST(KernelThreads, AttentionDoesNotDependOnThreads) {
   const auto qkv = rand_f(N * 3 * C, 7), dout = rand_f(N * C, 8);
-  expect_same("attention", [&] {
-    std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C, 0.5f);
-    std::vector<float> scratch(cpu::attention_backward_scratch_size(T, cpu::num_threads()));
-    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    cpu::attention_backward(dqkv.data(), scratch.data(), static_cast<int64_t>(scratch.size()),
-                            dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    return std::vector<std::vector<float>>{out, att, dqkv};
-  }, /*bitwise=*/false);
+  expect_same(
+      "attention",
+      [&] {
+        std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C, 0.5f);
+        std::vector<float> scratch(cpu::attention_backward_scratch_size(T, cpu::num_threads()));
+        cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        cpu::attention_backward(dqkv.data(), scratch.data(), static_cast<int64_t>(scratch.size()),
+                                dout.data(), qkv.data(), att.data(), B, T, C, NH);
+        return std::vector<std::vector<float>>{out, att, dqkv};
+      },
+      /*bitwise=*/false);
 }
 
 TEST(KernelThreads, ElementwiseAndReductionKernelsAreBitwiseIdentical) {
@@ -137,39 +143,54 @@ TEST(KernelThreads, ElementwiseAndReductionKernelsAreBitwiseIdentical) {
     tokens[i] = (i * 37) % V;
     targets[i] = i % 13 == 0 ? -1 : (i * 53) % V;
   }
-  expect_same("layernorm", [&] {
-    std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C, 0.5f), dw(C, 0.25f), db(C);
-    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                           C);
-    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
-                            mean.data(), rstd.data(), N, C);
-    return std::vector<std::vector<float>>{out, mean, rstd, dinp, dw, db};
-  }, true);
-  expect_same("gelu", [&] {
-    std::vector<float> out(N * 4 * C), dinp(N * 4 * C, 0.5f);
-    cpu::gelu_forward(out.data(), h.data(), N * 4 * C);
-    cpu::gelu_backward(dinp.data(), h.data(), dh.data(), N * 4 * C);
-    return std::vector<std::vector<float>>{out, dinp};
-  }, true);
-  expect_same("residual", [&] {
-    std::vector<float> out(N * C), d1(N * C, 0.5f), d2(N * C);
-    cpu::residual_forward(out.data(), x.data(), x2.data(), N * C);
-    cpu::residual_backward(d1.data(), d2.data(), dout.data(), N * C);
-    return std::vector<std::vector<float>>{out, d1, d2};
-  }, true);
-  expect_same("encoder", [&] {
-    std::vector<float> out(N * C), dwte(Vp * C, 0.5f), dwpe(T * C);
-    cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, V);
-    cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V);
-    return std::vector<std::vector<float>>{out, dwte, dwpe};
-  }, true);
-  expect_same("softmax_xent", [&] {
-    std::vector<float> losses(N), losses2(N), dlogits(N * Vp);
-    cpu::softmax_xent_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-    cpu::softmax_xent_forward_backward(losses2.data(), dlogits.data(), logits.data(),
-                                       targets.data(), 1.0f / N, N, V, Vp);
-    return std::vector<std::vector<float>>{losses, losses2, dlogits};
-  }, true);
+  expect_same(
+      "layernorm",
+      [&] {
+        std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C, 0.5f), dw(C, 0.25f), db(C);
+        cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                               N, C);
+        cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                                mean.data(), rstd.data(), N, C);
+        return std::vector<std::vector<float>>{out, mean, rstd, dinp, dw, db};
+      },
+      /*bitwise=*/true);
+  expect_same(
+      "gelu",
+      [&] {
+        std::vector<float> out(N * 4 * C), dinp(N * 4 * C, 0.5f);
+        cpu::gelu_forward(out.data(), h.data(), N * 4 * C);
+        cpu::gelu_backward(dinp.data(), h.data(), dh.data(), N * 4 * C);
+        return std::vector<std::vector<float>>{out, dinp};
+      },
+      /*bitwise=*/true);
+  expect_same(
+      "residual",
+      [&] {
+        std::vector<float> out(N * C), d1(N * C, 0.5f), d2(N * C);
+        cpu::residual_forward(out.data(), x.data(), x2.data(), N * C);
+        cpu::residual_backward(d1.data(), d2.data(), dout.data(), N * C);
+        return std::vector<std::vector<float>>{out, d1, d2};
+      },
+      /*bitwise=*/true);
+  expect_same(
+      "encoder",
+      [&] {
+        std::vector<float> out(N * C), dwte(Vp * C, 0.5f), dwpe(T * C);
+        cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, V);
+        cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V);
+        return std::vector<std::vector<float>>{out, dwte, dwpe};
+      },
+      /*bitwise=*/true);
+  expect_same(
+      "softmax_xent",
+      [&] {
+        std::vector<float> losses(N), losses2(N), dlogits(N * Vp);
+        cpu::softmax_xent_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
+        cpu::softmax_xent_forward_backward(losses2.data(), dlogits.data(), logits.data(),
+                                           targets.data(), 1.0f / N, N, V, Vp);
+        return std::vector<std::vector<float>>{losses, losses2, dlogits};
+      },
+      /*bitwise=*/true);
 }
 
 }  // namespace

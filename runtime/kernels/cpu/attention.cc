@@ -28,10 +28,10 @@ int64_t pairs_grain(int64_t T, int64_t hs) {
 
 void check_sizes(int64_t B, int64_t T, int64_t C, int64_t NH) {
   ETR_CHECK(B >= 0 && T >= 0 && C > 0 && NH > 0)
-      << "attention needs B, T >= 0 and C, NH > 0 (B " << B << ", T " << T << ", C " << C
-      << ", NH " << NH << ")";
-  ETR_CHECK(C % NH == 0) << "attention's width C = " << C << " is not a multiple of the "
-                         << NH << " heads";
+      << "attention needs B, T >= 0 and C, NH > 0 (B " << B << ", T " << T << ", C " << C << ", NH "
+      << NH << ")";
+  ETR_CHECK(C % NH == 0) << "attention's width C = " << C << " is not a multiple of the " << NH
+                         << " heads";
   ETR_CHECK(3 * C <= INT_MAX && T <= INT_MAX) << "attention sizes do not fit OpenBLAS's int";
 }
 
@@ -64,8 +64,8 @@ void softmax_backward_row(Real* __restrict dp, const Real* __restrict p, int64_t
 }
 
 template <typename Real>
-void forward_head(Real* out, Real* att, const Real* qkv, int64_t b, int64_t h, int64_t T,
-                  int64_t C, int64_t NH) {
+void forward_head(Real* out, Real* att, const Real* qkv, int64_t b, int64_t h, int64_t T, int64_t C,
+                  int64_t NH) {
   const int64_t hs = C / NH;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
   const Real* q = qkv + b * T * 3 * C + h * hs;  // rows of stride 3C
@@ -104,17 +104,16 @@ void backward_head(Real* dqkv, Real* dp, const Real* dout, const Real* qkv, cons
     const int64_t rows = r1 - r0;
     const int64_t L = r1;  // keys [0, r1); dp is [rows, L]
     // dP = dO[r0:r1] . V[0:L]^T
-    detail::gemm<Real>(false, true, rows, L, hs, Real(1), d + r0 * C, C, v, 3 * C, Real(0), dp,
-                       L);
+    detail::gemm<Real>(false, true, rows, L, hs, Real(1), d + r0 * C, C, v, 3 * C, Real(0), dp, L);
     // dV[0:L] += att[r0:r1, 0:L]^T . dO[r0:r1]
-    detail::gemm<Real>(true, false, L, hs, rows, Real(1), a + r0 * T, T, d + r0 * C, C, Real(1),
-                       dv, 3 * C);
+    detail::gemm<Real>(true, false, L, hs, rows, Real(1), a + r0 * T, T, d + r0 * C, C, Real(1), dv,
+                       3 * C);
     for (int64_t t = r0; t < r1; ++t) softmax_backward_row(dp + (t - r0) * L, a + t * T, t, L);
     // dQ[r0:r1] += scale dS . K[0:L];  dK[0:L] += scale dS^T . Q[r0:r1]
-    detail::gemm<Real>(false, false, rows, hs, L, scale, dp, L, k, 3 * C, Real(1),
-                       dq + r0 * 3 * C, 3 * C);
-    detail::gemm<Real>(true, false, L, hs, rows, scale, dp, L, q + r0 * 3 * C, 3 * C, Real(1),
-                       dk, 3 * C);
+    detail::gemm<Real>(false, false, rows, hs, L, scale, dp, L, k, 3 * C, Real(1), dq + r0 * 3 * C,
+                       3 * C);
+    detail::gemm<Real>(true, false, L, hs, rows, scale, dp, L, q + r0 * 3 * C, 3 * C, Real(1), dk,
+                       3 * C);
   }
 }
 
@@ -142,8 +141,8 @@ void attention_backward(Real* dqkv, Real* scratch, int64_t scratch_size, const R
   if (B == 0 || T == 0) return;
   const int64_t per_thread = attention_backward_scratch_size(T, 1);
   ETR_CHECK(scratch != nullptr && scratch_size >= per_thread)
-      << "attention_backward needs at least " << per_thread << " elements of scratch for T = "
-      << T << ", got " << scratch_size;
+      << "attention_backward needs at least " << per_thread << " elements of scratch for T = " << T
+      << ", got " << scratch_size;
   ensure_blas_single_threaded();
   const int64_t pairs = B * NH;
   const int p = static_cast<int>(std::min<int64_t>(
@@ -164,10 +163,10 @@ void attention_backward(Real* dqkv, Real* scratch, int64_t scratch_size, const R
   }
 }
 
-#define ETR_INSTANTIATE(Real)                                                                  \
-  template void attention_forward<Real>(Real*, Real*, const Real*, int64_t, int64_t, int64_t,   \
-                                        int64_t);                                              \
-  template void attention_backward<Real>(Real*, Real*, int64_t, const Real*, const Real*,      \
+#define ETR_INSTANTIATE(Real)                                                                 \
+  template void attention_forward<Real>(Real*, Real*, const Real*, int64_t, int64_t, int64_t, \
+                                        int64_t);                                             \
+  template void attention_backward<Real>(Real*, Real*, int64_t, const Real*, const Real*,     \
                                          const Real*, int64_t, int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)

@@ -22,8 +22,8 @@ constexpr int64_t kBlockAlign = 16;
 
 void check_dims(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
   for (int64_t v : {M, N, K, lda, ldb, ldc}) {
-    ETR_CHECK(v >= 0 && v <= INT_MAX) << "a matrix dimension of " << v
-                                      << " does not fit OpenBLAS's 32-bit int";
+    ETR_CHECK(v >= 0 && v <= INT_MAX)
+        << "a matrix dimension of " << v << " does not fit OpenBLAS's 32-bit int";
   }
 }
 
@@ -53,9 +53,8 @@ void scale_only(int64_t M, int64_t N, Real beta, Real* C, int64_t ldc) {
 }  // namespace
 
 template <typename Real>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha,
-          const Real* A, int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C,
-          int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha, const Real* A,
+          int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_only(M, N, beta, C, ldc);
   blas_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -86,10 +85,10 @@ void parallel_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   }
 }
 
-#define ETR_INSTANTIATE(Real)                                                                  \
-  template void gemm<Real>(bool, bool, int64_t, int64_t, int64_t, Real, const Real*, int64_t,  \
-                           const Real*, int64_t, Real, Real*, int64_t);                        \
-  template void parallel_gemm<Real>(bool, bool, int64_t, int64_t, int64_t, Real, const Real*,  \
+#define ETR_INSTANTIATE(Real)                                                                 \
+  template void gemm<Real>(bool, bool, int64_t, int64_t, int64_t, Real, const Real*, int64_t, \
+                           const Real*, int64_t, Real, Real*, int64_t);                       \
+  template void parallel_gemm<Real>(bool, bool, int64_t, int64_t, int64_t, Real, const Real*, \
                                     int64_t, const Real*, int64_t, Real, Real*, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)

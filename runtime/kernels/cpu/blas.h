@@ -18,9 +18,8 @@
 namespace etr::cpu::detail {
 
 template <typename Real>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha,
-          const Real* A, int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha, const Real* A,
+          int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C, int64_t ldc);
 
 template <typename Real>
 void parallel_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha,

@@ -2,7 +2,6 @@
 // out [B, T, C]; dout [B, T, C], dwte [Vp, C], dwpe [maxT, C].
 #include "runtime/kernels/cpu/encoder.h"
 
-#include <algorithm>
 #include <string>
 
 #include "runtime/check.h"
@@ -14,8 +13,8 @@ namespace {
 
 void check_tokens(const int32_t* tokens, int64_t B, int64_t T, int64_t C, int64_t V) {
   ETR_CHECK(B >= 0 && T >= 0 && C >= 0 && V > 0)
-      << "encoder sizes must be non-negative and V positive (B " << B << ", T " << T << ", C "
-      << C << ", V " << V << ")";
+      << "encoder sizes must be non-negative and V positive (B " << B << ", T " << T << ", C " << C
+      << ", V " << V << ")";
   for (int64_t i = 0; i < B * T; ++i) {
     if (tokens[i] < 0 || tokens[i] >= V) {
       throw InvalidArgument("token " + std::to_string(tokens[i]) + " at position " +
@@ -28,8 +27,8 @@ void check_tokens(const int32_t* tokens, int64_t B, int64_t T, int64_t C, int64_
 }  // namespace
 
 template <typename Real>
-void encoder_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe,
-                     int64_t B, int64_t T, int64_t C, int64_t V) {
+void encoder_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe, int64_t B,
+                     int64_t T, int64_t C, int64_t V) {
   check_tokens(tokens, B, T, C, V);
   detail::parallel_for(B * T, detail::rows_grain(C), [&](int64_t bt) {
     const int64_t t = bt % T;
@@ -44,25 +43,33 @@ template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int64_t B,
                       int64_t T, int64_t C, int64_t V) {
   check_tokens(tokens, B, T, C, V);
-  detail::parallel_ranges(C, 16, std::max<int64_t>(16, detail::rows_grain(B * T)), [&](int64_t c0, int64_t c1) {
-    const int64_t width = c1 - c0;
+  const int p = detail::threads_for(B * T * C, detail::kMinElementsPerThread);
+  detail::parallel_team(p, [&](int i, int team) {
+    // dwte: this thread's vocabulary rows [v0, v1), from every position in order.
+    const int64_t v0 = V * i / team, v1 = V * (i + 1) / team;
     for (int64_t bt = 0; bt < B * T; ++bt) {
-      const Real* __restrict d = dout + bt * C + c0;
-      // dwte and dwpe are distinct tables; within one step each row is written once.
-      Real* __restrict we = dwte + static_cast<int64_t>(tokens[bt]) * C + c0;
-      Real* __restrict pe = dwpe + (bt % T) * C + c0;
-      for (int64_t i = 0; i < width; ++i) {
-        we[i] += d[i];
-        pe[i] += d[i];
+      const int64_t token = tokens[bt];
+      if (token < v0 || token >= v1) continue;
+      Real* __restrict we = dwte + token * C;
+      const Real* __restrict d = dout + bt * C;
+      for (int64_t c = 0; c < C; ++c) we[c] += d[c];
+    }
+    // dwpe: this thread's positions [t0, t1), summed over b in order.
+    const int64_t t0 = T * i / team, t1 = T * (i + 1) / team;
+    for (int64_t t = t0; t < t1; ++t) {
+      Real* __restrict pe = dwpe + t * C;
+      for (int64_t b = 0; b < B; ++b) {
+        const Real* __restrict d = dout + (b * T + t) * C;
+        for (int64_t c = 0; c < C; ++c) pe[c] += d[c];
       }
     }
   });
 }
 
-#define ETR_INSTANTIATE(Real)                                                                 \
+#define ETR_INSTANTIATE(Real)                                                                   \
   template void encoder_forward<Real>(Real*, const int32_t*, const Real*, const Real*, int64_t, \
-                                      int64_t, int64_t, int64_t);                             \
-  template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int64_t,    \
+                                      int64_t, int64_t, int64_t);                               \
+  template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int64_t,      \
                                        int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)

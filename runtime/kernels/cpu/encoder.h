@@ -11,9 +11,12 @@
 //   dwte     [Vp, C]    += dout[b, t] in row tokens[b, t], for every (b, t)
 //   dwpe     [maxT, C]  += sum over b of dout[b, t] in row t
 //
-// Forward: positions split over the threads. Backward: COLUMNS split over the threads;
-// each walks every position in order and owns its columns of both tables, so repeated
-// tokens need no atomics and the sums do not depend on the thread count.
+// Forward: positions split over the threads. Backward: each thread owns a range of ROWS
+// of dwte (vocabulary entries) and of dwpe (positions) and walks every position in order,
+// adding only into its own rows: repeated tokens need no atomics, no cache line is
+// written by two threads (a split by columns was measured 6x slower on 2 threads: rows
+// of C = 256 floats put one shared line in every row), and every row's sum is in
+// position order, the same for any thread count. Balance follows the token histogram.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,8 @@
 namespace etr::cpu {
 
 template <typename Real>
-void encoder_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe,
-                     int64_t B, int64_t T, int64_t C, int64_t V);
+void encoder_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe, int64_t B,
+                     int64_t T, int64_t C, int64_t V);
 
 template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int64_t B,

@@ -51,8 +51,8 @@ void gelu_backward(Real* dinp, const Real* inp, const Real* dout, int64_t n) {
   });
 }
 
-#define ETR_INSTANTIATE(Real)                                             \
-  template void gelu_forward<Real>(Real*, const Real*, int64_t);          \
+#define ETR_INSTANTIATE(Real)                                    \
+  template void gelu_forward<Real>(Real*, const Real*, int64_t); \
   template void gelu_backward<Real>(Real*, const Real*, const Real*, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)

@@ -43,15 +43,16 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   if (N == 0) return;
   // dinp [N, C] += dout [N, OC] . weight [OC, C]
   if (dinp != nullptr) {
-    detail::parallel_gemm<Real>(false, false, N, C, OC, Real(1), dout, OC, weight, C, Real(1),
-                                dinp, C);
+    detail::parallel_gemm<Real>(false, false, N, C, OC, Real(1), dout, OC, weight, C, Real(1), dinp,
+                                C);
   }
   // dweight [OC, C] += dout^T [OC, N] . inp [N, C]
-  detail::parallel_gemm<Real>(true, false, OC, C, N, Real(1), dout, OC, inp, C, Real(1),
-                              dweight, C);
+  detail::parallel_gemm<Real>(true, false, OC, C, N, Real(1), dout, OC, inp, C, Real(1), dweight,
+                              C);
   // dbias [OC] += sum over rows of dout; each thread owns a range of columns.
   if (dbias != nullptr) {
-    detail::parallel_ranges(OC, 16, std::max<int64_t>(16, detail::rows_grain(N)), [&](int64_t o0, int64_t o1) {
+    const int64_t grain = std::max<int64_t>(16, detail::rows_grain(N));  // columns
+    detail::parallel_ranges(OC, 16, grain, [&](int64_t o0, int64_t o1) {
       Real* __restrict db = dbias + o0;
       const int64_t w = o1 - o0;
       for (int64_t n = 0; n < N; ++n) {
@@ -62,11 +63,11 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   }
 }
 
-#define ETR_INSTANTIATE(Real)                                                                 \
-  template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t,   \
-                                     int64_t, int64_t);                                       \
-  template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*,          \
-                                      const Real*, int64_t, int64_t, int64_t);
+#define ETR_INSTANTIATE(Real)                                                                     \
+  template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t,       \
+                                     int64_t, int64_t);                                           \
+  template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, \
+                                      int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
 #undef ETR_INSTANTIATE

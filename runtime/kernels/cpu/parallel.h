@@ -57,6 +57,18 @@ void parallel_ranges(int64_t n, int64_t align, int64_t grain, F&& f) {
   }
 }
 
+// Runs f(i, team) on every thread i of a team of (at most) p threads; with p == 1,
+// f(0, 1) on the calling thread without an OpenMP region. f must not throw.
+template <typename F>
+void parallel_team(int p, F&& f) {
+  if (p <= 1) {
+    f(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(p)
+  f(omp_get_thread_num(), omp_get_num_threads());
+}
+
 // Runs f(i) for every i in [0, n), the indices split statically over the threads (at most
 // n / grain of them). f must not throw.
 template <typename F>

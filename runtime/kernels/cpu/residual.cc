@@ -40,7 +40,7 @@ void residual_backward(Real* dinp1, Real* dinp2, const Real* dout, int64_t n) {
   });
 }
 
-#define ETR_INSTANTIATE(Real)                                                        \
+#define ETR_INSTANTIATE(Real)                                                     \
   template void residual_forward<Real>(Real*, const Real*, const Real*, int64_t); \
   template void residual_backward<Real>(Real*, Real*, const Real*, int64_t);
 ETR_INSTANTIATE(float)

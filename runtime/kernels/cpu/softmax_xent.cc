@@ -13,9 +13,8 @@ namespace etr::cpu {
 namespace {
 
 void check_args(const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
-  ETR_CHECK(N >= 0 && V > 0 && Vp >= V)
-      << "softmax_xent needs N >= 0 and 0 < V <= Vp (N " << N << ", V " << V << ", Vp " << Vp
-      << ")";
+  ETR_CHECK(N >= 0 && V > 0 && Vp >= V) << "softmax_xent needs N >= 0 and 0 < V <= Vp (N " << N
+                                        << ", V " << V << ", Vp " << Vp << ")";
   for (int64_t n = 0; n < N; ++n) {
     if (targets[n] >= V) {
       throw InvalidArgument("target " + std::to_string(targets[n]) + " at position " +
@@ -88,10 +87,10 @@ void softmax_xent_forward_backward(Real* losses, Real* dlogits, const Real* logi
   });
 }
 
-#define ETR_INSTANTIATE(Real)                                                                  \
+#define ETR_INSTANTIATE(Real)                                                                    \
   template void softmax_xent_forward<Real>(Real*, const Real*, const int32_t*, int64_t, int64_t, \
-                                           int64_t);                                           \
-  template void softmax_xent_forward_backward<Real>(Real*, Real*, const Real*, const int32_t*, \
+                                           int64_t);                                             \
+  template void softmax_xent_forward_backward<Real>(Real*, Real*, const Real*, const int32_t*,   \
                                                     Real, int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
