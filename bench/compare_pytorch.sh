@@ -21,6 +21,8 @@ trap 'rm -rf "$work"' EXIT
 "$build/examples/data/etr-tokenize" --synthetic 2097152 --seed 1234 -o "$work/data.tok" >/dev/null
 # Three rounds, etr and PyTorch alternating, best of the three for each: a noisy
 # neighbour on a 2-core machine slows single runs by up to 3x, never speeds them up.
+# Both sides run with the same OpenMP spin limit (runtime/omp_env.h; torch uses libgomp too).
+export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-10000}"
 rounds="${ETR_COMPARE_ROUNDS:-3}"
 for round in $(seq 1 "$rounds"); do
   "$build/bench/etr-bench" train --steps "$steps" --threads 1 2 --json "$work/etr-$round.json" \

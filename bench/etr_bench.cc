@@ -18,6 +18,7 @@
 #include "bench/train_bench.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
+#include "runtime/omp_env.h"
 #include "runtime/world.h"
 
 namespace {
@@ -32,6 +33,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  etr::ensure_omp_spin_limit(argv);  // before MPI and OpenMP start (runtime/omp_env.h)
   std::unique_ptr<etr::World> world;
   try {
     world = std::make_unique<etr::World>(&argc, &argv);

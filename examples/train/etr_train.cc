@@ -17,9 +17,11 @@
 #include "examples/train/trainer.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/omp_env.h"
 #include "runtime/world.h"
 
 int main(int argc, char** argv) {
+  etr::ensure_omp_spin_limit(argv);  // before MPI and OpenMP start (runtime/omp_env.h)
   std::unique_ptr<etr::World> world;
   try {
     world = std::make_unique<etr::World>(&argc, &argv);
