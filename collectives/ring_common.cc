@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/check.h"
+
 namespace etr {
 
 void* RingScratch::get(Buffer& buf, size_t bytes) {
@@ -24,7 +26,9 @@ std::vector<int64_t> ring_segments(int64_t count, int n, size_t elem_size) {
 }
 
 void wait_requests(Transport& t, OpContext& ctx, Transport::Request* reqs, int count, int peer) {
-  bool done[8] = {};
+  constexpr int kMaxRequests = 8;
+  ETR_CHECK_LE(count, kMaxRequests) << "wait_requests waits on at most " << kMaxRequests;
+  bool done[kMaxRequests] = {};
   int remaining = count;
   try {
     while (remaining > 0) {
