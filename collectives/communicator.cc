@@ -16,7 +16,7 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-namespace validate {
+namespace check_args {
 namespace {
 
 std::string where(const Communicator& c, const char* what) {
@@ -113,5 +113,5 @@ void point_to_point(const Communicator& c, const TensorView& buf, int peer, int 
   }
 }
 
-}  // namespace validate
+}  // namespace check_args
 }  // namespace etr

@@ -43,7 +43,7 @@ class Communicator {
 };
 
 // Argument checks shared by every backend; each throws InvalidArgument with a sentence.
-namespace validate {
+namespace check_args {
 void allreduce(const Communicator& c, const TensorView& in, const TensorView& out, ReduceOp op);
 void reduce_scatter(const Communicator& c, const TensorView& in, const TensorView& out,
                     ReduceOp op);
@@ -51,6 +51,6 @@ void allgather(const Communicator& c, const TensorView& in, const TensorView& ou
 void broadcast(const Communicator& c, const TensorView& inout, int root);
 void point_to_point(const Communicator& c, const TensorView& buf, int peer, int tag,
                     const char* what);
-}  // namespace validate
+}  // namespace check_args
 
 }  // namespace etr

@@ -141,7 +141,7 @@ WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t by
 }
 
 WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) {
-  validate::allreduce(*this, in, out, op);
+  check_args::allreduce(*this, in, out, op);
   const AllreduceAlgo algo = choose_allreduce(in.nbytes());
   if (algo == AllreduceAlgo::kMpi && mpi_type(in.dtype()) == MPI_DATATYPE_NULL) {
     throw InvalidArgument("allreduce on group '" + name() + "': the mpi algorithm has no " +
@@ -163,7 +163,7 @@ WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
 }
 
 WorkPtr HostCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op) {
-  validate::reduce_scatter(*this, in, out, op);
+  check_args::reduce_scatter(*this, in, out, op);
   return submit_collective(describe("reduce_scatter", in, reduce_op_name(op), name()),
                            in.nbytes(), [in, out, op](AlgoSetup& s) {
                              ring_reduce_scatter(s.params(in.dtype()), in.data(), out.data(),
@@ -172,7 +172,7 @@ WorkPtr HostCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp
 }
 
 WorkPtr HostCommunicator::allgather(TensorView in, TensorView out) {
-  validate::allgather(*this, in, out);
+  check_args::allgather(*this, in, out);
   return submit_collective(describe("allgather", out, nullptr, name()), out.nbytes(),
                            [in, out](AlgoSetup& s) {
                              ring_allgather(s.params(in.dtype()), in.data(), out.data(),
@@ -181,7 +181,7 @@ WorkPtr HostCommunicator::allgather(TensorView in, TensorView out) {
 }
 
 WorkPtr HostCommunicator::broadcast(TensorView inout, int root) {
-  validate::broadcast(*this, inout, root);
+  check_args::broadcast(*this, inout, root);
   OpDescription d = describe("broadcast", inout, nullptr, name());
   d.peer_label = "root";
   d.peer = root;
@@ -228,12 +228,12 @@ WorkPtr HostCommunicator::submit_point_to_point(bool is_send, TensorView buf, in
 }
 
 WorkPtr HostCommunicator::send(TensorView in, int peer, int tag) {
-  validate::point_to_point(*this, in, peer, tag, "send");
+  check_args::point_to_point(*this, in, peer, tag, "send");
   return submit_point_to_point(true, in, peer, tag);
 }
 
 WorkPtr HostCommunicator::recv(TensorView out, int peer, int tag) {
-  validate::point_to_point(*this, out, peer, tag, "recv");
+  check_args::point_to_point(*this, out, peer, tag, "recv");
   return submit_point_to_point(false, out, peer, tag);
 }
 

@@ -219,7 +219,7 @@ WorkPtr NcclCommunicator::enqueue(std::string description, bool empty, Launch&& 
 }
 
 WorkPtr NcclCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) {
-  validate::allreduce(*this, in, out, op);
+  check_args::allreduce(*this, in, out, op);
   std::string extra = std::string(reduce_op_name(op)) + ", ";
   return enqueue(describe("allreduce", in, extra.c_str()), in.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
@@ -229,7 +229,7 @@ WorkPtr NcclCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
 }
 
 WorkPtr NcclCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op) {
-  validate::reduce_scatter(*this, in, out, op);
+  check_args::reduce_scatter(*this, in, out, op);
   std::string extra = std::string(reduce_op_name(op)) + ", ";
   return enqueue(describe("reduce_scatter", in, extra.c_str()), out.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
@@ -239,7 +239,7 @@ WorkPtr NcclCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp
 }
 
 WorkPtr NcclCommunicator::allgather(TensorView in, TensorView out) {
-  validate::allgather(*this, in, out);
+  check_args::allgather(*this, in, out);
   return enqueue(describe("allgather", in, ""), in.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
                    NCCL_CHECK(ncclAllGather(in.data(), out.data(), count_of(in),
@@ -248,7 +248,7 @@ WorkPtr NcclCommunicator::allgather(TensorView in, TensorView out) {
 }
 
 WorkPtr NcclCommunicator::broadcast(TensorView inout, int root) {
-  validate::broadcast(*this, inout, root);
+  check_args::broadcast(*this, inout, root);
   std::string extra = "from rank " + std::to_string(root) + ", ";
   return enqueue(describe("broadcast", inout, extra.c_str()), inout.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {
@@ -259,7 +259,7 @@ WorkPtr NcclCommunicator::broadcast(TensorView inout, int root) {
 
 WorkPtr NcclCommunicator::send(TensorView in, int peer, int tag) {
   check_tag(tag, "send");
-  validate::point_to_point(*this, in, peer, tag, "send");
+  check_args::point_to_point(*this, in, peer, tag, "send");
   std::string extra = "to rank " + std::to_string(peer) + ", ";
   return enqueue(
       describe("send", in, extra.c_str()), in.numel() == 0,
@@ -270,7 +270,7 @@ WorkPtr NcclCommunicator::send(TensorView in, int peer, int tag) {
 
 WorkPtr NcclCommunicator::recv(TensorView out, int peer, int tag) {
   check_tag(tag, "recv");
-  validate::point_to_point(*this, out, peer, tag, "recv");
+  check_args::point_to_point(*this, out, peer, tag, "recv");
   std::string extra = "from rank " + std::to_string(peer) + ", ";
   return enqueue(describe("recv", out, extra.c_str()), out.numel() == 0,
                  [&](ncclComm_t comm, cudaStream_t stream) {

@@ -13,14 +13,14 @@
 // bad rank fails everyone with a message instead of hanging them in NCCL; rank 0 makes
 // the ncclUniqueId, MPI_Bcast carries it over group.comm(); ncclCommInitRank.
 //
-// Each op: validate:: its arguments (which also rejects buffers that are not on this
+// Each op: check_args:: its arguments (which also rejects buffers that are not on this
 // device with InvalidArgument); make the comm stream wait for an event recorded on the compute
 // stream (when one is set); enqueue the NCCL call on the comm stream; record a
 // completion event; return an NcclWork (the watchdog: see nccl_work.h). Ops of zero
 // elements enqueue no NCCL call, only the event. Ops run in issue order (one stream).
 //
 // NCCL has no message tags: send/recv take tag 0 only, and match by program order.
-// DTypes: f32 f64 bf16 f16 i32. ReduceOp::kAvg is ncclAvg (not for i32: validate:: says no).
+// DTypes: f32 f64 bf16 f16 i32. ReduceOp::kAvg is ncclAvg (not for i32: check_args:: says no).
 //
 // Destruction waits up to CommOptions::timeout for queued ops, then ncclCommDestroy;
 // a communicator that was aborted (timeout, NCCL error) or does not drain in time is

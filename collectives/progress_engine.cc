@@ -66,6 +66,7 @@ void ProgressEngine::execute(Item& item) {
       return;
     }
   }
+  item.work->mark_started();
   try {
     Poll poll = item.task();
     if (!poll) {

@@ -51,9 +51,22 @@ std::exception_ptr HostWork::error() {
   return error_;
 }
 
+WorkTiming HostWork::timing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timing_;
+}
+
+void HostWork::mark_started() {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  timing_.started = now;
+}
+
 void HostWork::mark_done() {
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    timing_.finished = now;
     done_ = true;
     finished_.store(true, std::memory_order_release);
   }
@@ -61,8 +74,10 @@ void HostWork::mark_done() {
 }
 
 void HostWork::mark_failed(std::exception_ptr error) {
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    timing_.finished = now;
     error_ = std::move(error);
     done_ = true;
     finished_.store(true, std::memory_order_release);

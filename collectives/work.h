@@ -19,6 +19,15 @@
 
 namespace etr {
 
+// When an operation ran: from the moment its backend began executing it (not when it
+// was issued: it may wait behind earlier operations) to its completion. Zero time points
+// while unknown; a backend that cannot tell (NCCL without events) leaves them zero.
+struct WorkTiming {
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::time_point finished{};
+  double seconds() const { return std::chrono::duration<double>(finished - started).count(); }
+};
+
 class Work {
  public:
   static constexpr std::chrono::milliseconds kForever = std::chrono::milliseconds::max();
@@ -32,6 +41,8 @@ class Work {
   virtual std::exception_ptr error() = 0;
   // "allreduce(f32 x 1048576) on group 'world'", for messages.
   virtual const std::string& description() const = 0;
+  // When it ran (see WorkTiming); meaningful once is_completed().
+  virtual WorkTiming timing() { return {}; }
 };
 
 using WorkPtr = std::shared_ptr<Work>;
@@ -60,7 +71,10 @@ class HostWork final : public Work {
   void wait(std::chrono::milliseconds timeout = kForever) override;
   std::exception_ptr error() override;
   const std::string& description() const override;
+  WorkTiming timing() override;
 
+  // Called by the thread that starts executing the operation.
+  void mark_started();
   void mark_done();
   void mark_failed(std::exception_ptr error);
 
@@ -75,6 +89,7 @@ class HostWork final : public Work {
   std::atomic<bool> finished_{false};  // mirrors done_ for the lock-free first look
   bool done_ = false;
   std::exception_ptr error_;
+  WorkTiming timing_;
 };
 
 }  // namespace etr

@@ -1,6 +1,7 @@
 // BatchPlan: rank-major contiguous split of a step's global samples (see batch_plan.h).
 #include "examples/data/batch_plan.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -20,10 +21,15 @@ BatchPlan::BatchPlan(uint64_t global_batch, std::vector<RankBatch> ranks)
                             std::to_string(rb.micro_batch) + " and accumulation " +
                             std::to_string(rb.accumulation) + "; both must be at least 1");
     }
-    offsets_.push_back(offsets_.back() + rb.micro_batch * rb.accumulation);
+    if (rb.last > rb.micro_batch) {
+      throw InvalidArgument("rank " + std::to_string(r) + "'s last micro-batch of " +
+                            std::to_string(rb.last) + " samples is larger than its micro-batch " +
+                            std::to_string(rb.micro_batch));
+    }
+    offsets_.push_back(offsets_.back() + rb.samples());
   }
   if (offsets_.back() != global_batch_) {
-    throw InvalidArgument("the ranks' micro-batches times accumulations sum to " +
+    throw InvalidArgument("the ranks' micro-batches sum to " +
                           std::to_string(offsets_.back()) + " samples, not the global batch " +
                           std::to_string(global_batch_));
   }
@@ -41,6 +47,27 @@ BatchPlan BatchPlan::uniform(uint64_t global_batch, int world_size, uint64_t mic
                    std::vector<RankBatch>(static_cast<size_t>(world_size), {micro_batch, k}));
 }
 
+BatchPlan BatchPlan::balanced(uint64_t global_batch, int world_size, uint64_t micro_batch) {
+  if (world_size < 1 || micro_batch == 0) {
+    throw InvalidArgument("a batch plan needs at least one rank and a micro-batch of at least 1");
+  }
+  const auto w = static_cast<uint64_t>(world_size);
+  if (global_batch < w) {
+    throw InvalidArgument("the global batch of " + std::to_string(global_batch) +
+                          " sequences is smaller than the " + std::to_string(world_size) +
+                          " data-parallel ranks; every rank needs at least one sequence");
+  }
+  std::vector<RankBatch> ranks;
+  for (uint64_t r = 0; r < w; ++r) {
+    const uint64_t n = global_batch / w + (r < global_batch % w ? 1 : 0);
+    const uint64_t b = std::min(micro_batch, n);
+    const uint64_t k = (n + b - 1) / b;
+    const uint64_t last = n - b * (k - 1);
+    ranks.push_back(RankBatch{b, k, last == b ? 0 : last});
+  }
+  return BatchPlan(global_batch, std::move(ranks));
+}
+
 const RankBatch& BatchPlan::rank(int r) const {
   if (r < 0 || r >= world_size()) {
     throw InvalidArgument("rank " + std::to_string(r) + " is outside the batch plan of " +
@@ -56,7 +83,7 @@ uint64_t BatchPlan::rank_offset(int r) const {
 
 SampleRange BatchPlan::rank_samples(uint64_t step_begin, int r) const {
   const RankBatch& rb = rank(r);
-  return {step_begin + offsets_[static_cast<size_t>(r)], rb.micro_batch * rb.accumulation};
+  return {step_begin + offsets_[static_cast<size_t>(r)], rb.samples()};
 }
 
 SampleRange BatchPlan::micro_batch(uint64_t step_begin, int r, uint64_t m) const {
@@ -65,7 +92,8 @@ SampleRange BatchPlan::micro_batch(uint64_t step_begin, int r, uint64_t m) const
     throw InvalidArgument("micro-batch " + std::to_string(m) + " does not exist; rank " +
                           std::to_string(r) + " accumulates " + std::to_string(rb.accumulation));
   }
-  return {step_begin + offsets_[static_cast<size_t>(r)] + m * rb.micro_batch, rb.micro_batch};
+  return {step_begin + offsets_[static_cast<size_t>(r)] + m * rb.micro_batch,
+          m + 1 == rb.accumulation ? rb.last_size() : rb.micro_batch};
 }
 
 }  // namespace etr::data

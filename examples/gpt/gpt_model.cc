@@ -29,7 +29,11 @@ GptModel<Real>::GptModel(const GptConfig& config, Allocator& alloc)
   grads_ = Buffer(alloc_, bytes);
   std::memset(params_.data(), 0, bytes);
   std::memset(grads_.data(), 0, bytes);
-  for (auto& layer : layers_) layer->bind(layout_, params(), grads());
+  for (auto& layer : layers_) {
+    layer->bind(layout_, params(), grads());
+    forward_names_.push_back("forward " + layer->name());
+    backward_names_.push_back("backward " + layer->name());
+  }
 }
 
 template <typename Real>
@@ -101,9 +105,11 @@ double GptModel<Real>::forward(const Batch& b) {
                           std::to_string(planned_T_) + "; call plan() first");
   }
   const Real* in = nullptr;
-  for (auto& layer : layers_) {
-    layer->forward(in, b);
-    in = layer->output();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto scope = tracer_ ? tracer_->scope(TraceTrack::kCompute, forward_names_[i], "forward")
+                         : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+    layers_[i]->forward(in, b);
+    in = layers_[i]->output();
   }
   if (!b.targets) return 0;
   double sum = 0;
@@ -112,7 +118,7 @@ double GptModel<Real>::forward(const Batch& b) {
 }
 
 template <typename Real>
-void GptModel<Real>::backward(const Batch& b) {
+void GptModel<Real>::backward(const Batch& b, const std::function<void(int)>& on_layer_final) {
   const int64_t NC = b.B * b.T * config_.d_model;
   Real* scratch = static_cast<Real*>(scratch_.data());
   Real* dcur = scratch;            // gradient of the current layer's output
@@ -122,8 +128,13 @@ void GptModel<Real>::backward(const Batch& b) {
   for (int i = last; i >= 0; --i) {
     const Real* in = i > 0 ? layers_[i - 1]->output() : nullptr;
     Real* din = i > 0 ? dnext : nullptr;
-    if (din) std::fill(din, din + NC, Real(0));
-    layers_[i]->backward(in, i == last ? nullptr : dcur, din, layer_scratch, b);
+    {
+      auto scope = tracer_ ? tracer_->scope(TraceTrack::kCompute, backward_names_[i], "backward")
+                           : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+      if (din) std::fill(din, din + NC, Real(0));
+      layers_[i]->backward(in, i == last ? nullptr : dcur, din, layer_scratch, b);
+    }
+    if (on_layer_final) on_layer_final(i);
     std::swap(dcur, dnext);
   }
 }

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "examples/gpt/gpt_config.h"
@@ -21,6 +23,7 @@
 #include "runtime/allocator.h"
 #include "runtime/layer.h"
 #include "runtime/param_layout.h"
+#include "runtime/trace.h"
 
 namespace etr::gpt {
 
@@ -48,11 +51,16 @@ class GptModel {
   // Runs the stack; with targets returns the mean loss over the batch's B x T positions.
   double forward(const Batch& batch);
   // Accumulates into grads() the gradient of sum(losses) x batch.dloss; needs the forward
-  // of the same batch with the same dloss just before.
-  void backward(const Batch& batch);
+  // of the same batch with the same dloss just before. `on_layer_final(i)` is called as
+  // soon as layer i's backward has returned (i = last layer .. 0): from then on nothing
+  // writes layer i's gradients in this call (the head's tied LM weight lives in layer 0,
+  // the embedding, whose backward comes last), so a data-parallel reducer may send them.
+  void backward(const Batch& batch, const std::function<void(int)>& on_layer_final = {});
   void zero_grads();
   // Logits [B, T, Vp] of the last forward without targets.
   const Real* logits() const { return head_->logits(); }
+  // Records forward/backward of every layer on `tracer`'s compute track (null: none).
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  private:
   GptConfig config_;
@@ -62,6 +70,8 @@ class GptModel {
   HeadLayer<Real>* head_ = nullptr;
   Buffer params_, grads_, activations_, scratch_;
   int64_t planned_B_ = 0, planned_T_ = 0;
+  Tracer* tracer_ = nullptr;
+  std::vector<std::string> forward_names_, backward_names_;  // "forward h.3", per layer
 };
 
 }  // namespace etr::gpt

@@ -1,6 +1,8 @@
 // etr-train: trains the example GPT-2 (README.md, "etr-train").
 //
-//   etr-train --config configs/demo.pbtxt [--set model.n_layer=2 ...] [--print-config]
+//   etr-train --config configs/demo.pbtxt [--set model.n_layer=2 ...] [--trace FILE]
+//             [--print-config]
+//   mpirun -np 4 etr-train ...          data parallel: one replica per rank
 //
 // The configuration is a protobuf text file (runtime/config/etr_config.proto documents
 // every field); --set overrides any field by its path. The effective configuration is
@@ -33,11 +35,15 @@ int main(int argc, char** argv) {
                "etr-train"};
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string trace_path;
   bool print_only = false;
   app.add_option("--config", config_path, "Configuration in protobuf text format "
                  "(runtime/config/etr_config.proto documents every field)");
   app.add_option("--set", overrides, "Override one field, e.g. --set model.n_layer=2 "
                  "(repeatable; later ones win)");
+  app.add_option("--trace", trace_path, "Write a Chrome trace of the first log.trace_steps steps "
+                 "of every rank to FILE (open it in ui.perfetto.dev); same as --set "
+                 "log.trace_file=FILE");
   app.add_flag("--print-config", print_only, "Print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -47,9 +53,10 @@ int main(int argc, char** argv) {
   try {
     etr::TrainConfig config = config_path.empty() ? etr::TrainConfig() : etr::load_config(config_path);
     etr::apply_overrides(config, overrides);
+    if (!trace_path.empty()) config.mutable_log()->set_trace_file(trace_path);
     etr::resolve(config);
     world->log().set_level(etr::log_level(config));
-    world->log().info("configuration:\n", etr::format_config(config));
+    if (world->rank() == 0) world->log().info("configuration:\n", etr::format_config(config));
     if (print_only) return 0;
     etr::train::Trainer trainer(config, *world);
     etr::train::RunSummary s = trainer.run();
@@ -61,11 +68,15 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.steps), s.seconds, s.first_loss, s.final_loss,
                   s.final_val_loss, s.tokens_per_second,
                   etr::format_bytes(static_cast<double>(s.peak_bytes)).c_str());
-    world->log().info(line);
+    if (world->rank() == 0) world->log().info(line);
   } catch (const etr::Error& e) {
+    // With peers, end the whole job now: they may be waiting for this rank in a
+    // collective and would otherwise wait for the communication timeout.
+    if (world->size() > 1) world->abort(std::string("etr-train: error: ") + e.what(), 1);
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
+    if (world->size() > 1) world->abort(std::string("etr-train: internal error: ") + e.what(), 2);
     std::fprintf(stderr, "etr-train: internal error: %s\n", e.what());
     return 2;
   }

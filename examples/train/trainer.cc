@@ -1,10 +1,14 @@
 #include "examples/train/trainer.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +19,7 @@
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "runtime/mpi_check.h"
 
 namespace etr::train {
 namespace {
@@ -39,24 +44,49 @@ size_t host_budget(const TrainConfig& c) {
   return c.runtime().host_memory_budget().empty() ? 0 : parse_bytes(c.runtime().host_memory_budget());
 }
 
+// runtime.threads = 0: this rank's share of the cores it may run on. A rank bound to
+// fewer cores than the machine has (mpirun --bind-to core) owns them; otherwise the
+// node's cores are shared by its ranks. Collective over `group`.
+int default_threads(const Group& group) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
+                                &local));
+  int local_size = 1;
+  MPI_CHECK(MPI_Comm_size(local, &local_size));
+  MPI_CHECK(MPI_Comm_free(&local));
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = cores;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = std::max(1, CPU_COUNT(&set));
+  if (allowed < cores) return allowed;
+  return std::max(1, cores / local_size);
+}
+
+int64_t fail_at_step_from_env() {
+  const char* v = std::getenv("ETR_FAIL_AT_STEP");
+  return v && *v ? std::atoll(v) : -1;
+}
+
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config, World& world)
+Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
     : config_(config),
-      world_(world),
-      log_(world.log()),
+      log_(log),
+      grid_(std::make_unique<ProcessGrid>(group, 1)),
       alloc_(host_budget(config)),
       model_config_(model_config(config)) {
-  if (world_.size() > 1) {
-    throw ConfigError("etr-train runs on one rank until data parallelism lands; start it without "
-                      "mpirun or with -np 1");
-  }
-  if (config_.runtime().threads() > 0) cpu::set_num_threads(config_.runtime().threads());
-  accumulation_ = accumulation_steps(config_, world_.size());
+  const int dp = grid_->dp_size();
+  // Every rank needs at least one sequence (checked alike on every rank).
+  plan_.emplace(data::BatchPlan::balanced(static_cast<uint64_t>(config_.batch().global_batch()),
+                                          dp, static_cast<uint64_t>(config_.batch().micro_batch())));
+  const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
+                                                      : default_threads(group);
+  cpu::set_num_threads(threads);
   model_ = std::make_unique<gpt::GptModel<float>>(model_config_, alloc_);
   if (!config_.model().init_from().empty()) {
     gpt::import_hf(*model_, config_.model().init_from());
-    log_.info("initialised from ", config_.model().init_from());
+    if (leader()) log_.info("initialised from ", config_.model().init_from());
   } else {
     model_->init(config_.model().init_seed());
   }
@@ -69,16 +99,53 @@ Trainer::Trainer(const TrainConfig& config, World& world)
   v_ = Buffer(alloc_, state);
   std::memset(m_.data(), 0, state);
   std::memset(v_.data(), 0, state);
-  const int64_t b = config_.batch().micro_batch(), T = model_config_.seq_len;
-  log_.info("model: ", model_config_.str(), "; activations for micro-batch ", b, " x ", T, ": ",
-            format_bytes(static_cast<double>(model_->activation_bytes(b, T))));
-  model_->plan(b, T);
-  inputs_.resize(b * T);
-  targets_.resize(b * T);
+  const int64_t b = static_cast<int64_t>(rank_batch().micro_batch), T = model_config_.seq_len;
+  if (leader()) {
+    log_.info("model: ", model_config_.str(), "; activations for micro-batch ", b, " x ", T, ": ",
+              format_bytes(static_cast<double>(model_->activation_bytes(b, T))));
+  }
+  model_->plan(std::max<int64_t>(b, config_.batch().micro_batch()), T);
+  inputs_.resize(static_cast<size_t>(std::max<int64_t>(b, config_.batch().micro_batch()) * T));
+  targets_.resize(inputs_.size());
   load_data();
-  if (!config_.log().metrics_file().empty()) {
+  if (leader() && !config_.log().metrics_file().empty()) {
     metrics_.open(config_.log().metrics_file(), std::ios::out | std::ios::trunc);
     if (!metrics_) throw IoError("cannot write the metrics file " + config_.log().metrics_file());
+  }
+  setup_parallel();
+  fail_at_step_ = fail_at_step_from_env();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_parallel() {
+  const int dp = grid_->dp_size();
+  const auto& p = config_.parallel();
+  if (dp > 1) {
+    CommOptions grad_options = CommOptions::from_env();
+    grad_options.inline_bytes = 0;  // buckets never block backward
+    grad_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), grad_options);
+    control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), CommOptions::from_env());
+    broadcast_parameters(*grad_comm_, model_->params(), model_->layout().numel());
+    BucketOptions bo;
+    bo.first_bucket_bytes = parse_bytes(p.first_bucket_size());
+    bo.bucket_cap_bytes = parse_bytes(p.bucket_size());
+    bo.overlap = p.overlap();
+    reducer_ = std::make_unique<BucketReducer>(model_->layout(), model_->grads(), *grad_comm_, bo,
+                                               &tracer_);
+    if (leader()) {
+      const data::RankBatch& r0 = plan_->rank(0);
+      log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
+                " micro-batch(es) of ", r0.micro_batch, " of the global batch ",
+                plan_->global_batch(), "; ", reducer_->buckets().size(),
+                " gradient buckets (first ", p.first_bucket_size(), ", then ", p.bucket_size(),
+                "), overlap ", p.overlap() ? "on" : "off");
+    }
+  }
+  if (!config_.log().trace_file().empty()) {
+    MPI_CHECK(MPI_Barrier(grid_->dp_group().comm()));  // line the ranks' clocks up
+    tracer_.enable(Clock::now());
+    model_->set_tracer(&tracer_);
   }
 }
 
@@ -88,11 +155,11 @@ void Trainer::load_data() {
     const size_t bytes = parse_bytes(d.synthetic_size());
     synthetic_ = data::ByteTokenizer::encode(data::SyntheticCorpus(d.seed()).generate(bytes));
     tokens_ = synthetic_;
-    log_.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
+    if (leader()) log_.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
   } else {
     file_.emplace(d.train_file());
     tokens_ = file_->tokens();
-    log_.info("data: ", d.train_file(), ", ", tokens_.size(), " tokens");
+    if (leader()) log_.info("data: ", d.train_file(), ", ", tokens_.size(), " tokens");
   }
   if (file_ && file_->vocab_size() > static_cast<uint32_t>(model_config_.vocab_size)) {
     throw ConfigError("the token file's vocabulary (" + std::to_string(file_->vocab_size()) +
@@ -109,49 +176,90 @@ void Trainer::load_data() {
   position_.seed = d.seed();
 }
 
+void Trainer::sum_over_ranks(double* values, int count) {
+  if (!control_comm_) return;
+  control_comm_->allreduce(TensorView::flat(values, count, DType::kF64), ReduceOp::kSum)->wait();
+}
+
 StepStats Trainer::train_step() {
   const auto t0 = Clock::now();
-  const int64_t B = config_.batch().global_batch(), b = config_.batch().micro_batch();
-  const int64_t T = model_config_.seq_len;
+  if (fail_at_step_ >= 0 && static_cast<int64_t>(position_.step) == fail_at_step_) {
+    throw Error("failing at step " + std::to_string(fail_at_step_) +
+                " as ETR_FAIL_AT_STEP asks (a test of failure handling)");
+  }
+  const auto& lg = config_.log();
+  tracer_.set_recording(tracer_.enabled() &&
+                        (lg.trace_steps() == 0 || static_cast<int64_t>(position_.step) < lg.trace_steps()));
+  const int64_t B = config_.batch().global_batch(), T = model_config_.seq_len;
+  const int r = grid_->dp_rank();
+  const data::RankBatch& mine = plan_->rank(r);
   const auto& s = config_.schedule();
   StepStats st;
   st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
                         s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
   model_->zero_grads();
-  for (int64_t m = 0; m < accumulation_; ++m) {
-    sampler_->gather(tokens_, position_.samples_seen + m * b, b, inputs_, targets_);
+  double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
+  for (uint64_t m = 0; m < mine.accumulation; ++m) {
+    const data::SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+    const int64_t b = static_cast<int64_t>(mb.count);
+    {
+      auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
+      sampler_->gather(tokens_, mb.first, mb.count, std::span(inputs_).first(b * T),
+                       std::span(targets_).first(b * T));
+    }
     Batch batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)};
-    st.loss += model_->forward(batch) / static_cast<double>(accumulation_);
-    model_->backward(batch);
+    loss_sum += model_->forward(batch) * static_cast<double>(b) / static_cast<double>(B);
+    const bool last = m + 1 == mine.accumulation;
+    if (last && reducer_) {
+      reducer_->begin_step();
+      model_->backward(batch, [this](int layer) { reducer_->layer_ready(layer); });
+    } else {
+      model_->backward(batch);
+    }
   }
-  const int64_t n = model_->layout().numel();
-  st.grad_norm = grad_norm(model_->grads(), n);
-  clip_grad_norm(model_->grads(), n, st.grad_norm, config_.optimizer().grad_clip());
-  optimizer_->step(model_->params(), model_->grads(), static_cast<float*>(m_.data()),
-                   static_cast<float*>(v_.data()), 0, n, static_cast<int64_t>(position_.step) + 1,
-                   st.lr, adamw_);
+  if (reducer_) {
+    const ReduceStats rs = reducer_->finish();
+    st.comm_seconds = rs.comm_seconds;
+    st.exposed_seconds = rs.exposed_seconds;
+    st.hidden_fraction = rs.hidden_fraction();
+  }
+  sum_over_ranks(&loss_sum, 1);
+  st.loss = loss_sum;
+  {
+    auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
+    const int64_t n = model_->layout().numel();
+    st.grad_norm = grad_norm(model_->grads(), n);
+    clip_grad_norm(model_->grads(), n, st.grad_norm, config_.optimizer().grad_clip());
+    optimizer_->step(model_->params(), model_->grads(), static_cast<float*>(m_.data()),
+                     static_cast<float*>(v_.data()), 0, n,
+                     static_cast<int64_t>(position_.step) + 1, st.lr, adamw_);
+  }
   position_.advance(static_cast<uint64_t>(B));
   st.seconds = seconds_since(t0);
   return st;
 }
 
 double Trainer::evaluate() {
+  auto scope = tracer_.scope(TraceTrack::kCompute, "evaluate", "eval");
   const int64_t b = config_.batch().micro_batch(), T = model_config_.seq_len;
   data::EvalIterator it(split_->val, static_cast<uint64_t>(b),
-                        static_cast<uint64_t>(config_.log().eval_batches()) * b);
+                        static_cast<uint64_t>(config_.log().eval_batches()) * b,
+                        grid_->dp_rank(), grid_->dp_size());
   std::vector<uint64_t> offsets;
-  double sum = 0;
-  int64_t batches = 0;
+  double sums[2] = {0, 0};  // loss summed over windows, windows
   while (it.next(offsets)) {
     const int64_t n = static_cast<int64_t>(offsets.size());
+    if (n == 0) continue;  // this rank's share ran out; the others go on
     for (int64_t i = 0; i < n; ++i) {
       data::copy_window(tokens_, offsets[i], std::span(inputs_).subspan(i * T, T),
                         std::span(targets_).subspan(i * T, T));
     }
-    sum += model_->forward(Batch{inputs_.data(), targets_.data(), n, T, 0});
-    ++batches;
+    sums[0] += model_->forward(Batch{inputs_.data(), targets_.data(), n, T, 0}) *
+               static_cast<double>(n);
+    sums[1] += static_cast<double>(n);
   }
-  return batches ? sum / static_cast<double>(batches) : std::nan("");
+  sum_over_ranks(sums, 2);
+  return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
 }
 
 std::string Trainer::generate(const std::string& prompt, int count) {
@@ -182,17 +290,33 @@ void Trainer::log_step(const StepStats& s) {
   const double tps = tokens / s.seconds;
   const double gflops = model_config_.flops_per_token(model_config_.seq_len) * tps / 1e9;
   const size_t peak = alloc_.stats().peak;
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "step %5lld | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
-                "%6.2f GFLOP/s | peak %s",
-                static_cast<long long>(position_.step), s.loss, s.lr, s.grad_norm, tps,
-                s.seconds * 1e3, gflops, format_bytes(static_cast<double>(peak)).c_str());
+  char line[320];
+  int n = std::snprintf(line, sizeof line,
+                        "step %5lld | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
+                        "%6.2f GFLOP/s | peak %s",
+                        static_cast<long long>(position_.step), s.loss, s.lr, s.grad_norm, tps,
+                        s.seconds * 1e3, gflops, format_bytes(static_cast<double>(peak)).c_str());
+  if (reducer_ && n > 0 && n < static_cast<int>(sizeof line)) {
+    std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
+                  s.comm_seconds * 1e3, s.exposed_seconds * 1e3, s.hidden_fraction * 100);
+  }
   log_.info(line);
   nlohmann::json j = {{"step", position_.step},     {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm},   {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},        {"gflops", gflops}, {"peak_bytes", peak}};
+  if (reducer_) {
+    j["comm_ms"] = s.comm_seconds * 1e3;
+    j["exposed_comm_ms"] = s.exposed_seconds * 1e3;
+    j["hidden_fraction"] = s.hidden_fraction;
+  }
   write_metrics(j.dump());
+}
+
+void Trainer::write_trace() {
+  const std::string& path = config_.log().trace_file();
+  if (path.empty()) return;
+  tracer_.write_merged(grid_->dp_group(), path);
+  if (leader()) log_.info("wrote the trace of ", grid_->dp_size(), " rank(s) to ", path);
 }
 
 RunSummary Trainer::run() {
@@ -200,18 +324,26 @@ RunSummary Trainer::run() {
   const auto t0 = Clock::now();
   const int64_t steps = config_.schedule().max_steps();
   const auto& lg = config_.log();
+  double comm = 0, exposed = 0;
   for (int64_t i = 0; i < steps; ++i) {
     StepStats s = train_step();
     if (i == 0) sum.first_loss = s.loss;
+    if (i > 0 || steps == 1) {
+      comm += s.comm_seconds;
+      exposed += s.exposed_seconds;
+    }
     sum.final_loss = s.loss;
     const int64_t step = static_cast<int64_t>(position_.step);
-    if (lg.log_every() > 0 && (step % lg.log_every() == 0 || step == steps || step == 1)) {
+    if (leader() && lg.log_every() > 0 &&
+        (step % lg.log_every() == 0 || step == steps || step == 1)) {
       log_step(s);
     }
     if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || step == steps) {
       sum.final_val_loss = evaluate();
-      log_.info("step ", step, " | held-out loss ", sum.final_val_loss);
-      write_metrics(nlohmann::json{{"step", step}, {"val_loss", sum.final_val_loss}}.dump());
+      if (leader()) {
+        log_.info("step ", step, " | held-out loss ", sum.final_val_loss);
+        write_metrics(nlohmann::json{{"step", step}, {"val_loss", sum.final_val_loss}}.dump());
+      }
     }
   }
   sum.steps = steps;
@@ -219,8 +351,13 @@ RunSummary Trainer::run() {
   sum.tokens_per_second = static_cast<double>(steps * config_.batch().global_batch() *
                                               model_config_.seq_len) / sum.seconds;
   sum.peak_bytes = alloc_.stats().peak;
-  if (lg.sample_tokens() > 0) sum.sample = generate(lg.sample_prompt(), lg.sample_tokens());
-  if (!config_.output().export_safetensors().empty()) {
+  const double counted = static_cast<double>(std::max<int64_t>(1, steps > 1 ? steps - 1 : 1));
+  sum.comm_seconds = comm / counted;
+  sum.exposed_seconds = exposed / counted;
+  sum.hidden_fraction = comm > 0 ? std::clamp(1.0 - exposed / comm, 0.0, 1.0) : 1.0;
+  write_trace();
+  if (leader() && lg.sample_tokens() > 0) sum.sample = generate(lg.sample_prompt(), lg.sample_tokens());
+  if (leader() && !config_.output().export_safetensors().empty()) {
     gpt::export_hf(*model_, config_.output().export_safetensors());
     log_.info("exported weights to ", config_.output().export_safetensors());
   }

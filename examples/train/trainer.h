@@ -1,13 +1,19 @@
-// Trainer: the training loop of etr-train for the example GPT-2 (one process until data
-// parallelism lands).
+// Trainer: the training loop of etr-train for the example GPT-2, on one rank or
+// data-parallel over many (mpirun -np N etr-train ...).
 //
 // One optimizer step (DESIGN.md, "Execution of one optimizer step"):
-//   1. batch policy: global batch B sequences = micro-batch b x accumulation k
+//   1. batch policy: the global batch B is split over the data-parallel ranks
+//      (BatchPlan::balanced); rank r runs k_r micro-batches of at most micro_batch
 //   2. for each micro-batch: gather its samples (sampler, by global sample index),
-//      forward, loss, backward; gradients accumulate, scaled by 1 / (B T) so the loss
-//      is the mean over the global batch's tokens
-//   3. global-norm clip, AdamW at the scheduled learning rate
-//   4. progress line, metrics (JSON lines), evaluation and sampling when due
+//      forward, loss, backward; gradients accumulate, scaled by 1 / (B T) so that their
+//      sum over ranks is the gradient of the mean loss over the global batch's tokens.
+//      On the last micro-batch each layer's final gradients are handed to the bucket
+//      reducer as backward goes, which sums them over the ranks while backward continues
+//   3. wait for the buckets, global-norm clip, AdamW at the scheduled learning rate (on
+//      every rank, on identical gradients, so the replicas stay identical)
+//   4. progress line (rank 0), metrics (JSON lines, rank 0), evaluation (split over the
+//      ranks) and sampling when due, trace events
+// Replicas start equal: rank 0's initial parameters are broadcast.
 #pragma once
 
 #include <cstdint>
@@ -17,22 +23,32 @@
 #include <string>
 #include <vector>
 
+#include "collectives/host_communicator.h"
+#include "examples/data/batch_plan.h"
 #include "examples/data/sampler.h"
 #include "examples/data/token_file.h"
 #include "examples/data/window_space.h"
 #include "examples/gpt/gpt_model.h"
+#include "parallel/bucket_reducer.h"
+#include "parallel/process_grid.h"
 #include "runtime/adamw.h"
 #include "runtime/config/train_config.h"
 #include "runtime/host_allocator.h"
+#include "runtime/log.h"
+#include "runtime/trace.h"
 #include "runtime/world.h"
 
 namespace etr::train {
 
 struct StepStats {
-  double loss = 0;
+  double loss = 0;  // mean over the global batch's tokens (every rank has it)
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;
+  // Gradient communication (zero on one rank): see parallel/bucket_reducer.h.
+  double comm_seconds = 0;
+  double exposed_seconds = 0;
+  double hidden_fraction = 1;
 };
 
 struct RunSummary {
@@ -43,31 +59,52 @@ struct RunSummary {
   double seconds = 0;
   double tokens_per_second = 0;
   size_t peak_bytes = 0;
+  // Means over the steps after the first of the communication figures of StepStats.
+  double comm_seconds = 0;
+  double exposed_seconds = 0;
+  double hidden_fraction = 1;
   std::string sample;
 };
 
 class Trainer {
  public:
-  // `config` must be resolved (runtime/config/train_config.h).
-  Trainer(const TrainConfig& config, World& world);
+  // `config` must be resolved (runtime/config/train_config.h). Collective over `group`:
+  // every rank of it constructs a Trainer with the same config and trains one replica
+  // (data parallel, dp = group.size()). Throws ConfigError when the global batch has
+  // fewer sequences than there are ranks.
+  Trainer(const TrainConfig& config, const Group& group, Logger& log);
+  Trainer(const TrainConfig& config, World& world) : Trainer(config, world.group(), world.log()) {}
+  ~Trainer();
 
   RunSummary run();
   StepStats train_step();
+  // Mean held-out loss per token; the windows are split over the ranks (collective).
   double evaluate();
   // Continues `prompt` by `tokens` tokens, sampling at temperature 1 with a fixed seed.
   std::string generate(const std::string& prompt, int tokens);
+  // Collective: writes the trace (log.trace_file) when tracing; rank 0 writes the file.
+  void write_trace();
 
   gpt::GptModel<float>& model() { return *model_; }
   const data::DataPosition& position() const { return position_; }
+  const ProcessGrid& grid() const { return *grid_; }
+  const data::RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
+  // Null on one rank.
+  const BucketReducer* reducer() const { return reducer_.get(); }
+  Tracer& tracer() { return tracer_; }
 
  private:
+  void setup_parallel();
   void load_data();
   void log_step(const StepStats& s);
   void write_metrics(const std::string& json_line);
+  // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
+  void sum_over_ranks(double* values, int count);
+  bool leader() const { return grid_->dp_rank() == 0; }
 
   TrainConfig config_;
-  World& world_;
   Logger& log_;
+  std::unique_ptr<ProcessGrid> grid_;
   HostAllocator alloc_;
   gpt::GptConfig model_config_;
   std::unique_ptr<gpt::GptModel<float>> model_;
@@ -79,10 +116,18 @@ class Trainer {
   std::span<const uint16_t> tokens_;
   std::optional<data::DataSplit> split_;
   std::optional<data::Sampler> sampler_;
+  std::optional<data::BatchPlan> plan_;
   data::DataPosition position_;
-  std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> inputs_, targets_;  // [micro_batch, T]
   std::ofstream metrics_;
-  int64_t accumulation_ = 1;
+  Tracer tracer_;
+  // Data parallel (dp > 1): gradient buckets on their own communicator, whose progress
+  // thread never runs on the caller (inline_bytes = 0); small sums (loss, evaluation)
+  // on another.
+  std::unique_ptr<HostCommunicator> grad_comm_;
+  std::unique_ptr<HostCommunicator> control_comm_;
+  std::unique_ptr<BucketReducer> reducer_;
+  int64_t fail_at_step_ = -1;  // ETR_FAIL_AT_STEP (tests): throw at that step
 };
 
 }  // namespace etr::train

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "runtime/bytes.h"
 #include "runtime/config/config_fields.h"
@@ -202,8 +203,23 @@ void validate_log(const config::LogConfig& l) {
   require(l.eval_every() >= 0, "log.eval_every", l.eval_every(), "0 (never) or more");
   require(l.eval_batches() >= 1, "log.eval_batches", l.eval_batches(), "at least 1");
   require(l.sample_tokens() >= 0, "log.sample_tokens", l.sample_tokens(), "0 (none) or more");
+  require(l.trace_steps() >= 0, "log.trace_steps", l.trace_steps(), "0 (all) or more");
   require(l.log_level() != config::LOG_LEVEL_UNSPECIFIED,
           "log.log_level is LOG_LEVEL_UNSPECIFIED; choose debug, info, warn, error or off.");
+}
+
+void validate_parallel(const config::ParallelConfig& p) {
+  for (auto [name, value] : {std::pair{"parallel.first_bucket_size", &p.first_bucket_size()},
+                             std::pair{"parallel.bucket_size", &p.bucket_size()}}) {
+    size_t bytes = 0;
+    try {
+      bytes = parse_bytes(*value);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string(name) + ": " + e.what());
+    }
+    require(bytes >= 4, std::string(name) + " = \"" + *value +
+                            "\" is smaller than one gradient (4 bytes); give a size such as 4MiB.");
+  }
 }
 
 void validate_runtime(const config::RuntimeConfig& r) {
@@ -275,6 +291,7 @@ void validate(const TrainConfig& config) {
   validate_data(config);
   validate_log(config.log());
   validate_runtime(config.runtime());
+  validate_parallel(config.parallel());
 }
 
 std::string format_config(const TrainConfig& config) {

@@ -191,7 +191,7 @@ TEST_F(NcclCommunicatorTest, AllreduceEveryDtypeAndOp) {
   const int n = comm_->size(), r = comm_->rank();
   for (DType t : kDTypes) {
     for (ReduceOp op : kOps) {
-      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;  // rejected by validate::
+      if (t == DType::kI32 && op == ReduceOp::kAvg) continue;  // rejected by check_args::
       for (int64_t count : kCounts) {
         Buffer in = upload(rank_values(r, 0, count), t);
         Buffer out(*alloc_, in.size());

@@ -28,6 +28,9 @@ std::vector<std::vector<RankBatch>> splits_of_24() {
       {{6, 1}, {6, 1}, {6, 1}, {6, 1}},
       {{1, 1}, {2, 2}, {3, 1}, {1, 4}, {6, 2}},
       {{3, 2}, {2, 3}, {1, 6}, {3, 1}, {3, 1}},
+      // Shorter last micro-batches (RankBatch::last): 8 + 13 + 3 and 5 + 11 + 6 + 2.
+      {{5, 2, 3}, {4, 4, 1}, {2, 2, 1}},
+      {{4, 2, 1}, {4, 3, 3}, {2, 3, 2}, {2, 1}},
   };
 }
 
@@ -38,7 +41,7 @@ std::vector<uint64_t> step_indices(const BatchPlan& plan, uint64_t step_begin) {
     const RankBatch& rb = plan.rank(r);
     for (uint64_t m = 0; m < rb.accumulation; ++m) {
       const SampleRange mb = plan.micro_batch(step_begin, r, m);
-      EXPECT_EQ(mb.count, rb.micro_batch);
+      EXPECT_EQ(mb.count, m + 1 == rb.accumulation ? rb.last_size() : rb.micro_batch);
       for (uint64_t j = 0; j < mb.count; ++j) all.push_back(mb.first + j);
     }
   }
@@ -89,7 +92,40 @@ TEST(BatchPlan, Uniform) {
   EXPECT_THROW(BatchPlan::uniform(32, 0, 2), InvalidArgument);
 }
 
+TEST(BatchPlan, BalancedSplitsAnyGlobalBatchOverAnyWorld) {
+  for (uint64_t B = 1; B <= 40; ++B) {
+    for (int w = 1; w <= 5; ++w) {
+      for (uint64_t b = 1; b <= 6; ++b) {
+        if (B < static_cast<uint64_t>(w)) {
+          EXPECT_THROW(BatchPlan::balanced(B, w, b), InvalidArgument);
+          continue;
+        }
+        const BatchPlan plan = BatchPlan::balanced(B, w, b);
+        uint64_t total = 0, smallest = B, largest = 0;
+        for (int r = 0; r < w; ++r) {
+          const RankBatch& rb = plan.rank(r);
+          EXPECT_LE(rb.micro_batch, b);
+          EXPECT_EQ(rb.accumulation, (rb.samples() + b - 1) / b) << "fewest micro-batches";
+          total += rb.samples();
+          smallest = std::min(smallest, rb.samples());
+          largest = std::max(largest, rb.samples());
+        }
+        EXPECT_EQ(total, B);
+        EXPECT_LE(largest - smallest, 1u) << "B=" << B << " w=" << w;
+        // The union over ranks is the single-process step.
+        std::vector<uint64_t> idx = step_indices(plan, 100);
+        std::sort(idx.begin(), idx.end());
+        for (uint64_t i = 0; i < B; ++i) ASSERT_EQ(idx[i], 100 + i);
+      }
+    }
+  }
+  EXPECT_EQ(BatchPlan::balanced(8, 3, 4).rank(2), (RankBatch{2, 1, 0}));
+  EXPECT_EQ(BatchPlan::balanced(10, 2, 3).rank(0), (RankBatch{3, 2, 2}));
+  EXPECT_THROW(BatchPlan::balanced(8, 2, 0), InvalidArgument);
+}
+
 TEST(BatchPlan, RejectsPlansThatDoNotAddUp) {
+  EXPECT_THROW(BatchPlan(4, {{2, 2, 3}}), InvalidArgument);  // last > micro-batch
   EXPECT_THROW(BatchPlan(24, {}), InvalidArgument);
   EXPECT_THROW(BatchPlan(24, {{0, 24}}), InvalidArgument);
   EXPECT_THROW(BatchPlan(24, {{24, 0}}), InvalidArgument);

@@ -1,0 +1,129 @@
+#include "parallel/bucket_reducer.h"
+
+#include <algorithm>
+
+#include "runtime/bytes.h"
+#include "runtime/check.h"
+#include "runtime/error.h"
+
+namespace etr {
+
+double ReduceStats::hidden_fraction() const {
+  if (comm_seconds <= 0) return 1.0;
+  return std::clamp(1.0 - exposed_seconds / comm_seconds, 0.0, 1.0);
+}
+
+std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes,
+                                 const BucketOptions& options) {
+  if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {
+    throw InvalidArgument("gradient bucket sizes must be positive (first " +
+                          std::to_string(options.first_bucket_bytes) + " bytes, cap " +
+                          std::to_string(options.bucket_cap_bytes) + " bytes)");
+  }
+  auto elements = [&](size_t bytes) {
+    return std::max<int64_t>(1, static_cast<int64_t>(bytes / element_bytes));
+  };
+  const int layers = layout.num_layers();
+  std::vector<Bucket> buckets;
+  int64_t hi = layout.numel();
+  while (hi > 0) {
+    const int64_t size = elements(buckets.empty() ? options.first_bucket_bytes
+                                                  : options.bucket_cap_bytes);
+    const int64_t lo = std::max<int64_t>(0, hi - size);
+    // The lowest layer whose tensors intersect [lo, hi); padding alone belongs to the
+    // bucket above it (or to the last layer).
+    int ready = buckets.empty() ? layers - 1 : buckets.back().ready_layer;
+    for (int l = 0; l < layers; ++l) {
+      auto [b, e] = layout.layer_range(l);
+      if (b < hi && e > lo && b < e) {
+        ready = l;
+        break;
+      }
+    }
+    buckets.push_back(Bucket{lo, hi, std::max(ready, 0)});
+    hi = lo;
+  }
+  return buckets;
+}
+
+BucketReducer::BucketReducer(const ParamLayout& layout, float* grads, Communicator& comm,
+                             BucketOptions options, Tracer* tracer)
+    : layout_(layout),
+      grads_(grads),
+      comm_(comm),
+      options_(options),
+      tracer_(tracer),
+      buckets_(plan_buckets(layout, sizeof(float), options)) {
+  work_.resize(buckets_.size());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const double bytes = static_cast<double>(buckets_[i].end - buckets_[i].begin) * sizeof(float);
+    trace_names_.push_back("allreduce bucket " + std::to_string(i) + " (" + format_bytes(bytes) +
+                           ")");
+  }
+}
+
+void BucketReducer::begin_step() {
+  next_ = 0;
+  armed_ = true;
+  last_layer_ = layout_.num_layers();
+  std::fill(work_.begin(), work_.end(), nullptr);
+}
+
+void BucketReducer::launch(size_t i) {
+  const Bucket& b = buckets_[i];
+  TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32);
+  work_[i] = comm_.allreduce(view, ReduceOp::kSum);
+}
+
+void BucketReducer::layer_ready(int layer) {
+  if (!armed_) return;
+  if (layer >= last_layer_ || layer < 0) {
+    throw InvalidArgument("layer " + std::to_string(layer) +
+                          " reported final gradients out of order (after layer " +
+                          std::to_string(last_layer_) + "); layers report in decreasing order");
+  }
+  last_layer_ = layer;
+  if (!options_.overlap) return;
+  while (next_ < buckets_.size() && buckets_[next_].ready_layer >= layer) launch(next_++);
+}
+
+ReduceStats BucketReducer::finish() {
+  if (!armed_) begin_step();
+  const auto t0 = Tracer::Clock::now();
+  while (next_ < buckets_.size()) launch(next_++);
+  ReduceStats s;
+  std::exception_ptr first_error;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    try {
+      work_[i]->wait();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  const auto t1 = Tracer::Clock::now();
+  armed_ = false;
+  if (first_error) std::rethrow_exception(first_error);
+  s.exposed_seconds = std::chrono::duration<double>(t1 - t0).count();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const WorkTiming t = work_[i]->timing();
+    s.comm_seconds += t.seconds();
+    s.bytes += static_cast<size_t>(buckets_[i].end - buckets_[i].begin) * sizeof(float);
+    if (tracer_) {
+      tracer_->complete(TraceTrack::kComm, trace_names_[i], "comm", t.started, t.finished,
+                        "{\"bucket\": " + std::to_string(i) + ", \"bytes\": " +
+                            std::to_string((buckets_[i].end - buckets_[i].begin) * 4) +
+                            ", \"ready_after_layer\": " +
+                            std::to_string(buckets_[i].ready_layer) + "}");
+    }
+  }
+  s.buckets = static_cast<int>(buckets_.size());
+  if (tracer_) tracer_->complete(TraceTrack::kWait, "wait for gradients", "wait", t0, t1);
+  return s;
+}
+
+void broadcast_parameters(Communicator& comm, float* params, int64_t count) {
+  if (comm.size() == 1 || count == 0) return;
+  comm.broadcast(TensorView::flat(params, count, DType::kF32), 0)->wait();
+}
+
+}  // namespace etr

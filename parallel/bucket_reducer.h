@@ -1,0 +1,107 @@
+// BucketReducer: data-parallel gradient averaging in buckets, overlapped with backward
+// (DESIGN.md, "Core data layout" and "Execution of one optimizer step", step 2).
+//
+// The flat gradient buffer [0, numel) is cut into buckets from its END backwards, since
+// backward finishes the layers in reverse order:
+//
+//   bucket 0 = [numel - first_bucket, numel)        small, so communication starts early
+//   bucket k = [lo_k, hi_k), hi_k = lo_{k-1},  hi_k - lo_k = cap (the last one: the rest)
+//
+// Bucket edges are element offsets, not layer edges: a bucket may split a layer. A
+// bucket is ready when every layer it touches has final gradients, i.e. when the
+// LOWEST layer it touches has reported (layers report in decreasing order). Protocol of
+// one optimizer step (every rank, same order):
+//
+//   begin_step()                  arms the reducer (on the last micro-batch only)
+//   layer_ready(L), L = n-1..0    after layer L's backward; launches, in bucket order,
+//                                 every bucket that became ready (overlap on), else
+//                                 nothing (overlap off: "reduce after backward")
+//   finish()                      launches what is left, waits for every bucket
+//
+// Buckets are launched strictly in index order, so the collectives match on every rank
+// whatever the timing. Each is an in-place allreduce(sum) on the communicator's progress
+// thread while the caller goes on with backward; the gradients must already be scaled by
+// 1 / (tokens in the global batch) so that the sum is the global mean, which keeps
+// uneven per-rank batches exact.
+//
+// Measured per step (ReduceStats): `comm` = time the progress engine spent running the
+// buckets (start of execution to completion; they run one after another), `exposed` =
+// time finish() blocked the caller, hidden fraction = 1 - exposed / comm.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/param_layout.h"
+#include "runtime/trace.h"
+
+namespace etr {
+
+struct BucketOptions {
+  size_t first_bucket_bytes = 256 << 10;  // see docs/architecture.md for the measurement
+  size_t bucket_cap_bytes = 4 << 20;
+  bool overlap = true;  // false: every bucket is launched by finish(), after backward
+};
+
+struct Bucket {
+  int64_t begin = 0;  // [begin, end) elements of the flat buffer
+  int64_t end = 0;
+  int ready_layer = 0;  // the lowest layer it touches: ready once that layer reported
+};
+
+struct ReduceStats {
+  double comm_seconds = 0;     // the engine running the step's buckets
+  double exposed_seconds = 0;  // the caller blocked in finish()
+  int buckets = 0;
+  size_t bytes = 0;
+  // 1 - exposed / comm, in [0, 1] (1 when nothing was communicated).
+  double hidden_fraction() const;
+};
+
+// The buckets for a buffer of `layout` with elements of `element_bytes`. InvalidArgument
+// when a size is 0.
+std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes,
+                                 const BucketOptions& options);
+
+class BucketReducer {
+ public:
+  // Reduces `grads` (float, layout.numel() elements) over `comm`. `tracer` may be null.
+  BucketReducer(const ParamLayout& layout, float* grads, Communicator& comm,
+                BucketOptions options, Tracer* tracer = nullptr);
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const BucketOptions& options() const { return options_; }
+
+  void begin_step();
+  // Layer `layer`'s gradients are final. Layers must report in decreasing order between
+  // begin_step() and finish(); InvalidArgument otherwise.
+  void layer_ready(int layer);
+  // Launches the buckets not launched yet and waits for all of them; rethrows a
+  // communication error (CommError). Without begin_step() it reduces the whole buffer.
+  ReduceStats finish();
+
+ private:
+  void launch(size_t index);
+
+  const ParamLayout& layout_;
+  float* grads_;
+  Communicator& comm_;
+  BucketOptions options_;
+  Tracer* tracer_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::string> trace_names_;  // "allreduce bucket 3 (1.0 MiB)"
+  std::vector<WorkPtr> work_;             // per bucket, this step
+  size_t next_ = 0;                       // first bucket not launched yet
+  int last_layer_ = 0;                    // the last layer reported (decreasing)
+  bool armed_ = false;
+};
+
+// Makes every rank's `count` parameters equal to rank 0's (broadcast), so replicas start
+// equal whatever their initialisation.
+void broadcast_parameters(Communicator& comm, float* params, int64_t count);
+
+}  // namespace etr

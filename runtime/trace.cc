@@ -1,0 +1,111 @@
+#include "runtime/trace.h"
+
+#include <mpi.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/mpi_check.h"
+
+namespace etr {
+namespace {
+
+constexpr const char* kTrackNames[] = {"compute", "communication", "data", "wait"};
+
+double micros(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+}  // namespace
+
+void Tracer::complete(TraceTrack track, std::string name, const char* category,
+                      Clock::time_point begin, Clock::time_point end, std::string args) {
+  if (!recording()) return;
+  Event e{micros(begin - origin_), micros(end - begin), track, category, std::move(name),
+          std::move(args)};
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back(std::move(e));
+}
+
+Tracer::Scope::Scope(Tracer* tracer, TraceTrack track, std::string name, const char* category)
+    : tracer_(tracer), track_(track), category_(category) {
+  if (!tracer_) return;
+  name_ = std::move(name);
+  begin_ = Clock::now();
+}
+
+Tracer::Scope::~Scope() {
+  if (tracer_) tracer_->complete(track_, std::move(name_), category_, begin_, Clock::now());
+}
+
+size_t Tracer::event_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_.size();
+}
+
+std::string Tracer::events_json(int pid, const std::string& process_name) const {
+  using nlohmann::json;
+  std::string out;
+  auto append = [&out](const json& j) {
+    if (!out.empty()) out += ",\n";
+    out += j.dump();
+  };
+  append({{"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", process_name}}}});
+  append({{"ph", "M"}, {"pid", pid}, {"name", "process_sort_index"}, {"args", {{"sort_index", pid}}}});
+  for (int t = 0; t < 4; ++t) {
+    append({{"ph", "M"}, {"pid", pid}, {"tid", t}, {"name", "thread_name"},
+            {"args", {{"name", kTrackNames[t]}}}});
+    append({{"ph", "M"}, {"pid", pid}, {"tid", t}, {"name", "thread_sort_index"},
+            {"args", {{"sort_index", t}}}});
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Event& e : events_) {
+    json j = {{"ph", "X"},
+              {"pid", pid},
+              {"tid", static_cast<int>(e.track)},
+              {"name", e.name},
+              {"cat", e.category},
+              {"ts", e.ts_us},
+              {"dur", e.dur_us}};
+    if (!e.args.empty()) j["args"] = json::parse(e.args);
+    append(j);
+  }
+  return out;
+}
+
+void Tracer::write_merged(const Group& group, const std::string& path) const {
+  const int rank = group.rank(), size = group.size();
+  const std::string mine = enabled_ ? events_json(rank, "rank " + std::to_string(rank)) : "";
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(rank == 0 ? size : 0), displs(rank == 0 ? size : 0);
+  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, group.comm()));
+  std::string all;
+  if (rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += lengths[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
+                        MPI_CHAR, 0, group.comm()));
+  if (rank != 0 || !enabled_) return;
+  std::ofstream out(path, std::ios::out | std::ios::trunc | std::ios::binary);
+  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  for (int r = 0; r < size; ++r) {
+    if (lengths[r] == 0) continue;
+    if (!first) out << ",\n";
+    out.write(all.data() + displs[r], lengths[r]);
+    first = false;
+  }
+  out << "\n]}\n";
+  out.flush();
+  if (!out) throw IoError("cannot write the trace file " + path);
+}
+
+}  // namespace etr
