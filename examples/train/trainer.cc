@@ -63,9 +63,15 @@ int default_threads(const Group& group) {
   return std::max(1, cores / local_size);
 }
 
-int64_t fail_at_step_from_env() {
+// ETR_FAIL_AT_STEP=S[:R]: rank R (every rank without :R) throws at the start of step S.
+// For tests of failure handling (a rank that raises must not leave the others hanging).
+int64_t fail_at_step_from_env(int rank) {
   const char* v = std::getenv("ETR_FAIL_AT_STEP");
-  return v && *v ? std::atoll(v) : -1;
+  if (!v || !*v) return -1;
+  const std::string s(v);
+  const size_t colon = s.find(':');
+  if (colon != std::string::npos && std::atoi(s.c_str() + colon + 1) != rank) return -1;
+  return std::atoll(s.c_str());
 }
 
 }  // namespace
@@ -78,6 +84,12 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
       model_config_(model_config(config)) {
   const int dp = grid_->dp_size();
   // Every rank needs at least one sequence (checked alike on every rank).
+  if (config_.batch().global_batch() < dp) {
+    throw ConfigError("batch.global_batch = " + std::to_string(config_.batch().global_batch()) +
+                      " is smaller than the " + std::to_string(dp) +
+                      " data-parallel ranks; every rank needs at least one sequence per step, "
+                      "so raise it or start fewer ranks.");
+  }
   plan_.emplace(data::BatchPlan::balanced(static_cast<uint64_t>(config_.batch().global_batch()),
                                           dp, static_cast<uint64_t>(config_.batch().micro_batch())));
   const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
@@ -113,7 +125,7 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
     if (!metrics_) throw IoError("cannot write the metrics file " + config_.log().metrics_file());
   }
   setup_parallel();
-  fail_at_step_ = fail_at_step_from_env();
+  fail_at_step_ = fail_at_step_from_env(grid_->rank());
 }
 
 Trainer::~Trainer() = default;
@@ -184,8 +196,9 @@ void Trainer::sum_over_ranks(double* values, int count) {
 StepStats Trainer::train_step() {
   const auto t0 = Clock::now();
   if (fail_at_step_ >= 0 && static_cast<int64_t>(position_.step) == fail_at_step_) {
-    throw Error("failing at step " + std::to_string(fail_at_step_) +
-                " as ETR_FAIL_AT_STEP asks (a test of failure handling)");
+    throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
+                std::to_string(fail_at_step_) +
+                " because ETR_FAIL_AT_STEP asks it to (a test of failure handling)");
   }
   const auto& lg = config_.log();
   tracer_.set_recording(tracer_.enabled() &&
