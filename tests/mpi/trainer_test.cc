@@ -33,7 +33,7 @@ TrainConfig tiny_config(std::vector<std::string> extra = {}) {
 }
 
 TEST(Trainer, LearnsTheSyntheticCorpus) {
-  if (testing::world().size() > 1) GTEST_SKIP() << "etr-train runs on one rank for now";
+  if (testing::world().size() > 1) GTEST_SKIP() << "a single-process test (data_parallel_test covers np > 1)";
   Trainer t(tiny_config(), testing::world());
   RunSummary s = t.run();
   EXPECT_GT(s.first_loss, 5.0);  // ln 256 = 5.55 at initialisation
@@ -41,7 +41,7 @@ TEST(Trainer, LearnsTheSyntheticCorpus) {
 }
 
 TEST(Trainer, AccumulatingMicroBatchesEqualsOneLargeBatch) {
-  if (testing::world().size() > 1) GTEST_SKIP() << "etr-train runs on one rank for now";
+  if (testing::world().size() > 1) GTEST_SKIP() << "a single-process test (data_parallel_test covers np > 1)";
   Trainer a(tiny_config({"batch.micro_batch=1"}), testing::world());  // 4 micro-batches
   Trainer b(tiny_config({"batch.micro_batch=4"}), testing::world());  // 1 micro-batch
   for (int i = 0; i < 5; ++i) {
@@ -58,7 +58,7 @@ TEST(Trainer, AccumulatingMicroBatchesEqualsOneLargeBatch) {
 }
 
 TEST(Trainer, ExportedWeightsReloadIntoAnIdenticalModel) {
-  if (testing::world().size() > 1) GTEST_SKIP() << "etr-train runs on one rank for now";
+  if (testing::world().size() > 1) GTEST_SKIP() << "a single-process test (data_parallel_test covers np > 1)";
   Trainer a(tiny_config({"schedule.max_steps=20"}), testing::world());
   a.run();
   const auto dir = std::filesystem::temp_directory_path() / "etr_trainer_export";
@@ -72,7 +72,7 @@ TEST(Trainer, ExportedWeightsReloadIntoAnIdenticalModel) {
 }
 
 TEST(Trainer, RefusesDataTooShortForOneWindow) {
-  if (testing::world().size() > 1) GTEST_SKIP() << "etr-train runs on one rank for now";
+  if (testing::world().size() > 1) GTEST_SKIP() << "a single-process test (data_parallel_test covers np > 1)";
   try {
     Trainer t(tiny_config({"data.synthetic_size=40"}), testing::world());
     FAIL() << "accepted 40 tokens for windows of 65";
