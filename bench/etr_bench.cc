@@ -13,6 +13,7 @@
 
 #include "bench/bench_context.h"
 #include "bench/collective_bench.h"
+#include "bench/dp_bench.h"
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
 #include "bench/train_bench.h"
@@ -28,6 +29,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_collective_subcommands,       // allreduce, reduce_scatter, allgather
     etr::bench::add_memory_bandwidth_subcommand,  // membw
     etr::bench::add_train_subcommand,             // train
+    etr::bench::add_dp_subcommand,                // dp
 };
 
 }  // namespace

@@ -72,6 +72,18 @@ CommOptions CommOptions::from_env() {
     }
     o.spin_polls = static_cast<int>(polls);
   }
+  if (const char* v = env("ETR_YIELD_POLLS")) {
+    char* end = nullptr;
+    long polls = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || polls < 0) {
+      throw ConfigError(std::string("ETR_YIELD_POLLS='") + v + "' is not a count of polls (>= 0)");
+    }
+    o.yield_polls = static_cast<int>(polls);
+  }
+  if (const char* v = env("ETR_MAX_IDLE_SLEEP_US")) {
+    o.max_idle_sleep = std::chrono::microseconds(
+        static_cast<long long>(parse_positive("ETR_MAX_IDLE_SLEEP_US", v)));
+  }
   return o;
 }
 
@@ -81,7 +93,9 @@ std::string CommOptions::str() const {
     << " small_bytes=" << format_bytes(static_cast<double>(small_bytes))
     << " chunk_bytes=" << format_bytes(static_cast<double>(chunk_bytes)) << " depth=" << depth
     << " inline_bytes=" << format_bytes(static_cast<double>(inline_bytes)) << " spin_polls="
-    << (spin_polls < 0 ? std::string("auto") : std::to_string(spin_polls));
+    << (spin_polls < 0 ? std::string("auto") : std::to_string(spin_polls)) << " yield_polls="
+    << (yield_polls < 0 ? std::string("auto") : std::to_string(yield_polls))
+    << " max_idle_sleep=" << max_idle_sleep.count() << "us";
   return s.str();
 }
 

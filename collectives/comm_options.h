@@ -13,6 +13,13 @@
 //   ETR_SPIN_POLLS              polls a waiting rank spins before it yields the core
 //                               (default: 4096, about 1 ms; 16 when this node runs more
 //                               ranks than it has cores, where spinning starves the peer)
+//   ETR_YIELD_POLLS             polls a waiting rank then spends yielding (sched_yield)
+//                               before it sleeps 50 us between polls (default 8192, about
+//                               10 ms). A communicator that runs beside compute on the same
+//                               cores (the data-parallel gradient buckets) sets 0: yielding
+//                               takes the core back at once, sleeping leaves it to compute
+//   ETR_MAX_IDLE_SLEEP_US       the sleeps between polls double from 50 us up to this
+//                               (default 50: no backoff)
 #pragma once
 
 #include <chrono>
@@ -34,6 +41,8 @@ struct CommOptions {
   int depth = 4;
   size_t inline_bytes = 64 << 10;
   int spin_polls = -1;  // -1: decided from ranks per core (HostCommunicator)
+  int yield_polls = -1;  // -1: OpContext::kDefaultYieldPolls
+  std::chrono::microseconds max_idle_sleep{50};
 
   // Defaults overridden by the ETR_* variables above; throws ConfigError on bad values.
   static CommOptions from_env();

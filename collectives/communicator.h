@@ -40,6 +40,11 @@ class Communicator {
   virtual WorkPtr send(TensorView in, int peer, int tag = 0) = 0;
   virtual WorkPtr recv(TensorView out, int peer, int tag = 0) = 0;
   virtual WorkPtr barrier() = 0;
+
+  // A hint: the caller is (true) or no longer (false) blocked waiting for this
+  // communicator's work, so its core is free and the backend may trade CPU for latency
+  // (spin instead of sleeping). Backends without such a trade-off ignore it.
+  virtual void set_caller_waiting(bool /*waiting*/) {}
 };
 
 // Argument checks shared by every backend; each throws InvalidArgument with a sentence.

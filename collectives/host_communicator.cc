@@ -104,6 +104,7 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
     options_.spin_polls =
         node_oversubscribed(group_) ? 16 : static_cast<int>(OpContext::kDefaultSpinPolls);
   }
+  if (options_.yield_polls < 0) options_.yield_polls = static_cast<int>(OpContext::kDefaultYieldPolls);
   // Slots for the pipelined pieces are allocated and touched now, not in the first step.
   scratch_->get(scratch_->slots, options_.chunk_bytes * std::clamp(options_.depth, 1, 64));
 }
@@ -131,7 +132,9 @@ WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t by
   auto work = std::make_shared<HostWork>(description);
   auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
     OpContext ctx(*work, rank(), size(), options_.timeout,
-                  static_cast<unsigned>(options_.spin_polls));
+                  IdlePolicy{static_cast<unsigned>(options_.spin_polls),
+                                        static_cast<unsigned>(options_.yield_polls),
+                                        options_.max_idle_sleep, &caller_waiting_});
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};

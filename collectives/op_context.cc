@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -10,33 +11,33 @@
 namespace etr {
 
 namespace {
-// After spinning, a rank yields for ~8192 polls (~10 ms) before it starts to sleep
-// between polls.
-constexpr unsigned kYieldPolls = 8192;
-constexpr auto kSleep = std::chrono::microseconds(50);
+constexpr auto kFirstSleep = std::chrono::microseconds(50);
 }  // namespace
 
 OpContext::OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout,
-                     unsigned spin_polls)
+                     IdlePolicy policy)
     : work_(work),
       rank_(rank),
       size_(size),
       timeout_(timeout),
       start_(Clock::now()),
       deadline_(start_ + timeout),
-      spin_polls_(spin_polls) {}
+      policy_(policy) {}
 
 void OpContext::idle(int peer) {
   ++idle_polls_;
-  if (idle_polls_ < spin_polls_) {
+  if (idle_polls_ < policy_.spin_polls) {
     if ((idle_polls_ & 255) == 0 && Clock::now() > deadline_) fail_timeout(peer);
     return;
   }
   if (Clock::now() > deadline_) fail_timeout(peer);
-  if (idle_polls_ < spin_polls_ + kYieldPolls) {
+  const bool urgent = policy_.urgent && policy_.urgent->load(std::memory_order_relaxed);
+  if (urgent || idle_polls_ < policy_.spin_polls + policy_.yield_polls) {
     sched_yield();
+    sleep_ = kFirstSleep;
   } else {
-    std::this_thread::sleep_for(kSleep);
+    std::this_thread::sleep_for(sleep_);
+    sleep_ = std::min(sleep_ * 2, std::max(policy_.max_sleep, kFirstSleep));
   }
 }
 

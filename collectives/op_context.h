@@ -7,6 +7,7 @@
 //    2 s (2.001 s elapsed, waiting on rank 1): ..."
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -14,20 +15,37 @@
 
 namespace etr {
 
+// How a waiting operation spends its idle polls: spin_polls spinning (fewer when ranks
+// outnumber cores, where a spinning rank only delays the peer it waits for), then
+// yield_polls yielding, then sleeping, from 50 us doubling up to max_sleep. While
+// *urgent is true (the caller is blocked on this communicator's work and its core is
+// free) it spins and yields only: latency matters more than the core then.
+struct IdlePolicy {
+  // A poll is one MPI_Test, about 0.1-0.3 us here: ~1 ms of spinning.
+  static constexpr unsigned kDefaultSpinPolls = 4096;
+  // Then it yields for ~8192 polls (~10 ms) before it starts to sleep between polls.
+  static constexpr unsigned kDefaultYieldPolls = 8192;
+  unsigned spin_polls = kDefaultSpinPolls;
+  unsigned yield_polls = kDefaultYieldPolls;
+  std::chrono::microseconds max_sleep{50};
+  const std::atomic<bool>* urgent = nullptr;
+};
+
 class OpContext {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // spin_polls: idle polls spent spinning before yielding (fewer when ranks outnumber
-  // cores, where a spinning rank only delays the peer it waits for).
-  OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout,
-            unsigned spin_polls = kDefaultSpinPolls);
+  static constexpr unsigned kDefaultSpinPolls = IdlePolicy::kDefaultSpinPolls;
+  static constexpr unsigned kDefaultYieldPolls = IdlePolicy::kDefaultYieldPolls;
 
-  // A poll is one MPI_Test, about 0.1-0.3 us here: ~1 ms of spinning.
-  static constexpr unsigned kDefaultSpinPolls = 4096;
+  OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout,
+            IdlePolicy policy = IdlePolicy());
 
   // A poll made progress: spin again.
-  void progressed() { idle_polls_ = 0; }
+  void progressed() {
+    idle_polls_ = 0;
+    sleep_ = std::chrono::microseconds(50);
+  }
   // A poll made no progress while waiting on `peer` (-1: unknown). May throw CommError.
   void idle(int peer);
   // Throws CommError when the deadline has passed.
@@ -46,7 +64,8 @@ class OpContext {
   std::chrono::milliseconds timeout_;
   Clock::time_point start_;
   Clock::time_point deadline_;
-  unsigned spin_polls_;
+  IdlePolicy policy_;
+  std::chrono::microseconds sleep_{50};
   unsigned idle_polls_ = 0;
 };
 

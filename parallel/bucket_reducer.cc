@@ -90,6 +90,7 @@ void BucketReducer::layer_ready(int layer) {
 ReduceStats BucketReducer::finish() {
   if (!armed_) begin_step();
   const auto t0 = Tracer::Clock::now();
+  comm_.set_caller_waiting(true);  // backward is over: this core is the engine's now
   while (next_ < buckets_.size()) launch(next_++);
   ReduceStats s;
   std::exception_ptr first_error;
@@ -100,6 +101,7 @@ ReduceStats BucketReducer::finish() {
       if (!first_error) first_error = std::current_exception();
     }
   }
+  comm_.set_caller_waiting(false);
   const auto t1 = Tracer::Clock::now();
   armed_ = false;
   if (first_error) std::rethrow_exception(first_error);

@@ -43,7 +43,7 @@ namespace etr {
 
 struct BucketOptions {
   size_t first_bucket_bytes = 256 << 10;  // see docs/architecture.md for the measurement
-  size_t bucket_cap_bytes = 4 << 20;
+  size_t bucket_cap_bytes = 1 << 20;
   bool overlap = true;  // false: every bucket is launched by finish(), after backward
 };
 

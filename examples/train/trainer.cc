@@ -136,6 +136,14 @@ void Trainer::setup_parallel() {
   if (dp > 1) {
     CommOptions grad_options = CommOptions::from_env();
     grad_options.inline_bytes = 0;  // buckets never block backward
+    // The progress thread shares the cores with backward: when a bucket waits for a peer
+    // it spins briefly, then sleeps (never yields: a yield takes the core straight back
+    // from the compute thread). Measured with etr-bench dp, docs/architecture.md.
+    if (grad_options.spin_polls < 0) grad_options.spin_polls = 64;
+    if (grad_options.yield_polls < 0) grad_options.yield_polls = 0;
+    if (!std::getenv("ETR_MAX_IDLE_SLEEP_US")) {
+      grad_options.max_idle_sleep = std::chrono::microseconds(1000);
+    }
     grad_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), grad_options);
     control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), CommOptions::from_env());
     broadcast_parameters(*grad_comm_, model_->params(), model_->layout().numel());
