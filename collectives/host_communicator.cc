@@ -99,6 +99,7 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
       transport_(std::make_unique<MpiTransport>(group_.comm())),
       p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
       scratch_(std::make_unique<RingScratch>()),
+      caller_waiting_(std::make_unique<CallerWaiting>()),
       engine_(std::make_unique<ProgressEngine>(group.name())) {
   if (options_.spin_polls < 0) {
     options_.spin_polls =
@@ -110,6 +111,8 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
 }
 
 HostCommunicator::~HostCommunicator() { engine_.reset(); }
+
+void HostCommunicator::set_caller_waiting(bool waiting) { caller_waiting_->set(waiting); }
 
 int HostCommunicator::rank() const { return group_.rank(); }
 int HostCommunicator::size() const { return group_.size(); }
@@ -134,7 +137,7 @@ WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t by
     OpContext ctx(*work, rank(), size(), options_.timeout,
                   IdlePolicy{static_cast<unsigned>(options_.spin_polls),
                                         static_cast<unsigned>(options_.yield_polls),
-                                        options_.max_idle_sleep, &caller_waiting_});
+                                        options_.max_idle_sleep, caller_waiting_.get()});
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};

@@ -32,6 +32,7 @@ namespace etr {
 class ProgressEngine;
 class MpiTransport;
 struct RingScratch;
+struct CallerWaiting;
 
 class HostCommunicator final : public Communicator {
  public:
@@ -53,9 +54,7 @@ class HostCommunicator final : public Communicator {
   WorkPtr send(TensorView in, int peer, int tag = 0) override;
   WorkPtr recv(TensorView out, int peer, int tag = 0) override;
   WorkPtr barrier() override;
-  void set_caller_waiting(bool waiting) override {
-    caller_waiting_.store(waiting, std::memory_order_relaxed);
-  }
+  void set_caller_waiting(bool waiting) override;
 
   // The allreduce algorithm `auto` picks for `bytes`.
   AllreduceAlgo choose_allreduce(size_t bytes) const;
@@ -72,7 +71,7 @@ class HostCommunicator final : public Communicator {
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<MpiTransport> p2p_transport_;
   std::unique_ptr<RingScratch> scratch_;
-  std::atomic<bool> caller_waiting_{false};
+  std::unique_ptr<CallerWaiting> caller_waiting_;
   std::unique_ptr<ProgressEngine> engine_;  // last: stopped first
 };
 

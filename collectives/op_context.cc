@@ -31,12 +31,17 @@ void OpContext::idle(int peer) {
     return;
   }
   if (Clock::now() > deadline_) fail_timeout(peer);
-  const bool urgent = policy_.urgent && policy_.urgent->load(std::memory_order_relaxed);
+  const bool urgent = policy_.urgent && policy_.urgent->get();
   if (urgent || idle_polls_ < policy_.spin_polls + policy_.yield_polls) {
     sched_yield();
     sleep_ = kFirstSleep;
   } else {
-    std::this_thread::sleep_for(sleep_);
+    if (policy_.urgent) {
+      std::unique_lock<std::mutex> lock(policy_.urgent->mutex);
+      policy_.urgent->cv.wait_for(lock, sleep_, [this] { return policy_.urgent->get(); });
+    } else {
+      std::this_thread::sleep_for(sleep_);
+    }
     sleep_ = std::min(sleep_ * 2, std::max(policy_.max_sleep, kFirstSleep));
   }
 }

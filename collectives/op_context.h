@@ -9,16 +9,34 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 
 #include "collectives/work.h"
 
 namespace etr {
 
+// Set while the caller is blocked on a communicator's work (Communicator::
+// set_caller_waiting): a sleeping operation wakes at once when it is raised.
+struct CallerWaiting {
+  std::atomic<bool> flag{false};
+  std::mutex mutex;
+  std::condition_variable cv;
+  void set(bool waiting) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      flag.store(waiting, std::memory_order_relaxed);
+    }
+    if (waiting) cv.notify_all();
+  }
+  bool get() const { return flag.load(std::memory_order_relaxed); }
+};
+
 // How a waiting operation spends its idle polls: spin_polls spinning (fewer when ranks
 // outnumber cores, where a spinning rank only delays the peer it waits for), then
 // yield_polls yielding, then sleeping, from 50 us doubling up to max_sleep. While
-// *urgent is true (the caller is blocked on this communicator's work and its core is
+// urgent->get() is true (the caller is blocked on this communicator's work and its core is
 // free) it spins and yields only: latency matters more than the core then.
 struct IdlePolicy {
   // A poll is one MPI_Test, about 0.1-0.3 us here: ~1 ms of spinning.
@@ -28,7 +46,7 @@ struct IdlePolicy {
   unsigned spin_polls = kDefaultSpinPolls;
   unsigned yield_polls = kDefaultYieldPolls;
   std::chrono::microseconds max_sleep{50};
-  const std::atomic<bool>* urgent = nullptr;
+  CallerWaiting* urgent = nullptr;
 };
 
 class OpContext {

@@ -142,7 +142,7 @@ void Trainer::setup_parallel() {
     if (grad_options.spin_polls < 0) grad_options.spin_polls = 64;
     if (grad_options.yield_polls < 0) grad_options.yield_polls = 0;
     if (!std::getenv("ETR_MAX_IDLE_SLEEP_US")) {
-      grad_options.max_idle_sleep = std::chrono::microseconds(1000);
+      grad_options.max_idle_sleep = std::chrono::microseconds(200);
     }
     grad_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), grad_options);
     control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), CommOptions::from_env());
