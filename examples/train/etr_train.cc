@@ -50,11 +50,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  bool configured = false;  // past the config: errors from here on may be one rank's own
   try {
     etr::TrainConfig config = config_path.empty() ? etr::TrainConfig() : etr::load_config(config_path);
     etr::apply_overrides(config, overrides);
     if (!trace_path.empty()) config.mutable_log()->set_trace_file(trace_path);
     etr::resolve(config);
+    configured = true;
     world->log().set_level(etr::log_level(config));
     if (world->rank() == 0) world->log().info("configuration:\n", etr::format_config(config));
     if (print_only) return 0;
@@ -70,8 +72,13 @@ int main(int argc, char** argv) {
                   etr::format_bytes(static_cast<double>(s.peak_bytes)).c_str());
     if (world->rank() == 0) world->log().info(line);
   } catch (const etr::Error& e) {
-    // With peers, end the whole job now: they may be waiting for this rank in a
-    // collective and would otherwise wait for the communication timeout.
+    // A bad config fails alike on every rank before any communication: say it once and
+    // exit normally. Later, end the whole job now: the peers may be waiting for this
+    // rank in a collective and would otherwise wait for the communication timeout.
+    if (!configured) {
+      if (world->rank() == 0) std::fprintf(stderr, "etr-train: error: %s\n", e.what());
+      return 1;
+    }
     if (world->size() > 1) world->abort(std::string("etr-train: error: ") + e.what(), 1);
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());
     return 1;
