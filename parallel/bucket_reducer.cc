@@ -113,7 +113,7 @@ ReduceStats BucketReducer::finish() {
     if (tracer_) {
       tracer_->complete(TraceTrack::kComm, trace_names_[i], "comm", t.started, t.finished,
                         "{\"bucket\": " + std::to_string(i) + ", \"bytes\": " +
-                            std::to_string((buckets_[i].end - buckets_[i].begin) * 4) +
+                            std::to_string((buckets_[i].end - buckets_[i].begin) * sizeof(float)) +
                             ", \"ready_after_layer\": " +
                             std::to_string(buckets_[i].ready_layer) + "}");
     }
