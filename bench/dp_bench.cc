@@ -82,12 +82,12 @@ void measure(const TrainConfig& base, const Group& group, Logger& log, const DpA
   c.mutable_parallel()->set_overlap(row.overlap);
   train::Trainer trainer(c, group, log);
   for (int i = 0; i < a.warmup; ++i) trainer.train_step();
-  double comm = 0, exposed = 0, loss = 0;
+  ReduceStats comm;
+  double loss = 0;
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     const train::StepStats s = trainer.train_step();
-    comm += s.comm_seconds;
-    exposed += s.exposed_seconds;
+    comm += s.comm;
     loss = s.loss;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -97,9 +97,9 @@ void measure(const TrainConfig& base, const Group& group, Logger& log, const DpA
   if (tps > row.tokens_per_s) {
     row.tokens_per_s = tps;
     row.ms_per_step = secs / a.steps * 1e3;
-    row.comm_ms = comm / a.steps * 1e3;
-    row.exposed_ms = exposed / a.steps * 1e3;
-    row.hidden = comm > 0 ? std::clamp(1.0 - exposed / comm, 0.0, 1.0) : 1.0;
+    row.comm_ms = comm.comm_seconds / a.steps * 1e3;
+    row.exposed_ms = comm.exposed_seconds / a.steps * 1e3;
+    row.hidden = comm.hidden_fraction();
     row.loss = loss;
   }
 }

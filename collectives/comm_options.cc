@@ -95,7 +95,9 @@ std::string CommOptions::str() const {
     << " inline_bytes=" << format_bytes(static_cast<double>(inline_bytes)) << " spin_polls="
     << (spin_polls < 0 ? std::string("auto") : std::to_string(spin_polls)) << " yield_polls="
     << (yield_polls < 0 ? std::string("auto") : std::to_string(yield_polls))
-    << " max_idle_sleep=" << max_idle_sleep.count() << "us";
+    << " max_idle_sleep="
+    << (max_idle_sleep.count() < 0 ? std::string("auto")
+                                   : std::to_string(max_idle_sleep.count()) + "us");
   return s.str();
 }
 

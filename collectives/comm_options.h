@@ -42,7 +42,7 @@ struct CommOptions {
   size_t inline_bytes = 64 << 10;
   int spin_polls = -1;  // -1: decided from ranks per core (HostCommunicator)
   int yield_polls = -1;  // -1: OpContext::kDefaultYieldPolls
-  std::chrono::microseconds max_idle_sleep{50};
+  std::chrono::microseconds max_idle_sleep{-1};  // negative: IdlePolicy's default (50 us)
 
   // Defaults overridden by the ETR_* variables above; throws ConfigError on bad values.
   static CommOptions from_env();

@@ -106,6 +106,7 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
         node_oversubscribed(group_) ? 16 : static_cast<int>(OpContext::kDefaultSpinPolls);
   }
   if (options_.yield_polls < 0) options_.yield_polls = static_cast<int>(OpContext::kDefaultYieldPolls);
+  if (options_.max_idle_sleep.count() < 0) options_.max_idle_sleep = IdlePolicy::kFirstSleep;
   // Slots for the pipelined pieces are allocated and touched now, not in the first step.
   scratch_->get(scratch_->slots, options_.chunk_bytes * std::clamp(options_.depth, 1, 64));
 }

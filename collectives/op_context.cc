@@ -11,7 +11,7 @@
 namespace etr {
 
 namespace {
-constexpr auto kFirstSleep = std::chrono::microseconds(50);
+constexpr auto kFirstSleep = IdlePolicy::kFirstSleep;
 }  // namespace
 
 OpContext::OpContext(const Work& work, int rank, int size, std::chrono::milliseconds timeout,

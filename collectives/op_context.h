@@ -43,9 +43,11 @@ struct IdlePolicy {
   static constexpr unsigned kDefaultSpinPolls = 4096;
   // Then it yields for ~8192 polls (~10 ms) before it starts to sleep between polls.
   static constexpr unsigned kDefaultYieldPolls = 8192;
+  // The first sleep; later ones double up to max_sleep.
+  static constexpr std::chrono::microseconds kFirstSleep{50};
   unsigned spin_polls = kDefaultSpinPolls;
   unsigned yield_polls = kDefaultYieldPolls;
-  std::chrono::microseconds max_sleep{50};
+  std::chrono::microseconds max_sleep = kFirstSleep;
   CallerWaiting* urgent = nullptr;
 };
 
@@ -62,7 +64,7 @@ class OpContext {
   // A poll made progress: spin again.
   void progressed() {
     idle_polls_ = 0;
-    sleep_ = std::chrono::microseconds(50);
+    sleep_ = IdlePolicy::kFirstSleep;
   }
   // A poll made no progress while waiting on `peer` (-1: unknown). May throw CommError.
   void idle(int peer);
@@ -83,7 +85,7 @@ class OpContext {
   Clock::time_point start_;
   Clock::time_point deadline_;
   IdlePolicy policy_;
-  std::chrono::microseconds sleep_{50};
+  std::chrono::microseconds sleep_ = IdlePolicy::kFirstSleep;
   unsigned idle_polls_ = 0;
 };
 

@@ -13,6 +13,14 @@ double ReduceStats::hidden_fraction() const {
   return std::clamp(1.0 - exposed_seconds / comm_seconds, 0.0, 1.0);
 }
 
+ReduceStats& ReduceStats::operator+=(const ReduceStats& o) {
+  comm_seconds += o.comm_seconds;
+  exposed_seconds += o.exposed_seconds;
+  buckets += o.buckets;
+  bytes += o.bytes;
+  return *this;
+}
+
 std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes,
                                  const BucketOptions& options) {
   if (options.first_bucket_bytes == 0 || options.bucket_cap_bytes == 0) {

@@ -60,6 +60,8 @@ struct ReduceStats {
   size_t bytes = 0;
   // 1 - exposed / comm, in [0, 1] (1 when nothing was communicated).
   double hidden_fraction() const;
+  // Sums over steps (the hidden fraction of a sum weighs each step by its comm time).
+  ReduceStats& operator+=(const ReduceStats& o);
 };
 
 // The buckets for a buffer of `layout` with elements of `element_bytes`. InvalidArgument

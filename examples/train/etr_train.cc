@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -70,6 +71,12 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.steps), s.seconds, s.first_loss, s.final_loss,
                   s.final_val_loss, s.tokens_per_second,
                   etr::format_bytes(static_cast<double>(s.peak_bytes)).c_str());
+    if (world->size() > 1 && s.comm_steps > 0) {
+      const size_t n = std::strlen(line);
+      std::snprintf(line + n, sizeof line - n, " | gradient comm %.1f ms/step, %.0f%% hidden",
+                    s.comm.comm_seconds / static_cast<double>(s.comm_steps) * 1e3,
+                    s.comm.hidden_fraction() * 100);
+    }
     if (world->rank() == 0) world->log().info(line);
   } catch (const etr::Error& e) {
     // A bad config fails alike on every rank before any communication: say it once and

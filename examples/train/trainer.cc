@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -68,10 +69,20 @@ int default_threads(const Group& group) {
 int64_t fail_at_step_from_env(int rank) {
   const char* v = std::getenv("ETR_FAIL_AT_STEP");
   if (!v || !*v) return -1;
-  const std::string s(v);
+  const std::string_view s(v);
   const size_t colon = s.find(':');
-  if (colon != std::string::npos && std::atoi(s.c_str() + colon + 1) != rank) return -1;
-  return std::atoll(s.c_str());
+  int64_t step = -1;
+  int at_rank = rank;
+  auto number = [](std::string_view text, auto& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+  };
+  if (!number(s.substr(0, colon), step) ||
+      (colon != std::string_view::npos && !number(s.substr(colon + 1), at_rank))) {
+    throw ConfigError("ETR_FAIL_AT_STEP='" + std::string(s) +
+                      "' is not STEP or STEP:RANK (non-negative integers)");
+  }
+  return at_rank == rank ? step : -1;
 }
 
 }  // namespace
@@ -141,7 +152,7 @@ void Trainer::setup_parallel() {
     // from the compute thread). Measured with etr-bench dp, docs/architecture.md.
     if (grad_options.spin_polls < 0) grad_options.spin_polls = 64;
     if (grad_options.yield_polls < 0) grad_options.yield_polls = 0;
-    if (!std::getenv("ETR_MAX_IDLE_SLEEP_US")) {
+    if (grad_options.max_idle_sleep.count() < 0) {
       grad_options.max_idle_sleep = std::chrono::microseconds(200);
     }
     grad_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), grad_options);
@@ -238,12 +249,7 @@ StepStats Trainer::train_step() {
       model_->backward(batch);
     }
   }
-  if (reducer_) {
-    const ReduceStats rs = reducer_->finish();
-    st.comm_seconds = rs.comm_seconds;
-    st.exposed_seconds = rs.exposed_seconds;
-    st.hidden_fraction = rs.hidden_fraction();
-  }
+  if (reducer_) st.comm = reducer_->finish();
   sum_over_ranks(&loss_sum, 1);
   st.loss = loss_sum;
   {
@@ -319,16 +325,17 @@ void Trainer::log_step(const StepStats& s) {
                         s.seconds * 1e3, gflops, format_bytes(static_cast<double>(peak)).c_str());
   if (reducer_ && n > 0 && n < static_cast<int>(sizeof line)) {
     std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
-                  s.comm_seconds * 1e3, s.exposed_seconds * 1e3, s.hidden_fraction * 100);
+                  s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
+                  s.comm.hidden_fraction() * 100);
   }
   log_.info(line);
   nlohmann::json j = {{"step", position_.step},     {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm},   {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},        {"gflops", gflops}, {"peak_bytes", peak}};
   if (reducer_) {
-    j["comm_ms"] = s.comm_seconds * 1e3;
-    j["exposed_comm_ms"] = s.exposed_seconds * 1e3;
-    j["hidden_fraction"] = s.hidden_fraction;
+    j["comm_ms"] = s.comm.comm_seconds * 1e3;
+    j["exposed_comm_ms"] = s.comm.exposed_seconds * 1e3;
+    j["hidden_fraction"] = s.comm.hidden_fraction();
   }
   write_metrics(j.dump());
 }
@@ -345,13 +352,12 @@ RunSummary Trainer::run() {
   const auto t0 = Clock::now();
   const int64_t steps = config_.schedule().max_steps();
   const auto& lg = config_.log();
-  double comm = 0, exposed = 0;
   for (int64_t i = 0; i < steps; ++i) {
     StepStats s = train_step();
     if (i == 0) sum.first_loss = s.loss;
     if (i > 0 || steps == 1) {
-      comm += s.comm_seconds;
-      exposed += s.exposed_seconds;
+      sum.comm += s.comm;
+      ++sum.comm_steps;
     }
     sum.final_loss = s.loss;
     const int64_t step = static_cast<int64_t>(position_.step);
@@ -372,10 +378,6 @@ RunSummary Trainer::run() {
   sum.tokens_per_second = static_cast<double>(steps * config_.batch().global_batch() *
                                               model_config_.seq_len) / sum.seconds;
   sum.peak_bytes = alloc_.stats().peak;
-  const double counted = static_cast<double>(std::max<int64_t>(1, steps > 1 ? steps - 1 : 1));
-  sum.comm_seconds = comm / counted;
-  sum.exposed_seconds = exposed / counted;
-  sum.hidden_fraction = comm > 0 ? std::clamp(1.0 - exposed / comm, 0.0, 1.0) : 1.0;
   write_trace();
   if (leader() && lg.sample_tokens() > 0) sum.sample = generate(lg.sample_prompt(), lg.sample_tokens());
   if (leader() && !config_.output().export_safetensors().empty()) {

@@ -45,10 +45,8 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;
-  // Gradient communication (zero on one rank): see parallel/bucket_reducer.h.
-  double comm_seconds = 0;
-  double exposed_seconds = 0;
-  double hidden_fraction = 1;
+  // Gradient communication (nothing on one rank): see parallel/bucket_reducer.h.
+  ReduceStats comm;
 };
 
 struct RunSummary {
@@ -59,10 +57,9 @@ struct RunSummary {
   double seconds = 0;
   double tokens_per_second = 0;
   size_t peak_bytes = 0;
-  // Means over the steps after the first of the communication figures of StepStats.
-  double comm_seconds = 0;
-  double exposed_seconds = 0;
-  double hidden_fraction = 1;
+  // StepStats::comm summed over comm_steps steps (all but the first, which warms up).
+  ReduceStats comm;
+  int64_t comm_steps = 0;
   std::string sample;
 };
 

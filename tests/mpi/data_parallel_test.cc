@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "examples/data/window_space.h"
 #include "examples/train/trainer.h"
 #include "mpi/mpi_test_main.h"
 #include "runtime/config/train_config.h"
@@ -126,6 +127,8 @@ TEST(DataParallel, EvaluationSplitsHeldOutDataEvenWhenARankGetsNone) {
   TrainConfig c = config({"data.synthetic_size=" + std::to_string(total),
                           "data.val_fraction=" + std::to_string(fraction + 1e-9),
                           "log.eval_batches=8", "batch.micro_batch=1"});
+  // The premise: the held-out split really is 3 windows (one token per byte).
+  ASSERT_EQ(data::split_windows(total, T, c.data().val_fraction()).val.count(), 3u);
   Group self(MPI_COMM_SELF, "self", false);
   Trainer ref(c, self, testing::world().log());
   Trainer t(c, testing::world());
