@@ -94,7 +94,15 @@ void DurableFile::commit() {
   committed_ = true;
 
   // The rename is durable only once the directory entry is: fsync the directory.
-  std::filesystem::path dir = directory_of(path_);
+  try {
+    fsync_directory(directory_of(path_));
+  } catch (const IoError& e) {
+    throw IoError("wrote " + quoted(path_) + " but " + e.what() +
+                  "; the file may not survive a crash, check the file system");
+  }
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int err = 0;
   if (dfd < 0) {
@@ -109,9 +117,7 @@ void DurableFile::commit() {
     ::close(dfd);
   }
   if (err != 0) {
-    throw IoError("wrote " + quoted(path_) + " but cannot flush its directory " + quoted(dir) +
-                  ": " + std::strerror(err) +
-                  "; the file may not survive a crash, check the file system");
+    throw IoError("cannot flush the directory " + quoted(dir) + ": " + std::strerror(err));
   }
 }
 

@@ -51,6 +51,10 @@ class DurableFile {
   bool committed_ = false;
 };
 
+// fsync a directory, so that renames and creations inside it survive a crash (file
+// systems that cannot fsync a directory count as done). IoError naming it on failure.
+void fsync_directory(const std::filesystem::path& dir);
+
 // The whole of data[0, size) into `path`, durably, in one call.
 void write_file_durably(const std::filesystem::path& path, const void* data, size_t size);
 

@@ -1,0 +1,282 @@
+#include "checkpoint/checkpoint_writer.h"
+
+#include <chrono>
+#include <cstring>
+#include <system_error>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/catalog.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/durable_file.h"
+#include "checkpoint/manifest.h"
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+
+namespace etr {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// ".step-NNNNNNNNN.partial": a save in flight (never a checkpoint name).
+std::string partial_name(uint64_t step) {
+  std::string name(".");
+  name.append(step_dir_name(step)).append(".partial");
+  return name;
+}
+
+constexpr size_t kStagingBytes = size_t{8} << 20;  // one write() per 8 MiB
+
+// Writes pieces to a DurableFile through a staging buffer and checksums them. The file
+// bytes and checksum are the same however the pieces are cut.
+class ShardSink {
+ public:
+  explicit ShardSink(const fs::path& path) : file_(path) {}
+  void append(const void* data, size_t size) {
+    sum_.update(data, size);
+    if (size >= kStagingBytes) {  // large pieces go straight through
+      drain();
+      file_.write(data, size);
+      return;
+    }
+    if (staging_.size() + size > kStagingBytes) drain();
+    const char* p = static_cast<const char*>(data);
+    staging_.insert(staging_.end(), p, p + size);
+  }
+  // Returns the checksum; the file is durable at its final name afterwards.
+  uint64_t commit() {
+    drain();
+    file_.commit();
+    return sum_.digest();
+  }
+  size_t bytes() const { return file_.bytes_written() + staging_.size(); }
+
+ private:
+  void drain() {
+    if (!staging_.empty()) file_.write(staging_.data(), staging_.size());
+    staging_.clear();
+  }
+  DurableFile file_;
+  Checksum sum_;
+  std::vector<char> staging_;
+};
+
+struct ShardInfo {
+  uint64_t bytes;
+  uint64_t xxh3;
+  double write_seconds;
+};
+
+}  // namespace
+
+struct CheckpointWriter::Pending {
+  CheckpointTier tier;
+  uint64_t step = 0;
+  fs::path partial, final_dir;
+  ckpt::Manifest manifest;
+  std::vector<std::string> file_names;  // every rank's
+  std::vector<char> snapshot;           // async: this rank's file contents
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::string error;
+  ShardInfo info{0, 0, 0};
+  Clock::time_point t0;
+  double stall = 0;
+};
+
+CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log)
+    : group_(group.dup(group.name() + ".checkpoint")), async_(async), log_(log) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    log_.error("checkpoint: the last save did not complete: ", e.what());
+  }
+  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+}
+
+// Rank 0: an empty TIER/.step-N.partial; stale partial directories are removed.
+std::string CheckpointWriter::prepare_directory(const CheckpointTier& tier, uint64_t step) {
+  std::error_code ec;
+  fs::create_directories(tier.dir, ec);
+  if (ec) return "cannot create the checkpoint directory " + tier.dir.string() + ": " + ec.message();
+  for (const auto& item : fs::directory_iterator(tier.dir, ec)) {
+    const std::string name = item.path().filename().string();
+    if (name.starts_with(".step-") && name.ends_with(".partial")) fs::remove_all(item.path(), ec);
+  }
+  const fs::path partial = tier.dir / partial_name(step);
+  fs::create_directory(partial, ec);
+  if (ec) return "cannot create " + partial.string() + ": " + ec.message();
+  return "";
+}
+
+bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
+                            const ParamLayout& layout, std::span<const NamedState> states) {
+  flush();
+  const auto t0 = Clock::now();
+  const uint64_t step = meta.step();
+  std::string err = group_.rank() == 0 ? prepare_directory(tier, step) : "";
+  err = first_error(group_, err);
+  if (!err.empty()) {
+    if (group_.rank() == 0) {
+      log_.error("checkpoint of step ", step, " not saved: ", err,
+                 "; the previous checkpoints are untouched");
+    }
+    stats_.push_back(SaveStats{step, tier.name, {}, false, err, 0, seconds_since(t0), 0, 0});
+    return false;
+  }
+  std::vector<std::string> names;
+  std::vector<const float*> buffers;
+  for (const NamedState& s : states) {
+    names.push_back(s.name);
+    buffers.push_back(s.data);
+  }
+  const ShardPlan plan(layout, group_.size(), names);
+  auto p = std::make_unique<Pending>();
+  p->tier = tier;
+  p->step = step;
+  p->partial = tier.dir / partial_name(step);
+  p->final_dir = tier.dir / step_dir_name(step);
+  p->manifest = std::move(meta);
+  plan.describe(p->manifest);
+  p->manifest.set_tier(tier.name);
+  for (int r = 0; r < group_.size(); ++r) p->file_names.push_back(plan.file_name(r));
+  p->t0 = t0;
+  const fs::path file = p->partial / plan.file_name(group_.rank());
+  Pending* raw = p.get();
+  auto write = [raw, file](const std::function<void(ShardSink&)>& fill) {
+    const auto w0 = Clock::now();
+    try {
+      ShardSink sink(file);
+      fill(sink);
+      raw->info.bytes = sink.bytes();
+      raw->info.xxh3 = sink.commit();
+    } catch (const std::exception& e) {
+      raw->error = e.what();
+    }
+    raw->info.write_seconds = seconds_since(w0);
+    raw->done.store(true, std::memory_order_release);
+  };
+  if (async_) {
+    p->snapshot.reserve(plan.file_bytes(group_.rank()));
+    plan.pack(group_.rank(), buffers, [raw](const void* data, size_t size) {
+      const char* c = static_cast<const char*>(data);
+      raw->snapshot.insert(raw->snapshot.end(), c, c + size);
+    });
+    p->stall = seconds_since(t0);
+    p->thread = std::thread([raw, write] {
+      write([raw](ShardSink& sink) {
+        for (size_t at = 0; at < raw->snapshot.size(); at += kStagingBytes) {
+          sink.append(raw->snapshot.data() + at, std::min(kStagingBytes, raw->snapshot.size() - at));
+        }
+      });
+      std::vector<char>().swap(raw->snapshot);  // give the memory back early
+    });
+    pending_ = std::move(p);
+    return true;
+  }
+  write([&](ShardSink& sink) {
+    plan.pack(group_.rank(), buffers, [&](const void* data, size_t size) { sink.append(data, size); });
+  });
+  pending_ = std::move(p);
+  commit();
+  stats_.back().stall_seconds = stats_.back().total_seconds;
+  return stats_.back().ok;
+}
+
+void CheckpointWriter::poll() {
+  if (!pending_) return;
+  if (all_true(group_, pending_->done.load(std::memory_order_acquire))) commit();
+}
+
+void CheckpointWriter::flush() {
+  if (!pending_) return;
+  if (pending_->thread.joinable()) pending_->thread.join();
+  commit();
+}
+
+void CheckpointWriter::commit() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  if (p->thread.joinable()) p->thread.join();
+  SaveStats s;
+  s.step = p->step;
+  s.tier = p->tier.name;
+  s.stall_seconds = p->stall;
+  std::string err = first_error(group_, p->error);
+  const std::vector<ShardInfo> infos = all_gather(group_, p->info);
+  if (err.empty()) {
+    std::string local;
+    if (group_.rank() == 0) {
+      try {
+        for (int r = 0; r < group_.size(); ++r) {
+          ckpt::ShardFile* f = p->manifest.add_files();
+          f->set_name(p->file_names[static_cast<size_t>(r)]);
+          f->set_bytes(infos[static_cast<size_t>(r)].bytes);
+          f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
+          f->set_writer_rank(r);
+        }
+        p->manifest.set_created_unix_ms(unix_ms());
+        write_manifest(p->partial, p->manifest);
+        std::error_code ec;
+        if (fs::exists(p->final_dir, ec)) {
+          const fs::path aside = p->final_dir.string() + ".replaced-" + std::to_string(unix_ms());
+          fs::rename(p->final_dir, aside, ec);
+          if (ec) throw IoError("cannot move the existing " + p->final_dir.string() + " aside: " + ec.message());
+          log_.warn("checkpoint: ", p->final_dir.string(), " existed; moved it to ", aside.string());
+        }
+        fs::rename(p->partial, p->final_dir, ec);
+        if (ec) throw IoError("cannot rename " + p->partial.string() + " to " + p->final_dir.string() + ": " + ec.message());
+        fsync_directory(p->tier.dir);
+      } catch (const std::exception& e) {
+        local = e.what();
+      }
+    }
+    err = first_error(group_, local);
+  }
+  s.total_seconds = seconds_since(p->t0);
+  for (const ShardInfo& i : infos) {
+    s.bytes += i.bytes;
+    s.write_seconds = std::max(s.write_seconds, i.write_seconds);
+  }
+  if (!err.empty()) {
+    s.error = err;
+    if (group_.rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(p->partial, ec);
+      log_.error("checkpoint of step ", p->step, " to ", p->tier.dir.string(), " failed: ", err,
+                 "; the previous checkpoints are untouched");
+    }
+    stats_.push_back(s);
+    return;
+  }
+  s.ok = true;
+  s.dir = p->final_dir;
+  if (group_.rank() == 0) {
+    log_.info("checkpoint ", p->final_dir.string(), " (", p->tier.name, ") saved: ",
+              group_.size(), " shard file(s), ", format_bytes(static_cast<double>(s.bytes)),
+              ", written in ", s.write_seconds, " s (",
+              format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)),
+              "/s), step stall ", s.stall_seconds * 1e3, " ms");
+    try {
+      for (const fs::path& gone : prune_checkpoints(p->tier.dir, p->tier.keep)) {
+        log_.debug("checkpoint: deleted ", gone.string(), " (", p->tier.name, " keeps ",
+                   p->tier.keep, ")");
+      }
+    } catch (const std::exception& e) {
+      log_.warn("checkpoint: ", e.what());
+    }
+  }
+  stats_.push_back(s);
+}
+
+}  // namespace etr

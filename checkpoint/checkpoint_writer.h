@@ -1,0 +1,96 @@
+// CheckpointWriter: saves a job's state as a sharded checkpoint, synchronously or in the
+// background, into tiers with retention (DESIGN.md, "Checkpoints").
+//
+// A save, collective over the group (world N, rank r):
+//   1. rank 0 creates TIER/.step-NNNNNNNNN.partial/ (a stale one from a crash is removed)
+//   2. rank r writes its shard file (ShardPlan: range r of every state, so replicated
+//      state is split and no byte is written twice): DurableFile = write, fsync, rename.
+//      async: the range is first copied into host memory (the only stall of the step)
+//      and a background thread writes it while training continues
+//   3. when every rank's shard is durable (sync: at once; async: at the first step
+//      boundary, poll(), where all ranks report done) the ranks agree; rank 0 gathers the
+//      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
+//      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
+//   4. a failure on any rank (full disk, permissions) is agreed on: the partial directory
+//      is deleted, the error logged with its cause, and the previous checkpoints are
+//      untouched; training goes on (the failure is counted in stats())
+// So a checkpoint is visible only when complete. A save of a step that already exists
+// (after a rollback) moves the old directory aside to step-N.replaced-<ms>.
+//
+// Only one save is in flight: a save while one is pending completes the pending one
+// first (collective), so calls must be made in the same order on every rank.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/manifest.pb.h"
+#include "checkpoint/shard_plan.h"
+#include "runtime/group.h"
+#include "runtime/log.h"
+#include "runtime/param_layout.h"
+
+namespace etr {
+
+struct CheckpointTier {
+  std::filesystem::path dir;
+  std::string name;  // "durable", "fast"
+  int keep = 0;      // newest complete checkpoints kept; < 1 keeps all
+};
+
+struct SaveStats {
+  uint64_t step = 0;
+  std::string tier;
+  std::filesystem::path dir;  // the committed checkpoint
+  bool ok = false;
+  std::string error;          // why not (the first failing rank's sentence)
+  uint64_t bytes = 0;         // of all shard files
+  double stall_seconds = 0;   // the caller's time in save() (async: the snapshot copy)
+  double write_seconds = 0;   // slowest rank's shard write, fsync included
+  double total_seconds = 0;   // save() to manifest committed
+};
+
+class CheckpointWriter {
+ public:
+  // Duplicates the group's communicator. Collective.
+  CheckpointWriter(const Group& group, bool async, Logger& log);
+  // Completes a pending save (collective: every rank destroys its writer together).
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Collective. `meta` carries everything but the tensors, files, states and tier, which
+  // the writer fills. `states` are full flat buffers of `layout`, equal on every rank;
+  // async: they may change as soon as save() returns. Returns false when the save
+  // failed (sync) or could not start.
+  bool save(const CheckpointTier& tier, ckpt::Manifest meta, const ParamLayout& layout,
+            std::span<const NamedState> states);
+  // Collective; call at every step boundary. Commits a pending async save once every
+  // rank's shard is durable; costs one 4-byte allreduce while a save is pending.
+  void poll();
+  // Collective: waits for the pending save and commits it.
+  void flush();
+  bool pending() const { return pending_ != nullptr; }
+
+  // Every completed save (failed ones too), oldest first.
+  const std::vector<SaveStats>& stats() const { return stats_; }
+
+ private:
+  struct Pending;
+  void commit();
+  std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
+
+  Group group_;
+  bool async_;
+  Logger& log_;
+  std::unique_ptr<Pending> pending_;
+  std::vector<SaveStats> stats_;
+};
+
+}  // namespace etr

@@ -1,0 +1,59 @@
+// The manifest of a checkpoint directory: reading, writing and checking it
+// (checkpoint/manifest.proto is the schema; docs/checkpoint_format.md the whole format).
+//
+//   ckpt::Manifest m = ...;                      // filled by CheckpointWriter
+//   write_manifest(dir, m);                      // manifest.pb, durably (last file)
+//   ckpt::Manifest back = read_manifest(dir);    // envelope checksum, version, sanity
+//   std::string bad = verify_files(dir, back);   // "" or a sentence naming the file
+//
+// read_manifest trusts nothing in the file: the envelope's checksum is checked before
+// the body is parsed, a newer format version is refused, every shard file name must be
+// a plain name inside the directory (no '/', no ".."), and every tensor's extents must
+// lie inside the listed files and cover the tensor exactly once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "checkpoint/manifest.pb.h"
+
+namespace etr {
+
+namespace ckpt_format {
+// The format version this build writes and the newest it reads.
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr const char* kManifestName = "manifest.pb";
+}  // namespace ckpt_format
+
+// "step-000000120": the directory name of the checkpoint after `step` steps.
+std::string step_dir_name(uint64_t step);
+// The step of a directory name step_dir_name made, or nothing for any other name.
+std::optional<uint64_t> parse_step_dir_name(std::string_view name);
+
+// True for a name that stays inside a directory: not empty, no '/', not "." or "..",
+// no NUL, at most 255 bytes.
+bool is_plain_file_name(std::string_view name);
+
+// Writes `dir`/manifest.pb durably (write, fsync, rename, fsync dir). IoError on failure.
+void write_manifest(const std::filesystem::path& dir, const ckpt::Manifest& manifest);
+
+// Reads and checks `dir`/manifest.pb. Throws CheckpointError with a sentence naming the
+// directory for: no manifest (an unfinished save), a checksum mismatch, a newer format
+// version, a body that does not parse, an unsafe file name, extents that do not fit.
+ckpt::Manifest read_manifest(const std::filesystem::path& dir);
+
+// Checks the size and XXH3 checksum of the shard files i with i % parts == part (all by
+// default). Returns "" when they match, else one sentence naming the first bad file.
+std::string verify_files(const std::filesystem::path& dir, const ckpt::Manifest& manifest,
+                         int part = 0, int parts = 1);
+
+// Bytes of the shard files listed in the manifest.
+uint64_t shard_bytes(const ckpt::Manifest& manifest);
+
+// Bytes per element of a manifest dtype name ("f32" -> 4); 0 for an unknown name.
+size_t dtype_name_size(std::string_view dtype);
+
+}  // namespace etr
