@@ -6,7 +6,7 @@
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/catalog.h"
-#include "checkpoint/checksum.h"
+#include "checkpoint/shard_sink.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "runtime/bytes.h"
@@ -33,42 +33,6 @@ std::string partial_name(uint64_t step) {
   name.append(step_dir_name(step)).append(".partial");
   return name;
 }
-
-constexpr size_t kStagingBytes = size_t{8} << 20;  // one write() per 8 MiB
-
-// Writes pieces to a DurableFile through a staging buffer and checksums them. The file
-// bytes and checksum are the same however the pieces are cut.
-class ShardSink {
- public:
-  explicit ShardSink(const fs::path& path) : file_(path) {}
-  void append(const void* data, size_t size) {
-    sum_.update(data, size);
-    if (size >= kStagingBytes) {  // large pieces go straight through
-      drain();
-      file_.write(data, size);
-      return;
-    }
-    if (staging_.size() + size > kStagingBytes) drain();
-    const char* p = static_cast<const char*>(data);
-    staging_.insert(staging_.end(), p, p + size);
-  }
-  // Returns the checksum; the file is durable at its final name afterwards.
-  uint64_t commit() {
-    drain();
-    file_.commit();
-    return sum_.digest();
-  }
-  size_t bytes() const { return file_.bytes_written() + staging_.size(); }
-
- private:
-  void drain() {
-    if (!staging_.empty()) file_.write(staging_.data(), staging_.size());
-    staging_.clear();
-  }
-  DurableFile file_;
-  Checksum sum_;
-  std::vector<char> staging_;
-};
 
 struct ShardInfo {
   uint64_t bytes;
@@ -176,8 +140,8 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     p->stall = seconds_since(t0);
     p->thread = std::thread([raw, write] {
       write([raw](ShardSink& sink) {
-        for (size_t at = 0; at < raw->snapshot.size(); at += kStagingBytes) {
-          sink.append(raw->snapshot.data() + at, std::min(kStagingBytes, raw->snapshot.size() - at));
+        for (size_t at = 0; at < raw->snapshot.size(); at += kShardStagingBytes) {
+          sink.append(raw->snapshot.data() + at, std::min(kShardStagingBytes, raw->snapshot.size() - at));
         }
       });
       std::vector<char>().swap(raw->snapshot);  // give the memory back early
