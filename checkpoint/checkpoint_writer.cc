@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_writer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -61,12 +62,15 @@ CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log)
     : group_(group.dup(group.name() + ".checkpoint")), async_(async), log_(log) {}
 
 CheckpointWriter::~CheckpointWriter() {
-  try {
-    flush();
-  } catch (const std::exception& e) {
-    log_.error("checkpoint: the last save did not complete: ", e.what());
+  // No collective here: a writer is also destroyed while an exception unwinds on one rank
+  // only, and a commit would wait for peers that are elsewhere. A save still pending is
+  // left as its .partial directory (invisible; the next save removes it).
+  if (!pending_) return;
+  if (pending_->thread.joinable()) pending_->thread.join();
+  if (group_.rank() == 0) {
+    log_.warn("checkpoint of step ", pending_->step, " was not committed (the job ended before "
+              "flush()); it stays invisible in ", pending_->partial.string());
   }
-  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
 }
 
 // Rank 0: an empty TIER/.step-N.partial; stale partial directories are removed.
@@ -226,11 +230,14 @@ void CheckpointWriter::commit() {
   s.ok = true;
   s.dir = p->final_dir;
   if (group_.rank() == 0) {
+    char timing[160];
+    std::snprintf(timing, sizeof timing, "written in %.3f s (%s/s), step stall %.1f ms",
+                  s.write_seconds,
+                  format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)).c_str(),
+                  s.stall_seconds * 1e3);
     log_.info("checkpoint ", p->final_dir.string(), " (", p->tier.name, ") saved: ",
-              group_.size(), " shard file(s), ", format_bytes(static_cast<double>(s.bytes)),
-              ", written in ", s.write_seconds, " s (",
-              format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)),
-              "/s), step stall ", s.stall_seconds * 1e3, " ms");
+              group_.size(), " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ",
+              timing);
     try {
       for (const fs::path& gone : prune_checkpoints(p->tier.dir, p->tier.keep)) {
         log_.debug("checkpoint: deleted ", gone.string(), " (", p->tier.name, " keeps ",

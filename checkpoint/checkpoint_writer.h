@@ -60,7 +60,8 @@ class CheckpointWriter {
  public:
   // Duplicates the group's communicator. Collective.
   CheckpointWriter(const Group& group, bool async, Logger& log);
-  // Completes a pending save (collective: every rank destroys its writer together).
+  // Not collective: waits for this rank's background write but does not commit it (call
+  // flush() first for that).
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;

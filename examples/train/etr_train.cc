@@ -1,7 +1,7 @@
 // etr-train: trains the example GPT-2 (README.md, "etr-train").
 //
 //   etr-train --config configs/demo.pbtxt [--set model.n_layer=2 ...] [--trace FILE]
-//             [--print-config]
+//             [--resume DIR|latest] [--print-config]
 //   mpirun -np 4 etr-train ...          data parallel: one replica per rank
 //
 // The configuration is a protobuf text file (runtime/config/etr_config.proto documents
@@ -10,6 +10,7 @@
 // every log.eval_every steps; a generated sample and a summary at the end.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -25,6 +26,9 @@
 
 int main(int argc, char** argv) {
   etr::ensure_omp_spin_limit(argv);  // before MPI and OpenMP start (runtime/omp_env.h)
+  // A file-size limit (ulimit -f) must fail a checkpoint write with EFBIG, which the writer
+  // reports and survives, instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::unique_ptr<etr::World> world;
   try {
     world = std::make_unique<etr::World>(&argc, &argv);
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string trace_path;
+  std::string resume;
   bool print_only = false;
   app.add_option("--config", config_path, "Configuration in protobuf text format "
                  "(runtime/config/etr_config.proto documents every field)");
@@ -45,6 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "Write a Chrome trace of the first log.trace_steps steps "
                  "of every rank to FILE (open it in ui.perfetto.dev); same as --set "
                  "log.trace_file=FILE");
+  app.add_option("--resume", resume, "Resume from a checkpoint: 'latest' (the newest usable one in "
+                 "checkpoint.dir and checkpoint.fast_dir; start fresh when there is none), or a "
+                 "checkpoint directory, or a directory of them (falls back to older ones when the "
+                 "newest is corrupt); same as --set checkpoint.resume=...");
   app.add_flag("--print-config", print_only, "Print the effective configuration and exit");
   try {
     app.parse(argc, argv);
@@ -56,6 +65,7 @@ int main(int argc, char** argv) {
     etr::TrainConfig config = config_path.empty() ? etr::TrainConfig() : etr::load_config(config_path);
     etr::apply_overrides(config, overrides);
     if (!trace_path.empty()) config.mutable_log()->set_trace_file(trace_path);
+    if (!resume.empty()) config.mutable_checkpoint()->set_resume(resume);
     etr::resolve(config);
     configured = true;
     world->log().set_level(etr::log_level(config));
@@ -66,9 +76,9 @@ int main(int argc, char** argv) {
     if (!s.sample.empty()) world->log().info("sample:\n", s.sample);
     char line[320];
     std::snprintf(line, sizeof line,
-                  "done: %lld steps in %.1f s | loss %.4f -> %.4f | held-out %.4f | %.0f tok/s | "
-                  "peak memory %s",
-                  static_cast<long long>(s.steps), s.seconds, s.first_loss, s.final_loss,
+                  "done: %lld steps (from step %lld) in %.1f s | loss %.4f -> %.4f | held-out %.4f "
+                  "| %.0f tok/s | peak memory %s",
+                  static_cast<long long>(s.steps), static_cast<long long>(s.start_step), s.seconds, s.first_loss, s.final_loss,
                   s.final_val_loss, s.tokens_per_second,
                   etr::format_bytes(static_cast<double>(s.peak_bytes)).c_str());
     if (world->size() > 1 && s.comm_steps > 0) {

@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_writer.h"
 #include "collectives/host_communicator.h"
 #include "examples/data/batch_plan.h"
 #include "examples/data/sampler.h"
@@ -50,7 +52,8 @@ struct StepStats {
 };
 
 struct RunSummary {
-  int64_t steps = 0;
+  int64_t start_step = 0;  // the step training started (or resumed) from
+  int64_t steps = 0;       // steps run by this run() call
   double first_loss = 0;
   double final_loss = 0;
   double final_val_loss = -1;  // -1: never evaluated
@@ -82,6 +85,20 @@ class Trainer {
   // Collective: writes the trace (log.trace_file) when tracing; rank 0 writes the file.
   void write_trace();
 
+  // Checkpoints (checkpoint.* in the config). Collective. Saves the state after the
+  // steps completed so far to the durable ("durable") or fast ("fast") tier; async per
+  // checkpoint.async. Returns false when the save failed (logged; training may go on).
+  bool save_checkpoint(const std::string& tier);
+  // Collective: waits for a background save and commits it.
+  void flush_checkpoints();
+  // Collective: loads parameters, optimizer moments, data position and schedule from the
+  // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
+  void restore(const std::filesystem::path& dir);
+  // The checkpoint this trainer resumed from (checkpoint.resume), if any.
+  const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
+  // Null unless checkpoint.dir or checkpoint.fast_dir is set.
+  const CheckpointWriter* checkpoint_writer() const { return ckpt_writer_.get(); }
+
   gpt::GptModel<float>& model() { return *model_; }
   const data::DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
@@ -92,6 +109,9 @@ class Trainer {
 
  private:
   void setup_parallel();
+  void setup_checkpoints();
+  void checkpoint_if_due(int64_t step, bool last);
+  ckpt::Manifest checkpoint_meta() const;
   void load_data();
   void log_step(const StepStats& s);
   void write_metrics(const std::string& json_line);
@@ -125,6 +145,10 @@ class Trainer {
   std::unique_ptr<HostCommunicator> control_comm_;
   std::unique_ptr<BucketReducer> reducer_;
   int64_t fail_at_step_ = -1;  // ETR_FAIL_AT_STEP (tests): throw at that step
+  // Checkpoints: one writer (one save in flight) for both tiers.
+  std::unique_ptr<CheckpointWriter> ckpt_writer_;
+  CheckpointTier durable_tier_, fast_tier_;
+  std::optional<std::filesystem::path> resumed_from_;
 };
 
 }  // namespace etr::train

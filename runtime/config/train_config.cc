@@ -222,6 +222,23 @@ void validate_parallel(const config::ParallelConfig& p) {
   }
 }
 
+void validate_checkpoint(const config::CheckpointConfig& c) {
+  require(c.every() >= 0, "checkpoint.every", c.every(), "0 (only at the end) or more");
+  require(c.fast_every() >= 0, "checkpoint.fast_every", c.fast_every(), "0 (none) or more");
+  require(c.keep() >= 0, "checkpoint.keep", c.keep(), "0 (keep all) or more");
+  require(c.fast_keep() >= 0, "checkpoint.fast_keep", c.fast_keep(), "0 (keep all) or more");
+  require(c.fast_every() == 0 || !c.fast_dir().empty(),
+          "checkpoint.fast_every = " + text(c.fast_every()) +
+              " but checkpoint.fast_dir is empty; name a directory for the fast tier "
+              "(e.g. /dev/shm/etr-job).");
+  require(c.fast_dir().empty() || c.fast_dir() != c.dir(),
+          "checkpoint.fast_dir and checkpoint.dir are both \"" + c.dir() +
+              "\"; the two tiers need directories of their own.");
+  require(c.resume() != "latest" || !c.dir().empty() || !c.fast_dir().empty(),
+          "checkpoint.resume = latest but neither checkpoint.dir nor checkpoint.fast_dir is "
+          "set; name the directory to resume from.");
+}
+
 void validate_runtime(const config::RuntimeConfig& r) {
   require(r.threads() >= 0, "runtime.threads", r.threads(), "0 (automatic) or more");
   if (r.host_memory_budget().empty()) return;
@@ -292,6 +309,7 @@ void validate(const TrainConfig& config) {
   validate_log(config.log());
   validate_runtime(config.runtime());
   validate_parallel(config.parallel());
+  validate_checkpoint(config.checkpoint());
 }
 
 std::string format_config(const TrainConfig& config) {
