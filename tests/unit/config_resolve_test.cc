@@ -185,6 +185,17 @@ TEST(Validation, EachRuleHasItsSentence) {
       {{"runtime.host_memory_budget=0"},
        "runtime.host_memory_budget is 0; give a size such as 8GiB, or \"\" for the "
        "allocator's default."},
+      {{"checkpoint.every=-1"}, "checkpoint.every is -1; it must be 0 (only at the end) or more."},
+      {{"checkpoint.keep=-2"}, "checkpoint.keep is -2; it must be 0 (keep all) or more."},
+      {{"checkpoint.fast_every=5"},
+       "checkpoint.fast_every = 5 but checkpoint.fast_dir is empty; name a directory for the "
+       "fast tier (e.g. /dev/shm/etr-job)."},
+      {{"checkpoint.dir=ck", "checkpoint.fast_dir=ck"},
+       "checkpoint.fast_dir and checkpoint.dir are both \"ck\"; the two tiers need "
+       "directories of their own."},
+      {{"checkpoint.resume=latest"},
+       "checkpoint.resume = latest but neither checkpoint.dir nor checkpoint.fast_dir is set; "
+       "name the directory to resume from."},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c.overrides));
