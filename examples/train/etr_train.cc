@@ -88,6 +88,17 @@ int main(int argc, char** argv) {
                     s.comm.hidden_fraction() * 100);
     }
     if (world->rank() == 0) world->log().info(line);
+    // Periodic saves that fail are reported and training goes on; a job whose last save
+    // failed must not look successful.
+    const etr::CheckpointWriter* writer = trainer.checkpoint_writer();
+    if (writer && !writer->stats().empty() && !writer->stats().back().ok) {
+      if (world->rank() == 0) {
+        std::fprintf(stderr, "etr-train: error: the last checkpoint (step %llu) was not saved: %s\n",
+                     static_cast<unsigned long long>(writer->stats().back().step),
+                     writer->stats().back().error.c_str());
+      }
+      return 1;
+    }
   } catch (const etr::Error& e) {
     // A bad config fails alike on every rank before any communication: say it once and
     // exit normally. Later, end the whole job now: the peers may be waiting for this

@@ -100,6 +100,9 @@ class Trainer {
   const CheckpointWriter* checkpoint_writer() const { return ckpt_writer_.get(); }
 
   gpt::GptModel<float>& model() { return *model_; }
+  // AdamW's moments, flat buffers of the parameters' layout (model().layout()).
+  const float* adam_m() const { return static_cast<const float*>(m_.data()); }
+  const float* adam_v() const { return static_cast<const float*>(v_.data()); }
   const data::DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
   const data::RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
