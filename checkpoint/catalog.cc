@@ -5,6 +5,7 @@
 #include <map>
 #include <system_error>
 
+#include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "runtime/error.h"
 
@@ -93,13 +94,22 @@ std::vector<fs::path> roll_back(const fs::path& root, uint64_t step) {
     throw CheckpointError(root.string() + " has no complete checkpoint at step " +
                           std::to_string(step) + " to roll back to");
   }
+  return move_aside_newer(root, step);
+}
+
+std::vector<fs::path> move_aside_newer(const fs::path& root, uint64_t step) {
+  const auto all = list_checkpoints(root);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
-  const fs::path aside = root / ("rolled-back-" + std::to_string(ms));
+  // A fresh folder even when another rollback ran in the same millisecond.
+  fs::path aside = root / ("rolled-back-" + std::to_string(ms));
+  std::error_code ec;
+  for (int i = 2; fs::exists(aside, ec); ++i) {
+    aside = root / ("rolled-back-" + std::to_string(ms) + "-" + std::to_string(i));
+  }
   std::vector<fs::path> moved;
   for (const auto& e : all) {
     if (e.step <= step) continue;
-    std::error_code ec;
     fs::create_directories(aside, ec);
     fs::rename(e.dir, aside / e.dir.filename(), ec);
     if (ec) {
@@ -107,6 +117,10 @@ std::vector<fs::path> roll_back(const fs::path& root, uint64_t step) {
                     ec.message());
     }
     moved.push_back(aside / e.dir.filename());
+  }
+  if (!moved.empty()) {  // the renames survive a crash
+    fsync_directory(aside);
+    fsync_directory(root);
   }
   return moved;
 }

@@ -38,4 +38,10 @@ std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path
 // CheckpointError when `root` has no complete checkpoint at `step`.
 std::vector<std::filesystem::path> roll_back(const std::filesystem::path& root, uint64_t step);
 
+// roll_back's move without its check: the checkpoints of `root` newer than `step`
+// (complete or not) go into root/rolled-back-<unix ms>/, whether or not `step` exists
+// (etr-ckpt rollback of several tiers, one of which lacks the step). Returns the new paths.
+std::vector<std::filesystem::path> move_aside_newer(const std::filesystem::path& root,
+                                                    uint64_t step);
+
 }  // namespace etr

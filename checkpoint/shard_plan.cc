@@ -27,6 +27,19 @@ std::pair<int64_t, int64_t> ShardPlan::range(int rank) const {
   return {at(rank), at(rank + 1)};
 }
 
+std::pair<int64_t, int64_t> ShardPlan::flat_range(int rank) const {
+  const auto [a, b] = range(rank);
+  if (a >= b) return {0, 0};
+  // The flat offset of packed element p (tensors_ is sorted by packed_begin).
+  const auto flat = [&](int64_t p) {
+    auto it = std::upper_bound(tensors_.begin(), tensors_.end(), p,
+                               [](int64_t x, const Tensor& t) { return x < t.packed_begin; });
+    --it;  // the last tensor starting at or before p: it holds p (an empty one never does)
+    return it->entry->offset + (p - it->packed_begin);
+  };
+  return {flat(a), flat(b - 1) + 1};
+}
+
 uint64_t ShardPlan::file_bytes(int rank) const {
   const auto [a, b] = range(rank);
   return static_cast<uint64_t>(b - a) * sizeof(float) * states_.size();

@@ -36,6 +36,9 @@ class ShardPlan {
   int64_t packed_numel() const { return packed_numel_; }
   // Packed elements [first, second) of each state that `rank` writes.
   std::pair<int64_t, int64_t> range(int rank) const;
+  // The elements [first, second) of the in-memory flat buffer that range(rank) spans
+  // (padding between its tensors included): what a reader must fill before pack(rank).
+  std::pair<int64_t, int64_t> flat_range(int rank) const;
   uint64_t file_bytes(int rank) const;
   std::string file_name(int rank) const;
   const std::vector<std::string>& states() const { return states_; }

@@ -68,10 +68,16 @@ std::string config_json(const GptConfig& c) {
 }  // namespace
 
 void export_hf(const GptModel<float>& model, const std::filesystem::path& dir) {
-  const GptConfig& c = model.config();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError("cannot create the export directory " + dir.string() + ": " + ec.message());
+  write_hf_safetensors(model, dir / "model.safetensors");
+  const std::string json = config_json(model.config());
+  write_file_durably(dir / "config.json", json.data(), json.size());
+}
+
+void write_hf_safetensors(const GptModel<float>& model, const std::filesystem::path& file) {
+  const GptConfig& c = model.config();
   std::vector<std::vector<float>> transposed;  // keeps the transposed copies alive
   std::vector<SafetensorsTensorRef> refs;
   for (const TensorEntry& e : model.layout().entries()) {
@@ -83,9 +89,7 @@ void export_hf(const GptModel<float>& model, const std::filesystem::path& dir) {
     }
     refs.push_back({kPrefix + e.name, SafetensorsDType::kF32, file_shape(e, c), data});
   }
-  write_safetensors(dir / "model.safetensors", refs, {{"format", "pt"}});
-  const std::string json = config_json(c);
-  write_file_durably(dir / "config.json", json.data(), json.size());
+  write_safetensors(file, refs, {{"format", "pt"}});
 }
 
 void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
