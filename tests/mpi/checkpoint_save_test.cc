@@ -1,0 +1,173 @@
+// Saving checkpoints from etr-train's Trainer (checkpoint/checkpoint_writer.h), at np 1-4:
+//   - async and sync saves of the same run write byte-identical shard files and equal
+//     manifests (but for the time of writing and the checkpoint settings themselves)
+//   - retention: keep = 2 leaves exactly the newest two complete checkpoints; the fast
+//     tier takes the steps in between (fast_every) and keeps its own fast_keep
+//   - a stale ".step-N.partial" directory (a crashed save) is never chosen to resume
+//     from, even when it is newer and complete inside, and the next save removes it;
+//     an unfinished step-N/ older than the newest checkpoint is pruned
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/catalog.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/manifest.h"
+#include "examples/train/trainer.h"
+#include "mpi/checkpoint_test_util.h"
+#include "mpi/mpi_test_main.h"
+
+namespace etr::testing {
+namespace {
+namespace fs = std::filesystem;
+using train::Trainer;
+
+Logger& quiet_log() {
+  static Logger log("etr", stderr);
+  log.set_level(LogLevel::kWarn);
+  return log;
+}
+
+// Trains config `c` from its start to schedule.max_steps with Trainer::run() (which
+// saves when due and flushes at the end); every save must have succeeded.
+void run_to_end(const TrainConfig& c) {
+  Trainer t(c, world().group(), quiet_log());
+  t.run();
+  ASSERT_NE(t.checkpoint_writer(), nullptr);
+  for (const SaveStats& s : t.checkpoint_writer()->stats()) {
+    EXPECT_TRUE(s.ok) << "step " << s.step << " (" << s.tier << "): " << s.error;
+  }
+}
+
+// The manifest of `dir` without what differs between two runs by construction: the
+// time of writing and the checkpoint settings (directory, async).
+ckpt::Manifest comparable_manifest(const fs::path& dir) {
+  ckpt::Manifest m = read_manifest(dir);
+  m.clear_created_unix_ms();
+  m.mutable_config()->mutable_checkpoint()->clear_dir();
+  m.mutable_config()->mutable_checkpoint()->clear_async();
+  return m;
+}
+
+TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
+  SharedTempDir tmp(world().group(), "ckpt_async");
+  const fs::path async_dir = tmp.path() / "async", sync_dir = tmp.path() / "sync";
+  // Saves at steps 2 and 4 (the last); both kept.
+  const std::vector<std::string> common = {"schedule.max_steps=4", "checkpoint.every=2",
+                                           "checkpoint.keep=0"};
+  auto with = [&](const fs::path& dir, bool async) {
+    auto o = common;
+    o.push_back("checkpoint.dir=" + dir.string());
+    o.push_back(std::string("checkpoint.async=") + (async ? "true" : "false"));
+    return tiny_config(o);
+  };
+  run_to_end(with(async_dir, true));
+  run_to_end(with(sync_dir, false));
+  if (world().rank() != 0) return;
+  for (uint64_t step : {2, 4}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const fs::path a = async_dir / step_dir_name(step), s = sync_dir / step_dir_name(step);
+    ASSERT_EQ(names_in(a), names_in(s));
+    int shards = 0;
+    for (const fs::path& f : files_in(a)) {
+      if (f.filename() == ckpt_format::kManifestName) continue;
+      ++shards;
+      EXPECT_TRUE(read_bytes(f) == read_bytes(s / f.filename()))
+          << f.filename() << " differs between the async and the sync save";
+    }
+    EXPECT_EQ(shards, world().size());
+    const ckpt::Manifest ma = comparable_manifest(a), ms = comparable_manifest(s);
+    EXPECT_EQ(ma.SerializeAsString(), ms.SerializeAsString());
+    std::string diff;
+    google::protobuf::util::MessageDifferencer d;
+    d.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(d.Compare(ma, ms)) << diff;
+    EXPECT_EQ(ma.step(), step);
+  }
+}
+
+// The steps of a tier's complete checkpoints (step-*/ with a manifest.pb).
+std::vector<uint64_t> complete_steps(const fs::path& root) {
+  std::vector<uint64_t> out;
+  for (const CheckpointEntry& e : list_checkpoints(root)) {
+    if (e.has_manifest) out.push_back(e.step);
+  }
+  return out;
+}
+
+std::vector<std::string> step_names(std::initializer_list<uint64_t> steps) {
+  std::vector<std::string> out;
+  for (uint64_t s : steps) out.push_back(step_dir_name(s));
+  return out;
+}
+
+class Retention : public ::testing::TestWithParam<bool> {};  // async
+
+TEST_P(Retention, KeepsTheNewestAndFastTierTakesTheStepsBetween) {
+  const bool async = GetParam();
+  SharedTempDir tmp(world().group(), "ckpt_retention");
+  const fs::path durable = tmp.path() / "durable", fast = tmp.path() / "fast";
+  std::vector<std::string> o = {"schedule.max_steps=6",
+                                "checkpoint.dir=" + durable.string(),
+                                "checkpoint.every=2",
+                                "checkpoint.keep=2",
+                                "checkpoint.fast_dir=" + fast.string(),
+                                "checkpoint.fast_every=1",
+                                "checkpoint.fast_keep=2",
+                                std::string("checkpoint.async=") + (async ? "true" : "false")};
+  // Leftovers of a crashed job: saves in flight, an unfinished checkpoint directory.
+  if (world().rank() == 0) {
+    fs::create_directories(durable / ".step-000000001.partial");
+    write_bytes(durable / ".step-000000001.partial" / "shard-00000-of-00001.bin", "junk");
+    fs::create_directories(durable / step_dir_name(1));
+    fs::create_directories(fast / ".step-000000002.partial");
+  }
+  idle_barrier(world().group());
+  run_to_end(tiny_config(o));
+  if (world().rank() == 0) {
+    // Durable: steps 2, 4, 6 saved, the newest two kept. Fast: 1, 3, 5 (a step due for
+    // both tiers goes to the durable one only), the newest two kept.
+    EXPECT_EQ(names_in(durable), step_names({4, 6}));
+    EXPECT_EQ(names_in(fast), step_names({3, 5}));
+    EXPECT_EQ(complete_steps(durable), (std::vector<uint64_t>{4, 6}));
+    EXPECT_EQ(complete_steps(fast), (std::vector<uint64_t>{3, 5}));
+    EXPECT_EQ(read_manifest(fast / step_dir_name(5)).tier(), "fast");
+    EXPECT_EQ(read_manifest(durable / step_dir_name(6)).tier(), "durable");
+    // A crashed save of step 9 that got as far as its manifest: newer than anything and
+    // complete inside, but not a checkpoint until renamed.
+    fs::copy(durable / step_dir_name(6), durable / ".step-000000009.partial",
+             fs::copy_options::recursive);
+  }
+  idle_barrier(world().group());
+  const fs::path roots[] = {durable, fast};
+  for (const fs::path& p : resume_candidates(roots)) {
+    EXPECT_EQ(p.filename().string().find("partial"), std::string::npos) << p;
+  }
+  CapturedLog log;
+  EXPECT_EQ(find_resumable(roots, world().group(), log.log()).value_or("nothing"),
+            durable / step_dir_name(6));
+  // Resume at 6 and save step 7: the stale partial directory goes, keep = 2 holds.
+  o.push_back("schedule.max_steps=7");
+  o.push_back("checkpoint.resume=latest");
+  {
+    Trainer t(tiny_config(o), world().group(), quiet_log());
+    EXPECT_EQ(t.resumed_from().value_or("nothing"), durable / step_dir_name(6));
+    t.run();
+  }
+  if (world().rank() == 0) {
+    EXPECT_EQ(names_in(durable), step_names({6, 7}));
+    EXPECT_EQ(names_in(fast), step_names({3, 5}));
+  }
+  idle_barrier(world().group());
+}
+
+INSTANTIATE_TEST_SUITE_P(Writer, Retention, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Async" : "Sync"; });
+
+}  // namespace
+}  // namespace etr::testing
