@@ -36,7 +36,9 @@ std::vector<fs::path> resume_candidates(std::span<const fs::path> paths) {
   std::vector<Candidate> all;
   std::error_code ec;
   for (size_t i = 0; i < paths.size(); ++i) {
-    const fs::path& p = paths[i];
+    // "ck/step-000000004/" (as a shell completes it) names the same checkpoint.
+    fs::path p = paths[i].lexically_normal();
+    if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
     const auto own_step = parse_step_dir_name(p.filename().string());
     const bool is_checkpoint = own_step || fs::is_regular_file(p / ckpt_format::kManifestName, ec);
     if (is_checkpoint) {
