@@ -27,18 +27,6 @@ void verify_or_throw(const fs::path& dir, const ckpt::Manifest& m) {
   if (!bad.empty()) throw CheckpointError(bad);
 }
 
-// The example GPT-2's sizes from a training config (as etr-train builds its model).
-gpt::GptConfig gpt_config(const TrainConfig& c) {
-  gpt::GptConfig g;
-  g.n_layer = c.model().n_layer();
-  g.n_head = c.model().n_head();
-  g.d_model = c.model().d_model();
-  g.seq_len = c.model().seq_len();
-  g.vocab_size = c.model().vocab_size();
-  g.validate();
-  return g;
-}
-
 }  // namespace
 
 int run_reshard(const ReshardOptions& o) {
@@ -92,7 +80,7 @@ int run_export(const ExportOptions& o) {
   verify_or_throw(src, m);
   gpt::GptConfig config;
   try {
-    config = gpt_config(m.config());
+    config = gpt::GptConfig::from(m.config().model());
   } catch (const ConfigError& e) {
     throw CheckpointError("the configuration saved in " + src.string() +
                           " does not describe a GPT-2 model: " + e.what());

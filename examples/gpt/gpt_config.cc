@@ -41,4 +41,15 @@ std::string GptConfig::str() const {
   return s.str();
 }
 
+GptConfig GptConfig::from(const config::ModelConfig& model) {
+  GptConfig g;
+  g.n_layer = model.n_layer();
+  g.n_head = model.n_head();
+  g.d_model = model.d_model();
+  g.seq_len = model.seq_len();
+  g.vocab_size = model.vocab_size();
+  g.validate();
+  return g;
+}
+
 }  // namespace etr::gpt

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/config/etr_config.pb.h"
+
 namespace etr::gpt {
 
 struct GptConfig {
@@ -23,6 +25,10 @@ struct GptConfig {
   // Throws ConfigError naming the first impossible value.
   void validate() const;
   std::string str() const;
+
+  // The sizes of a resolved config's model section (etr-train and etr-ckpt build the
+  // model from it); validated.
+  static GptConfig from(const config::ModelConfig& model);
 };
 
 }  // namespace etr::gpt

@@ -33,16 +33,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-gpt::GptConfig model_config(const TrainConfig& c) {
-  gpt::GptConfig g;
-  g.n_layer = c.model().n_layer();
-  g.n_head = c.model().n_head();
-  g.d_model = c.model().d_model();
-  g.seq_len = c.model().seq_len();
-  g.vocab_size = c.model().vocab_size();
-  return g;
-}
-
 size_t host_budget(const TrainConfig& c) {
   return c.runtime().host_memory_budget().empty() ? 0 : parse_bytes(c.runtime().host_memory_budget());
 }
@@ -94,7 +84,7 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
       log_(log),
       grid_(std::make_unique<ProcessGrid>(group, 1)),
       alloc_(host_budget(config)),
-      model_config_(model_config(config)) {
+      model_config_(gpt::GptConfig::from(config.model())) {
   const int dp = grid_->dp_size();
   // Every rank needs at least one sequence (checked alike on every rank).
   if (config_.batch().global_batch() < dp) {
