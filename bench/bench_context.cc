@@ -1,15 +1,18 @@
 #include "bench/bench_context.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "runtime/mpi_check.h"
 
@@ -128,6 +131,17 @@ void BenchContext::print(const std::string& text) const {
   std::fflush(stdout);
 }
 
+void BenchContext::sleeping_barrier() const {
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(world_.group().comm(), &req));
+  int done = 0;
+  for (;;) {
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void BenchContext::max_over_ranks(double* values, int n) const {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_MAX, world_.group().comm()));
 }
@@ -176,6 +190,13 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 }  // namespace etr::bench

@@ -45,6 +45,9 @@ class BenchContext {
   // Writes `text` to stdout on rank 0 (flushed at once); other ranks do nothing.
   void print(const std::string& text) const;
   void barrier() const { world_.barrier(); }
+  // A barrier that waits without spinning (MPI_Ibarrier, polled every millisecond): a
+  // rank that waits must leave the cores to the ranks, or the threads, still working.
+  void sleeping_barrier() const;
   // Element-wise maximum over ranks, in place.
   void max_over_ranks(double* values, int n) const;
   double max_over_ranks(double value) const;
@@ -64,5 +67,8 @@ class BenchContext {
 
 // Median of `values` (mean of the middle two for an even count); 0 for none.
 double median(std::vector<double> values);
+
+// User + system CPU time of this process so far, all its threads, in seconds.
+double process_cpu_seconds();
 
 }  // namespace etr::bench

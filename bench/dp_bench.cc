@@ -8,14 +8,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/bench_context.h"
 #include "examples/train/trainer.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
-#include "runtime/mpi_check.h"
 
 namespace etr::bench {
 namespace {
@@ -61,19 +59,6 @@ struct Row {
   double loss = 0;
   std::vector<double> round_tps;  // every round, for the median
 };
-
-// Waits for every rank without spinning: a rank idle while rank 0 runs alone must leave
-// the cores to it.
-void sleeping_barrier(const Group& g) {
-  MPI_Request req;
-  MPI_CHECK(MPI_Ibarrier(g.comm(), &req));
-  int done = 0;
-  for (;;) {
-    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 // One round of `row` on `group`: tokens/s and the communication figures.
 void measure(const TrainConfig& base, const Group& group, Logger& log, const DpArgs& a,
@@ -141,7 +126,7 @@ void run(BenchContext& ctx, const DpArgs& a) {
     for (Row& row : rows) {
       if (row.ranks == 1) {
         if (ctx.is_root()) measure(config, self, log, a, row);
-        sleeping_barrier(ctx.world().group());
+        ctx.sleeping_barrier();  // rank 1 leaves the cores to rank 0
       } else {
         measure(config, ctx.world().group(), log, a, row);
       }

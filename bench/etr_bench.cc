@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bench/bench_context.h"
+#include "bench/ckpt_bench.h"
 #include "bench/collective_bench.h"
 #include "bench/dp_bench.h"
 #include "bench/memory_bandwidth.h"
@@ -30,6 +31,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_memory_bandwidth_subcommand,  // membw
     etr::bench::add_train_subcommand,             // train
     etr::bench::add_dp_subcommand,                // dp
+    etr::bench::add_ckpt_subcommand,              // ckpt
 };
 
 }  // namespace
