@@ -49,7 +49,7 @@ struct CheckpointWriter::Pending {
   fs::path partial, final_dir;
   ckpt::Manifest manifest;
   std::vector<std::string> file_names;  // every rank's
-  std::vector<char> snapshot;           // async: this rank's file contents
+  std::span<const char> snapshot;       // async: this rank's file contents (in snapshot_)
   std::thread thread;
   std::atomic<bool> done{false};
   std::string error;
@@ -90,8 +90,8 @@ std::string CheckpointWriter::prepare_directory(const CheckpointTier& tier, uint
 
 bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
                             const ParamLayout& layout, std::span<const NamedState> states) {
+  const auto t0 = Clock::now();  // the stall includes completing the previous save
   flush();
-  const auto t0 = Clock::now();
   const uint64_t step = meta.step();
   std::string err = group_.rank() == 0 ? prepare_directory(tier, step) : "";
   err = first_error(group_, err);
@@ -136,19 +136,24 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     raw->done.store(true, std::memory_order_release);
   };
   if (async_) {
-    p->snapshot.reserve(plan.file_bytes(group_.rank()));
-    plan.pack(group_.rank(), buffers, [raw](const void* data, size_t size) {
-      const char* c = static_cast<const char*>(data);
-      raw->snapshot.insert(raw->snapshot.end(), c, c + size);
+    // One buffer for every save, faulted in once: a fresh one per save spends most of the
+    // copy in page faults and zeroing (etr-bench ckpt: 75-89 ms against 13 ms for 130 MB).
+    const size_t need = plan.file_bytes(group_.rank());
+    if (snapshot_.size() < need) snapshot_.resize(need);  // value-initialised: touched now
+    size_t at = 0;
+    plan.pack(group_.rank(), buffers, [this, &at](const void* data, size_t size) {
+      std::memcpy(snapshot_.data() + at, data, size);
+      at += size;
     });
+    p->snapshot = std::span<const char>(snapshot_.data(), at);
     p->stall = seconds_since(t0);
     p->thread = std::thread([raw, write] {
       write([raw](ShardSink& sink) {
-        for (size_t at = 0; at < raw->snapshot.size(); at += kShardStagingBytes) {
-          sink.append(raw->snapshot.data() + at, std::min(kShardStagingBytes, raw->snapshot.size() - at));
+        for (size_t off = 0; off < raw->snapshot.size(); off += kShardStagingBytes) {
+          sink.append(raw->snapshot.data() + off,
+                      std::min(kShardStagingBytes, raw->snapshot.size() - off));
         }
       });
-      std::vector<char>().swap(raw->snapshot);  // give the memory back early
     });
     pending_ = std::move(p);
     return true;

@@ -5,8 +5,8 @@
 //   1. rank 0 creates TIER/.step-NNNNNNNNN.partial/ (a stale one from a crash is removed)
 //   2. rank r writes its shard file (ShardPlan: range r of every state, so replicated
 //      state is split and no byte is written twice): DurableFile = write, fsync, rename.
-//      async: the range is first copied into host memory (the only stall of the step)
-//      and a background thread writes it while training continues
+//      async: the range is first copied into a host buffer kept between saves (the
+//      only stall of the step) and a background thread writes it while training goes on
 //   3. when every rank's shard is durable (sync: at once; async: at the first step
 //      boundary, poll(), where all ranks report done) the ranks agree; rank 0 gathers the
 //      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
@@ -91,6 +91,9 @@ class CheckpointWriter {
   bool async_;
   Logger& log_;
   std::unique_ptr<Pending> pending_;
+  // async: this rank's shard contents, kept between saves (host memory of 1/N of the
+  // saved state) so that the copy does not fault in fresh pages every time.
+  std::vector<char> snapshot_;
   std::vector<SaveStats> stats_;
 };
 

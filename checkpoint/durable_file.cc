@@ -3,13 +3,16 @@
 #include "checkpoint/durable_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/error.h"
 
@@ -71,6 +74,31 @@ void DurableFile::write(const void* data, size_t size) {
     p += n;
     size -= static_cast<size_t>(n);
     written_ += static_cast<size_t>(n);
+  }
+}
+
+void DurableFile::write(std::span<const iovec> pieces) {
+  std::vector<iovec> left(pieces.begin(), pieces.end());
+  size_t first = 0;
+  while (first < left.size()) {
+    if (committed_ || fd_ < 0) {
+      write(nullptr, 0);  // throws the right sentence
+      return;
+    }
+    const int count = static_cast<int>(std::min<size_t>(left.size() - first, IOV_MAX));
+    ssize_t n = ::writev(fd_, left.data() + first, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", errno);
+    }
+    written_ += static_cast<size_t>(n);
+    // Skip what was written; a partly written piece continues where it stopped.
+    size_t done = static_cast<size_t>(n);
+    while (first < left.size() && done >= left[first].iov_len) done -= left[first++].iov_len;
+    if (first < left.size()) {
+      left[first].iov_base = static_cast<char*>(left[first].iov_base) + done;
+      left[first].iov_len -= done;
+    }
   }
 }
 

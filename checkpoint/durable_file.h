@@ -15,7 +15,10 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <span>
 #include <string>
+
+#include <sys/uio.h>
 
 namespace etr {
 
@@ -29,6 +32,8 @@ class DurableFile {
 
   // Appends `size` bytes; partial writes and EINTR are retried.
   void write(const void* data, size_t size);
+  // Appends the pieces in order with writev (one system call for many small pieces).
+  void write(std::span<const iovec> pieces);
   // fsync the file, rename it over path(), fsync the directory. When only the last step
   // fails the new file is in place but may not survive a crash; it still throws.
   void commit();

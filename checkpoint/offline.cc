@@ -124,6 +124,7 @@ fs::path write_shards(const fs::path& root, ckpt::Manifest meta, const ParamLayo
         const float* base = source(s, r);
         one.pack(r, std::span<const float* const>(&base, 1),
                  [&](const void* data, size_t size) { sink.append(data, size); });
+        sink.drain();  // `source` may reuse its buffer for the next state
       }
       ckpt::ShardFile* f = meta.add_files();
       f->set_name(plan.file_name(r));

@@ -3,15 +3,11 @@
 namespace etr {
 
 void ShardSink::append(const void* data, size_t size) {
+  if (size == 0) return;
   sum_.update(data, size);
-  if (size >= kShardStagingBytes) {  // large pieces go straight through
-    drain();
-    file_.write(data, size);
-    return;
-  }
-  if (staging_.size() + size > kShardStagingBytes) drain();
-  const char* p = static_cast<const char*>(data);
-  staging_.insert(staging_.end(), p, p + size);
+  gathered_.push_back(iovec{const_cast<void*>(data), size});
+  gathered_bytes_ += size;
+  if (gathered_bytes_ >= kShardStagingBytes || gathered_.size() >= 512) drain();
 }
 
 uint64_t ShardSink::commit() {
@@ -21,8 +17,9 @@ uint64_t ShardSink::commit() {
 }
 
 void ShardSink::drain() {
-  if (!staging_.empty()) file_.write(staging_.data(), staging_.size());
-  staging_.clear();
+  if (!gathered_.empty()) file_.write(gathered_);
+  gathered_.clear();
+  gathered_bytes_ = 0;
 }
 
 }  // namespace etr

@@ -5,6 +5,9 @@
 //   ShardSink sink(dir / "shard-00000-of-00002.bin");   // a DurableFile underneath
 //   sink.append(data, bytes);                            // any number of pieces
 //   uint64_t xxh3 = sink.commit();                       // fsync + rename; the checksum
+//
+// Pieces are not copied: they are gathered (up to 8 MiB or 512 pieces) and written with
+// one writev, so a piece's memory must stay unchanged until the next drain() or commit().
 #pragma once
 
 #include <cstddef>
@@ -17,22 +20,24 @@
 
 namespace etr {
 
-// Pieces smaller than this are gathered into one write().
+// Pieces are gathered into one writev of at most this many bytes.
 inline constexpr size_t kShardStagingBytes = size_t{8} << 20;
 
 class ShardSink {
  public:
   explicit ShardSink(const std::filesystem::path& path) : file_(path) {}
   void append(const void* data, size_t size);
+  // Writes the gathered pieces: after it, their memory may change.
+  void drain();
   // Returns the XXH3 of everything appended; the file is durable at its name afterwards.
   uint64_t commit();
-  size_t bytes() const { return file_.bytes_written() + staging_.size(); }
+  size_t bytes() const { return file_.bytes_written() + gathered_bytes_; }
 
  private:
-  void drain();
   DurableFile file_;
   Checksum sum_;
-  std::vector<char> staging_;
+  std::vector<iovec> gathered_;
+  size_t gathered_bytes_ = 0;
 };
 
 }  // namespace etr
