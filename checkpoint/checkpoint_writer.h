@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -92,8 +93,10 @@ class CheckpointWriter {
   Logger& log_;
   std::unique_ptr<Pending> pending_;
   // async: this rank's shard contents, kept between saves (host memory of 1/N of the
-  // saved state) so that the copy does not fault in fresh pages every time.
-  std::vector<char> snapshot_;
+  // saved state) so that the copy does not fault in fresh pages every time; aligned for
+  // O_DIRECT writes.
+  std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};
+  size_t snapshot_capacity_ = 0;
   std::vector<SaveStats> stats_;
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -31,9 +32,14 @@ std::filesystem::path directory_of(const std::filesystem::path& p) {
 
 }  // namespace
 
-DurableFile::DurableFile(std::filesystem::path path)
+DurableFile::DurableFile(std::filesystem::path path, bool direct_io)
     : path_(std::move(path)), temp_path_(path_.string() + ".tmp." + std::to_string(::getpid())) {
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  if (direct_io) {
+    fd_ = ::open(temp_path_.c_str(), flags | O_DIRECT, 0644);
+    direct_ = fd_ >= 0;
+  }
+  if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), flags, 0644);  // (tmpfs has no O_DIRECT)
   if (fd_ >= 0) {
     temp_exists_ = true;
   } else {
@@ -65,10 +71,18 @@ void DurableFile::write(const void* data, size_t size) {
                           " failed earlier and has no file left; create a new one");
   }
   const char* p = static_cast<const char*>(data);
+  if (direct_ && (reinterpret_cast<uintptr_t>(p) % kDirectAlignment != 0 ||
+                  size % kDirectAlignment != 0 || written_ % kDirectAlignment != 0)) {
+    stop_direct();
+  }
   while (size > 0) {
     ssize_t n = ::write(fd_, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EINVAL && direct_) {  // the file system refuses it after all
+        stop_direct();
+        continue;
+      }
       fail("write", errno);
     }
     p += n;
@@ -78,6 +92,7 @@ void DurableFile::write(const void* data, size_t size) {
 }
 
 void DurableFile::write(std::span<const iovec> pieces) {
+  if (direct_ && fd_ >= 0 && !committed_) stop_direct();  // writev pieces are not aligned
   std::vector<iovec> left(pieces.begin(), pieces.end());
   size_t first = 0;
   while (first < left.size()) {
@@ -100,6 +115,12 @@ void DurableFile::write(std::span<const iovec> pieces) {
       left[first].iov_len -= done;
     }
   }
+}
+
+void DurableFile::stop_direct() {
+  direct_ = false;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) fail("clear O_DIRECT", errno);
 }
 
 void DurableFile::close_fd() {

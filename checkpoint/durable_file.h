@@ -25,7 +25,13 @@ namespace etr {
 class DurableFile {
  public:
   // Creates (or truncates) the temporary file beside `path`; the directory must exist.
-  explicit DurableFile(std::filesystem::path path);
+  // direct_io: write around the page cache (O_DIRECT) while the writes are aligned
+  // (address, size and file offset multiples of kDirectAlignment); the first write that
+  // is not, and any file system without O_DIRECT, continues through the page cache. The
+  // bytes are the same either way; a background writer spends far less CPU (no copy into
+  // the page cache), which is what it shares with training.
+  explicit DurableFile(std::filesystem::path path, bool direct_io = false);
+  static constexpr size_t kDirectAlignment = 4096;
   ~DurableFile();
   DurableFile(const DurableFile&) = delete;
   DurableFile& operator=(const DurableFile&) = delete;
@@ -47,12 +53,14 @@ class DurableFile {
   [[noreturn]] void fail(const std::string& what, int error_number);
   void close_fd();
   void discard() noexcept;  // closes and removes our temporary file, ignoring errors
+  void stop_direct();       // clears O_DIRECT: later writes go through the page cache
 
   std::filesystem::path path_;
   std::filesystem::path temp_path_;
   int fd_ = -1;
   size_t written_ = 0;
   bool temp_exists_ = false;  // this object created temp_path_ and has not renamed it
+  bool direct_ = false;       // the descriptor has O_DIRECT
   bool committed_ = false;
 };
 

@@ -5,6 +5,11 @@ namespace etr {
 void ShardSink::append(const void* data, size_t size) {
   if (size == 0) return;
   sum_.update(data, size);
+  if (direct_) {
+    drain();
+    file_.write(data, size);
+    return;
+  }
   gathered_.push_back(iovec{const_cast<void*>(data), size});
   gathered_bytes_ += size;
   if (gathered_bytes_ >= kShardStagingBytes || gathered_.size() >= 512) drain();

@@ -25,7 +25,10 @@ inline constexpr size_t kShardStagingBytes = size_t{8} << 20;
 
 class ShardSink {
  public:
-  explicit ShardSink(const std::filesystem::path& path) : file_(path) {}
+  // direct_io: every piece is written at once (no gathering), around the page cache
+  // while pieces are aligned (DurableFile); for a caller whose buffer outlives nothing.
+  explicit ShardSink(const std::filesystem::path& path, bool direct_io = false)
+      : file_(path, direct_io), direct_(direct_io) {}
   void append(const void* data, size_t size);
   // Writes the gathered pieces: after it, their memory may change.
   void drain();
@@ -38,6 +41,7 @@ class ShardSink {
   Checksum sum_;
   std::vector<iovec> gathered_;
   size_t gathered_bytes_ = 0;
+  bool direct_ = false;
 };
 
 }  // namespace etr
