@@ -92,7 +92,9 @@ class Trainer {
   // Collective: waits for a background save and commits it.
   void flush_checkpoints();
   // Collective: loads parameters, optimizer moments, data position and schedule from the
-  // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
+  // checkpoint directory `dir` (saved from any world size). Throws CheckpointError. It
+  // does not check the shard files' checksums: resuming (checkpoint.resume) picks `dir`
+  // with find_resumable, which does.
   void restore(const std::filesystem::path& dir);
   // The checkpoint this trainer resumed from (checkpoint.resume), if any.
   const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
