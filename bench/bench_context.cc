@@ -199,4 +199,24 @@ double process_cpu_seconds() {
   return s(u.ru_utime) + s(u.ru_stime);
 }
 
+TrainConfig bench_train_config(std::string_view model_and_batch, int threads,
+                               std::string_view source, const std::string& config_path,
+                               const std::vector<std::string>& overrides) {
+  TrainConfig c;
+  if (!config_path.empty()) {
+    c = load_config(config_path);
+  } else {
+    std::string text(model_and_batch);
+    text += R"(
+      schedule { warmup_steps: 10 max_steps: 1000000 }
+      data { synthetic: true synthetic_size: "2MiB" }
+      log { log_every: 1000000 eval_every: 1000000 log_level: LOG_LEVEL_WARN }
+    )";
+    c = parse_config(text, source);
+    if (threads > 0) c.mutable_runtime()->set_threads(threads);
+  }
+  apply_overrides(c, overrides);
+  return c;
+}
+
 }  // namespace etr::bench

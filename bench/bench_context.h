@@ -5,8 +5,10 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "runtime/world.h"
 
@@ -70,5 +72,14 @@ double median(std::vector<double> values);
 
 // User + system CPU time of this process so far, all its threads, in seconds.
 double process_cpu_seconds();
+
+// The training config of a benchmark: the user's --config file when `config_path` is set,
+// else `model_and_batch` (text format: the model and batch sections) plus what every
+// training benchmark shares: a schedule that never ends within the run, the synthetic
+// corpus, quiet logs, `threads` compute threads per rank (0: the default). Then
+// `overrides`. Unresolved; `source` names the built-in text in errors.
+TrainConfig bench_train_config(std::string_view model_and_batch, int threads,
+                               std::string_view source, const std::string& config_path,
+                               const std::vector<std::string>& overrides);
 
 }  // namespace etr::bench

@@ -48,16 +48,9 @@ struct CkptArgs {
 // batch 4 x 256 tokens in micro-batches of 2, AdamW, synthetic data, one thread per rank.
 // Unresolved: each trainer adds its checkpoint directory.
 TrainConfig base_config(const CkptArgs& a) {
-  // clang-format off
-  TrainConfig c = a.config.empty() ? parse_config(R"(
-      model { preset: "medium-cpu" }
-      schedule { warmup_steps: 10 max_steps: 1000000 }
-      batch { global_batch: 4 micro_batch: 2 }
-      data { synthetic: true synthetic_size: "2MiB" }
-      log { log_every: 1000000 eval_every: 1000000 log_level: LOG_LEVEL_WARN }
-      runtime { threads: 1 }
-    )", "etr-bench ckpt") : load_config(a.config);
-  // clang-format on
+  TrainConfig c = bench_train_config(R"(model { preset: "medium-cpu" }
+                                        batch { global_batch: 4 micro_batch: 2 })",
+                                     1, "etr-bench ckpt", a.config, {});
   if (!a.preset.empty()) c.mutable_model()->set_preset(a.preset);
   apply_overrides(c, a.overrides);
   return c;

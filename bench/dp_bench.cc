@@ -34,15 +34,9 @@ struct DpArgs {
 // micro-batch 4 (np 1 accumulates 2, np 2 runs 1 per rank), one thread per rank, the
 // default buckets (256 KiB first, 1 MiB cap).
 TrainConfig bench_config(const DpArgs& a) {
-  TrainConfig c = a.config.empty() ? parse_config(R"(
-      model { preset: "small" }
-      schedule { warmup_steps: 10 max_steps: 1000000 }
-      batch { global_batch: 8 micro_batch: 4 }
-      data { synthetic: true synthetic_size: "2MiB" }
-      log { log_every: 1000000 eval_every: 1000000 log_level: LOG_LEVEL_WARN }
-      runtime { threads: 1 }
-    )", "etr-bench dp") : load_config(a.config);
-  apply_overrides(c, a.overrides);
+  TrainConfig c = bench_train_config(R"(model { preset: "small" }
+                                        batch { global_batch: 8 micro_batch: 4 })",
+                                     1, "etr-bench dp", a.config, a.overrides);
   resolve(c);
   return c;
 }

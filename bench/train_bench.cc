@@ -33,14 +33,9 @@ struct TrainArgs {
 // seq 128, vocab 256, 3.26 M parameters), micro-batch 8, AdamW, synthetic data — the
 // configuration MPI_NOTES.md measured PyTorch on.
 TrainConfig bench_config(const TrainArgs& a) {
-  TrainConfig c = a.config.empty() ? parse_config(R"(
-      model { preset: "small" }
-      schedule { warmup_steps: 10 max_steps: 1000000 }
-      batch { global_batch: 8 micro_batch: 8 }
-      data { synthetic: true synthetic_size: "2MiB" }
-      log { log_every: 1000000 eval_every: 1000000 log_level: LOG_LEVEL_WARN }
-    )", "etr-bench train") : load_config(a.config);
-  apply_overrides(c, a.overrides);
+  TrainConfig c = bench_train_config(R"(model { preset: "small" }
+                                        batch { global_batch: 8 micro_batch: 8 })",
+                                     0, "etr-bench train", a.config, a.overrides);
   resolve(c);
   return c;
 }
