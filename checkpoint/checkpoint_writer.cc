@@ -143,9 +143,16 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
       constexpr size_t kAlign = DurableFile::kDirectAlignment;
       const size_t capacity = (need + kAlign - 1) / kAlign * kAlign;
       snapshot_.reset(static_cast<char*>(std::aligned_alloc(kAlign, capacity)));
-      if (!snapshot_) throw OutOfMemory("no host memory for the checkpoint snapshot", capacity, 0, 0, 0);
+      snapshot_capacity_ = snapshot_ ? capacity : 0;
+      if (!snapshot_) {
+        // Failed like a write: the ranks agree on it at the commit.
+        p->error = "no host memory for the " + format_bytes(static_cast<double>(capacity)) +
+                   " snapshot of an asynchronous save";
+        p->done.store(true, std::memory_order_release);
+        pending_ = std::move(p);
+        return true;
+      }
       std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
-      snapshot_capacity_ = capacity;
     }
     size_t at = 0;
     plan.pack(group_.rank(), buffers, [this, &at](const void* data, size_t size) {
@@ -182,9 +189,7 @@ void CheckpointWriter::poll() {
 }
 
 void CheckpointWriter::flush() {
-  if (!pending_) return;
-  if (pending_->thread.joinable()) pending_->thread.join();
-  commit();
+  if (pending_) commit();  // commit() waits for the writer thread
 }
 
 void CheckpointWriter::commit() {

@@ -32,12 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 using train::Trainer;
 
-Logger& quiet_log() {
-  static Logger log("etr", stderr);
-  log.set_level(LogLevel::kError);
-  return log;
-}
-
 // The sentences of read_manifest for a manifest.pb whose bytes were damaged: which one
 // depends on where the damage is (the envelope's framing, its version, the body).
 const std::vector<std::string> kDamagedManifest = {"does not parse", "fails its checksum",
@@ -54,7 +48,7 @@ class CheckpointCorruption : public ::testing::Test {
     guarded([] {
       Trainer t(tiny_config({"checkpoint.dir=" + root_.string(), "checkpoint.async=false",
                              "checkpoint.keep=0"}),
-                world().group(), quiet_log());
+                world().group(), test_log(LogLevel::kError));
       t.train_step();
       t.train_step();
       EXPECT_TRUE(t.save_checkpoint("durable"));
@@ -125,7 +119,7 @@ class CheckpointCorruption : public ::testing::Test {
       EXPECT_NE(text.find("falling back to " + step2_.string()), std::string::npos) << text;
     }
     // 3. A trainer resuming from the directory.
-    Trainer t(tiny_config({"checkpoint.resume=" + root_.string()}), world().group(), quiet_log());
+    Trainer t(tiny_config({"checkpoint.resume=" + root_.string()}), world().group(), test_log(LogLevel::kError));
     ASSERT_TRUE(t.resumed_from().has_value());
     EXPECT_EQ(*t.resumed_from(), step2_);
     EXPECT_EQ(t.position().step, 2u);
@@ -195,7 +189,7 @@ TEST_F(CheckpointCorruption, TruncatedShardFileFailsARestoreWithoutTheChecks) {
   const std::string shard = shard_names().back();
   if (world().rank() == 0) truncate_to_half(step4_ / shard);
   idle_barrier(world().group());
-  Trainer t(tiny_config({}), world().group(), quiet_log());
+  Trainer t(tiny_config({}), world().group(), test_log(LogLevel::kError));
   try {
     t.restore(step4_);
     ADD_FAILURE() << "restored from a truncated shard";
@@ -294,7 +288,7 @@ TEST_F(CheckpointCorruption, ExplicitCheckpointPathFallsBackWithOrWithoutTrailin
     CapturedLog log;
     EXPECT_EQ(find_resumable(paths, world().group(), log.log()).value_or("nothing"), step2_);
     try {
-      Trainer t(tiny_config({"checkpoint.resume=" + p.string()}), world().group(), quiet_log());
+      Trainer t(tiny_config({"checkpoint.resume=" + p.string()}), world().group(), test_log(LogLevel::kError));
       EXPECT_EQ(t.position().step, 2u);
     } catch (const CheckpointError& e) {
       ADD_FAILURE() << e.what();

@@ -36,12 +36,6 @@ constexpr int kSteps = 6;
 constexpr double kTolerance = 2e-5;
 constexpr double kLossTolerance = 1e-5;
 
-Logger& quiet_log() {
-  static Logger log("etr", stderr);
-  log.set_level(LogLevel::kWarn);
-  return log;
-}
-
 // An uninterrupted run on the first n ranks that saved a checkpoint after kSaveStep
 // steps (sync, into `dir`). Every rank of the world holds the results (rank 0's).
 struct SavedRun {
@@ -69,7 +63,7 @@ class CheckpointResume : public ::testing::Test {
     if (const auto g = first_ranks(n))
       guarded([&] {
         Trainer t(tiny_config({"checkpoint.dir=" + r.dir.string(), "checkpoint.async=false"}), *g,
-                  quiet_log());
+                  test_log());
         for (int i = 0; i < kSaveStep; ++i) r.losses.push_back(t.train_step().loss);
         EXPECT_TRUE(t.save_checkpoint("durable"));
         r.at_save = snapshot(t);
@@ -101,7 +95,7 @@ class RoundTrip : public CheckpointResume, public ::testing::WithParamInterface<
 // the group's part and every rank still meets the barrier after it.)
 void resume_and_compare(int a, int b, const Group& g, const SavedRun& saver,
                         const SavedRun& reference, double& diff) {
-  Trainer t(tiny_config({"checkpoint.resume=" + saver.dir.string()}), g, quiet_log());
+  Trainer t(tiny_config({"checkpoint.resume=" + saver.dir.string()}), g, test_log());
   ASSERT_TRUE(t.resumed_from().has_value());
   EXPECT_EQ(*t.resumed_from(), saver.dir / step_dir_name(kSaveStep));
   const TrainState restored = snapshot(t);
@@ -166,7 +160,7 @@ TEST_F(CheckpointResume, LatestPicksTheNewestOverBothTiers) {
                                           "checkpoint.async=false"};
   auto with_latest = tiers;
   with_latest.push_back("checkpoint.resume=latest");
-  Trainer t(tiny_config(tiers), world().group(), quiet_log());
+  Trainer t(tiny_config(tiers), world().group(), test_log());
   t.train_step();
   t.train_step();
   ASSERT_TRUE(t.save_checkpoint("durable"));  // durable step 2
@@ -174,7 +168,7 @@ TEST_F(CheckpointResume, LatestPicksTheNewestOverBothTiers) {
   ASSERT_TRUE(t.save_checkpoint("fast"));  // fast step 3: the newest
   const TrainState at3 = snapshot(t);
   {
-    Trainer r(tiny_config(with_latest), world().group(), quiet_log());
+    Trainer r(tiny_config(with_latest), world().group(), test_log());
     ASSERT_TRUE(r.resumed_from().has_value());
     EXPECT_EQ(*r.resumed_from(), fast / step_dir_name(3));
     const TrainState s = snapshot(r);
@@ -186,7 +180,7 @@ TEST_F(CheckpointResume, LatestPicksTheNewestOverBothTiers) {
   t.train_step();
   ASSERT_TRUE(t.save_checkpoint("durable"));  // durable step 4: now the newest
   const TrainState at4 = snapshot(t);
-  Trainer r(tiny_config(with_latest), world().group(), quiet_log());
+  Trainer r(tiny_config(with_latest), world().group(), test_log());
   ASSERT_TRUE(r.resumed_from().has_value());
   EXPECT_EQ(*r.resumed_from(), durable / step_dir_name(4));
   EXPECT_EQ(r.position(), at4.position);
@@ -198,10 +192,10 @@ TEST_F(CheckpointResume, LatestWithNoCheckpointStartsFresh) {
   const fs::path absent = root_->path() / "fresh-absent";
   if (world().rank() == 0) fs::create_directories(empty / ".step-000000005.partial");
   idle_barrier(world().group());
-  Trainer fresh(tiny_config({}), world().group(), quiet_log());
+  Trainer fresh(tiny_config({}), world().group(), test_log());
   Trainer t(tiny_config({"checkpoint.dir=" + absent.string(),
                          "checkpoint.fast_dir=" + empty.string(), "checkpoint.resume=latest"}),
-            world().group(), quiet_log());
+            world().group(), test_log());
   EXPECT_FALSE(t.resumed_from().has_value());
   EXPECT_EQ(t.position().step, 0u);
   EXPECT_EQ(t.position().samples_seen, 0u);

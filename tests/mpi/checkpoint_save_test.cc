@@ -27,16 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 using train::Trainer;
 
-Logger& quiet_log() {
-  static Logger log("etr", stderr);
-  log.set_level(LogLevel::kWarn);
-  return log;
-}
-
 // Trains config `c` from its start to schedule.max_steps with Trainer::run() (which
 // saves when due and flushes at the end); every save must have succeeded.
 void run_to_end(const TrainConfig& c) {
-  Trainer t(c, world().group(), quiet_log());
+  Trainer t(c, world().group(), test_log());
   t.run();
   ASSERT_NE(t.checkpoint_writer(), nullptr);
   for (const SaveStats& s : t.checkpoint_writer()->stats()) {
@@ -155,7 +149,7 @@ TEST_P(Retention, KeepsTheNewestAndFastTierTakesTheStepsBetween) {
   o.push_back("schedule.max_steps=7");
   o.push_back("checkpoint.resume=latest");
   {
-    Trainer t(tiny_config(o), world().group(), quiet_log());
+    Trainer t(tiny_config(o), world().group(), test_log());
     EXPECT_EQ(t.resumed_from().value_or("nothing"), durable / step_dir_name(6));
     t.run();
   }

@@ -20,6 +20,12 @@
 namespace etr::testing {
 namespace fs = std::filesystem;
 
+Logger& test_log(LogLevel level) {
+  static Logger log("etr", stderr);
+  log.set_level(level);
+  return log;
+}
+
 TrainConfig tiny_config(const std::vector<std::string>& overrides) {
   TrainConfig c = parse_config(R"(
     model { preset: "tiny" }

@@ -26,6 +26,10 @@ namespace etr::testing {
 // per rank; no evaluation, no progress line. `overrides` as etr-train's --set.
 TrainConfig tiny_config(const std::vector<std::string>& overrides);
 
+// A logger for the trainers of these tests that prints `level` and above (one logger
+// per process; each call sets its level).
+Logger& test_log(LogLevel level = LogLevel::kWarn);
+
 // A directory created by rank 0 of `group` and known to every rank; rank 0 deletes it
 // when the object is destroyed (after a barrier, so no rank still uses it). Collective
 // construction and destruction.
