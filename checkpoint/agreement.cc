@@ -1,28 +1,66 @@
 #include "checkpoint/agreement.h"
 
 #include <cstdint>
+#include <utility>
 
+#include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
 
 namespace etr {
+namespace detail {
+
+void wait_agreement(const Group& group, const char* op, MPI_Request& request,
+                    std::shared_ptr<void> buffers) {
+  const std::string what = std::string("checkpoint agreement ") + op + " on group '" +
+                           group.name() + "' (rank " + std::to_string(group.rank()) + " of " +
+                           std::to_string(group.size()) + ")";
+  try {
+    wait_with_timeout(request, what.c_str());
+  } catch (const CommError&) {
+    // Leaked on purpose: the request is still active (see agreement.h).
+    static_cast<void>(new std::shared_ptr<void>(std::move(buffers)));
+    throw;
+  }
+}
+
+}  // namespace detail
 
 std::string first_error(const Group& group, const std::string& local) {
-  int mine = local.empty() ? group.size() : group.rank();
-  int first = group.size();
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, group.comm()));
+  // Three collectives in turn: the lowest failing rank (MIN over rank, or size for "no
+  // error"), the length of its sentence, the sentence.
+  struct Buffers {
+    int mine = 0, first = 0;
+    uint64_t length = 0;
+    std::string text;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->mine = local.empty() ? group.size() : group.rank();
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(&b->mine, &b->first, 1, MPI_INT, MPI_MIN, group.comm(), &request));
+  detail::wait_agreement(group, "first_error", request, b);
+  const int first = b->first;
   if (first == group.size()) return "";
-  uint64_t length = local.size();
-  MPI_CHECK(MPI_Bcast(&length, 1, MPI_UINT64_T, first, group.comm()));
-  std::string text = group.rank() == first ? local : std::string(length, '\0');
-  MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, first, group.comm()));
-  return text;
+  if (group.rank() == first) b->length = local.size();
+  MPI_CHECK(MPI_Ibcast(&b->length, 1, MPI_UINT64_T, first, group.comm(), &request));
+  detail::wait_agreement(group, "first_error", request, b);
+  b->text = group.rank() == first ? local : std::string(b->length, '\0');
+  MPI_CHECK(MPI_Ibcast(b->text.data(), static_cast<int>(b->length), MPI_CHAR, first, group.comm(),
+                       &request));
+  detail::wait_agreement(group, "first_error", request, b);
+  return std::move(b->text);
 }
 
 bool all_true(const Group& group, bool flag) {
-  int mine = flag ? 1 : 0, all = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, group.comm()));
-  return all == 1;
+  struct Buffers {
+    int mine = 0, all = 0;
+  };
+  auto b = std::make_shared<Buffers>();
+  b->mine = flag ? 1 : 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(&b->mine, &b->all, 1, MPI_INT, MPI_MIN, group.comm(), &request));
+  detail::wait_agreement(group, "all_true", request, b);
+  return b->all == 1;
 }
-
 
 }  // namespace etr

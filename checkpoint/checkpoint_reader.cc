@@ -96,8 +96,7 @@ std::optional<fs::path> find_resumable(std::span<const fs::path> paths, const Gr
   // Every rank lists the same directories; rank 0's list decides, so that a file system
   // that shows the ranks different views cannot split them.
   std::vector<fs::path> candidates = resume_candidates(paths);
-  uint64_t count = candidates.size();
-  MPI_CHECK(MPI_Bcast(&count, 1, MPI_UINT64_T, 0, group.comm()));
+  const uint64_t count = broadcast<uint64_t>(group, candidates.size(), 0);
   if (!all_true(group, candidates.size() == count)) {
     throw CheckpointError("the ranks see different checkpoints in the same directories; the "
                           "checkpoint directory must be one file system shared by every rank");

@@ -6,6 +6,7 @@
 
 #include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/mpi_wait.h"
 
 namespace etr {
 
@@ -47,15 +48,7 @@ long parse_positive(const char* name, const char* text) {
 
 CommOptions CommOptions::from_env() {
   CommOptions o;
-  if (const char* v = env("ETR_COMM_TIMEOUT_S")) {
-    char* end = nullptr;
-    double s = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(s > 0)) {
-      throw ConfigError(std::string("ETR_COMM_TIMEOUT_S='") + v +
-                        "' is not a positive number of seconds");
-    }
-    o.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
-  }
+  o.timeout = collective_timeout();  // ETR_COMM_TIMEOUT_S, read in one place
   if (const char* v = env("ETR_ALLREDUCE_ALGO")) o.allreduce_algo = parse_allreduce_algo(v);
   if (const char* v = env("ETR_ALLREDUCE_SMALL_BYTES")) o.small_bytes = parse_bytes(v);
   if (const char* v = env("ETR_RING_CHUNK_BYTES")) {

@@ -1,0 +1,30 @@
+// Waiting for a nonblocking MPI operation with the communicator timeout, so that a peer
+// rank that is stopped (SIGSTOP), dead or stuck turns into a CommError on the ranks that
+// wait for it instead of an endless wait. For MPI collectives that etr issues directly
+// (checkpoint/agreement.h); HostCommunicator's own algorithms time out in OpContext with
+// the same limit.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+
+namespace etr {
+
+// The limit on one collective: ETR_COMM_TIMEOUT_S seconds (a positive number, fractions
+// allowed), 300 s when unset or empty. Read on every call; throws ConfigError on a bad
+// value. CommOptions::from_env() takes its timeout from here.
+std::chrono::milliseconds collective_timeout();
+
+// Waits for `request` (set to MPI_REQUEST_NULL once complete) by polling MPI_Test: it
+// spins for a short while, then sleeps between polls (50 us doubling to 1 ms) so that a
+// waiting rank leaves the core to the peers it waits for. MPI errors throw CommError
+// (MPI_CHECK). After collective_timeout() it throws CommError:
+//   "<what> did not complete within the communicator timeout of 5 s: a peer rank is
+//    stopped, dead or not calling it (ETR_COMM_TIMEOUT_S sets the limit)"
+// The request is then still active: MPI cannot cancel a collective, and a late peer can
+// still complete it, writing into its buffers. The caller must keep those buffers alive
+// (checkpoint/agreement.h leaks them on purpose) and never free the request.
+void wait_with_timeout(MPI_Request& request, const char* what);
+
+}  // namespace etr
