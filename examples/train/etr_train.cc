@@ -3,6 +3,7 @@
 //   etr-train --config configs/demo.pbtxt [--set model.n_layer=2 ...] [--trace FILE]
 //             [--resume DIR|latest] [--print-config]
 //   mpirun -np 4 etr-train ...          data parallel: one replica per rank
+//   etr-run --min-np 1 --max-np 4 ... -- etr-train ...   elastic (runtime/launcher/)
 //
 // The configuration is a protobuf text file (runtime/config/etr_config.proto documents
 // every field); --set overrides any field by its path. The effective configuration is
@@ -20,6 +21,7 @@
 
 #include "examples/train/trainer.h"
 #include "runtime/bytes.h"
+#include "runtime/elastic.h"
 #include "runtime/error.h"
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
@@ -29,12 +31,21 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) must fail a checkpoint write with EFBIG, which the writer
   // reports and survives, instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
+  // etr-run's resize request (SIGUSR1, forwarded by mpirun) may come at any time.
+  etr::install_resize_signal_handler();
   std::unique_ptr<etr::World> world;
+  etr::ElasticLaunch launch;
   try {
+    launch = etr::ElasticLaunch::from_env();
     world = std::make_unique<etr::World>(&argc, &argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());
     return 1;
+  }
+  etr::ElasticReporter elastic(launch);
+  if (world->rank() == 0) {
+    elastic.event("started world=" + std::to_string(world->size()) + " restart=" +
+                  std::to_string(launch.restart));
   }
   CLI::App app{"etr-train: trains the example GPT-2 on a token file or a synthetic corpus.",
                "etr-train"};
@@ -66,13 +77,23 @@ int main(int argc, char** argv) {
     etr::apply_overrides(config, overrides);
     if (!trace_path.empty()) config.mutable_log()->set_trace_file(trace_path);
     if (!resume.empty()) config.mutable_checkpoint()->set_resume(resume);
+    if (launch.active) {
+      // etr-run relaunches the job from its newest checkpoint.
+      if (!launch.checkpoint_dir.empty()) config.mutable_checkpoint()->set_dir(launch.checkpoint_dir);
+      if (launch.restart > 0) config.mutable_checkpoint()->set_resume("latest");
+      if (config.checkpoint().dir().empty() && config.checkpoint().fast_dir().empty()) {
+        throw etr::ConfigError("etr-run relaunches a job from its checkpoints, but none are "
+                               "configured: pass --checkpoint-dir to etr-run or set checkpoint.dir");
+      }
+    }
     etr::resolve(config);
     configured = true;
     world->log().set_level(etr::log_level(config));
     if (world->rank() == 0) world->log().info("configuration:\n", etr::format_config(config));
     if (print_only) return 0;
-    etr::train::Trainer trainer(config, *world);
+    etr::train::Trainer trainer(config, *world, &elastic);
     etr::train::RunSummary s = trainer.run();
+    if (s.resized) return etr::kResizeExitCode;
     if (!s.sample.empty()) world->log().info("sample:\n", s.sample);
     char line[320];
     std::snprintf(line, sizeof line,
@@ -107,6 +128,10 @@ int main(int argc, char** argv) {
       if (world->rank() == 0) std::fprintf(stderr, "etr-train: error: %s\n", e.what());
       return 1;
     }
+    // Tell etr-run whose fault it was: a rank that raised its own error (a full disk, a
+    // bad file) may be on a bad host; a timed-out collective says nothing of this rank.
+    const bool own = dynamic_cast<const etr::CommError*>(&e) == nullptr;
+    elastic.event("error rank=" + std::to_string(world->rank()) + " own=" + (own ? "1" : "0"));
     if (world->size() > 1) world->abort(std::string("etr-train: error: ") + e.what(), 1);
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());
     return 1;

@@ -77,12 +77,14 @@ int64_t fail_at_step_from_env(int rank) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
+Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log,
+                 ElasticReporter* elastic)
     : config_(config),
       log_(log),
       grid_(std::make_unique<ProcessGrid>(group, 1)),
       alloc_(host_budget(config)),
       model_config_(gpt::GptConfig::from(config.model())) {
+  elastic_ = elastic;
   const int dp = grid_->dp_size();
   // Every rank needs at least one sequence (checked alike on every rank).
   if (config_.batch().global_batch() < dp) {
@@ -123,6 +125,7 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log)
   load_data();
   setup_parallel();
   setup_checkpoints();
+  if (elastic_ && leader()) elastic_->event("ready step=" + std::to_string(position_.step));
   if (leader() && !config_.log().metrics_file().empty()) {
     // A resumed run continues the metrics of the run it resumes.
     metrics_.open(config_.log().metrics_file(),
@@ -243,8 +246,11 @@ StepStats Trainer::train_step() {
     }
   }
   if (reducer_) st.comm = reducer_->finish();
-  sum_over_ranks(&loss_sum, 1);
-  st.loss = loss_sum;
+  // The resize flag rides on the loss's sum: the ranks agree on it at no extra cost.
+  double sums[2] = {loss_sum, resize_requested() ? 1.0 : 0.0};
+  sum_over_ranks(sums, 2);
+  st.loss = sums[0];
+  st.resize = sums[1] > 0;
   {
     auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
     const int64_t n = model_->layout().numel();
@@ -371,14 +377,33 @@ RunSummary Trainer::run() {
       }
     }
     checkpoint_if_due(step, step == steps);
+    if (elastic_ && elastic_->active() && leader()) {
+      elastic_->progress(step);
+      if (i == start) {
+        elastic_->event("first-step step=" + std::to_string(step));
+        log_relaunch(step);
+      }
+    }
+    if (s.resize && step < steps) {
+      clear_resize_request();
+      if (!elastic_ || !elastic_->active()) {
+        if (leader()) log_.warn("ignoring a resize request (SIGUSR1): only jobs launched by etr-run resize");
+        continue;
+      }
+      save_for_resize(step);
+      sum.resized = true;
+      sum.steps = step - start;
+      break;
+    }
   }
   flush_checkpoints();
-  sum.steps = std::max<int64_t>(0, steps - start);
+  if (!sum.resized) sum.steps = std::max<int64_t>(0, steps - start);
   sum.seconds = seconds_since(t0);
   sum.tokens_per_second = static_cast<double>(sum.steps * config_.batch().global_batch() *
                                               model_config_.seq_len) / sum.seconds;
   sum.peak_bytes = alloc_.stats().peak;
   write_trace();
+  if (sum.resized) return sum;  // not done: the relaunched job samples and exports
   if (leader() && lg.sample_tokens() > 0) sum.sample = generate(lg.sample_prompt(), lg.sample_tokens());
   if (leader() && !config_.output().export_safetensors().empty()) {
     gpt::export_hf(*model_, config_.output().export_safetensors());

@@ -35,6 +35,7 @@
 #include "parallel/process_grid.h"
 #include "runtime/adamw.h"
 #include "runtime/config/train_config.h"
+#include "runtime/elastic.h"
 #include "runtime/host_allocator.h"
 #include "runtime/log.h"
 #include "runtime/trace.h"
@@ -49,6 +50,9 @@ struct StepStats {
   double seconds = 0;
   // Gradient communication (nothing on one rank): see parallel/bucket_reducer.h.
   ReduceStats comm;
+  // Some rank had a resize request (SIGUSR1 from etr-run) when the step's sums were
+  // taken: every rank sees the same value.
+  bool resize = false;
 };
 
 struct RunSummary {
@@ -64,6 +68,9 @@ struct RunSummary {
   ReduceStats comm;
   int64_t comm_steps = 0;
   std::string sample;
+  // The run stopped early for etr-run to relaunch it at another size (a checkpoint of the
+  // last step was saved); the program should exit with kResizeExitCode.
+  bool resized = false;
 };
 
 class Trainer {
@@ -72,8 +79,15 @@ class Trainer {
   // every rank of it constructs a Trainer with the same config and trains one replica
   // (data parallel, dp = group.size()). Throws ConfigError when the global batch has
   // fewer sequences than there are ranks.
-  Trainer(const TrainConfig& config, const Group& group, Logger& log);
-  Trainer(const TrainConfig& config, World& world) : Trainer(config, world.group(), world.log()) {}
+  //
+  // Under etr-run, pass its `elastic` reporter (runtime/elastic.h): rank 0 reports restore,
+  // progress and events to it and logs what a relaunch cost, and run() stops at a step
+  // boundary when a resize is requested. Without one (or when it is inactive) a resize
+  // request is ignored.
+  Trainer(const TrainConfig& config, const Group& group, Logger& log,
+          ElasticReporter* elastic = nullptr);
+  Trainer(const TrainConfig& config, World& world, ElasticReporter* elastic = nullptr)
+      : Trainer(config, world.group(), world.log(), elastic) {}
   ~Trainer();
 
   RunSummary run();
@@ -116,6 +130,10 @@ class Trainer {
   void setup_parallel();
   void setup_checkpoints();
   void checkpoint_if_due(int64_t step, bool last);
+  // A resize was agreed on at `step`: saves a checkpoint of it (fast tier when there is
+  // one) and waits until it is committed.
+  void save_for_resize(int64_t step);
+  void log_relaunch(int64_t first_step) const;
   ckpt::Manifest checkpoint_meta() const;
   void load_data();
   void log_step(const StepStats& s);
@@ -154,6 +172,8 @@ class Trainer {
   std::unique_ptr<CheckpointWriter> ckpt_writer_;
   CheckpointTier durable_tier_, fast_tier_;
   std::optional<std::filesystem::path> resumed_from_;
+  ElasticReporter* elastic_ = nullptr;
+  double restore_seconds_ = 0;
 };
 
 }  // namespace etr::train

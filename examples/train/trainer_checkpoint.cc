@@ -1,6 +1,7 @@
 // Trainer's checkpoints (trainer.h): what a checkpoint of etr-train holds, when it is
 // saved, and resuming from one (checkpoint/ does the writing, reading and verifying).
 #include <chrono>
+#include <cstdio>
 #include <system_error>
 
 #include "checkpoint/agreement.h"
@@ -105,6 +106,49 @@ void Trainer::checkpoint_if_due(int64_t step, bool last) {
   }
 }
 
+void Trainer::save_for_resize(int64_t step) {
+  const auto& c = config_.checkpoint();
+  if (leader()) {
+    log_.info("resize requested: saving step ", step,
+              " and stopping so that etr-run relaunches the job at its new size");
+  }
+  flush_checkpoints();  // a save in flight (perhaps of this very step) commits first
+  const auto& stats = ckpt_writer_->stats();
+  if (stats.empty() || !stats.back().ok || stats.back().step != static_cast<uint64_t>(step)) {
+    save_checkpoint(c.fast_dir().empty() ? "durable" : "fast");
+    flush_checkpoints();
+  }
+  if (elastic_ && leader()) {
+    const bool ok = !ckpt_writer_->stats().empty() && ckpt_writer_->stats().back().ok;
+    elastic_->event("resize-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
+  }
+}
+
+void Trainer::log_relaunch(int64_t first_step) const {
+  const ElasticLaunch& l = elastic_->launch();
+  const int64_t resumed = first_step - 1;
+  if (l.restart == 0) {
+    log_.info("elastic: launched by etr-run on ", grid_->size(), " rank(s)",
+              resumed > 0 ? ", resumed from step " + std::to_string(resumed) : std::string());
+    return;
+  }
+  std::string text = "elastic: relaunch " + std::to_string(l.restart) + " after a " + l.reason +
+                     ": world " + std::to_string(l.prev_world) + " -> " +
+                     std::to_string(grid_->size()) + ", resumed from step " + std::to_string(resumed);
+  if (l.last_step >= 0) {
+    const int64_t lost = std::max<int64_t>(0, l.last_step - resumed);
+    text += " (the last launch completed step " + std::to_string(l.last_step) + ": " +
+            std::to_string(lost) + " step" + (lost == 1 ? "" : "s") + " lost)";
+  }
+  if (l.event_ms > 0) {
+    char t[96];
+    std::snprintf(t, sizeof t, ", first step %.2f s after the last launch ended (restore %.2f s)",
+                  static_cast<double>(unix_ms() - l.event_ms) / 1000.0, restore_seconds_);
+    text += t;
+  }
+  log_.info(text);
+}
+
 void Trainer::restore(const std::filesystem::path& dir) {
   const auto t0 = Clock::now();
   std::string error;
@@ -135,8 +179,13 @@ void Trainer::restore(const std::filesystem::path& dir) {
   position_.step = m.step();
   position_.samples_seen = m.data().samples_seen();
   resumed_from_ = dir;
+  restore_seconds_ = seconds_since(t0);
+  if (elastic_ && leader()) {
+    elastic_->event("restored step=" + std::to_string(m.step()) + " world=" +
+                    std::to_string(m.layout().world_size()));
+  }
   if (leader()) {
-    const double sec = seconds_since(t0);
+    const double sec = restore_seconds_;
     log_.info("resumed from ", dir.string(), ": step ", m.step(), ", sample ",
               m.data().samples_seen(), "; saved by ", m.layout().world_size(),
               " rank(s), now ", grid_->size(), "; rank 0 read ",

@@ -1,0 +1,518 @@
+#include "runtime/launcher/elastic_driver.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "runtime/elastic.h"
+#include "runtime/error.h"
+
+extern char** environ;
+
+namespace etr::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+template <typename... Args>
+void say(const Args&... args) {
+  std::ostringstream s;
+  s << "etr-run: ";
+  (s << ... << args);
+  s << '\n';
+  const std::string text = s.str();
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+}
+
+std::string seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f s", s);
+  return b;
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void write_all(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// One parsed line of <run dir>/events: "<unix ms> <event> key=value ...".
+struct Event {
+  int64_t ms = 0;
+  std::string name;
+  std::map<std::string, std::string> fields;
+};
+
+std::optional<Event> parse_event(const std::string& line) {
+  std::istringstream in(line);
+  Event e;
+  if (!(in >> e.ms >> e.name)) return std::nullopt;
+  std::string kv;
+  while (in >> kv) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) e.fields[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return e;
+}
+
+// Follows the events file as the job appends to it.
+class EventTail {
+ public:
+  explicit EventTail(fs::path path) : path_(std::move(path)) {}
+  std::vector<Event> read_new() {
+    std::vector<Event> out;
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) return out;
+    in.seekg(static_cast<std::streamoff>(offset_));
+    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t start = 0;
+    for (size_t nl; (nl = chunk.find('\n', start)) != std::string::npos; start = nl + 1) {
+      if (auto e = parse_event(chunk.substr(start, nl - start))) out.push_back(*e);
+    }
+    offset_ += start;
+    return out;
+  }
+
+ private:
+  fs::path path_;
+  size_t offset_ = 0;
+};
+
+int64_t read_progress(const fs::path& path) {
+  std::ifstream in(path);
+  long long step = -1;
+  if (in >> step) return step;
+  return -1;
+}
+
+// What one launch of the job did.
+struct LaunchResult {
+  int status = 0;          // exit status (128 + signal when mpirun was killed)
+  int killed_rank = -1;    // from mpirun's report
+  int own_error_rank = -1; // from the job's "error ... own=1" event
+  bool resize_requested = false;
+  bool first_step_seen = false;
+};
+
+// The job's environment on top of etr-run's: the ETR_RUN_* variables of runtime/elastic.h.
+struct LaunchEnv {
+  int restart = 0;
+  std::string reason = "start";
+  int prev_np = 0;
+  int64_t last_step = -1;
+  int64_t event_ms = 0;
+};
+
+class Driver {
+ public:
+  explicit Driver(const RunOptions& o)
+      : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {}
+
+  int run();
+
+ private:
+  std::optional<std::vector<HostSlots>> discover_usable(bool quiet);
+  // Waits until at least min_np slots are usable; nullopt when it gave up (or was stopped).
+  std::optional<std::vector<HostSlots>> wait_for_slots();
+  LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
+  void forward_output(std::string& pending, const char* data, size_t n, LaunchResult& r,
+                      bool flush);
+
+  const RunOptions& o_;
+  HostHealth health_;
+  fs::path run_dir_;
+  std::optional<EventTail> events_;
+  bool discovery_warned_ = false;
+  // mpirun frames its messages with lines of dashes; a frame is held until it closes so
+  // that the one about our own resize exit can be dropped.
+  std::string frame_;
+  bool in_frame_ = false;
+};
+
+std::optional<std::vector<HostSlots>> Driver::discover_usable(bool quiet) {
+  try {
+    auto hosts = o_.hosts->discover();
+    discovery_warned_ = false;
+    return health_.usable(hosts);
+  } catch (const Error& e) {
+    if (!quiet || !discovery_warned_) say("warning: ", e.what(), "; trying again");
+    discovery_warned_ = true;
+    return std::nullopt;
+  }
+}
+
+std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
+  const auto begin = Clock::now();
+  bool announced = false;
+  for (;;) {
+    if (g_stop_signal) return std::nullopt;
+    auto hosts = discover_usable(true);
+    if (hosts && total_slots(*hosts) >= o_.min_np) return hosts;
+    const int have = hosts ? total_slots(*hosts) : 0;
+    if (since(begin) * 1000 >= static_cast<double>(o_.min_np_timeout.count())) {
+      say("error: only ", have, " usable slot(s)", hosts && !hosts->empty() ? " (" + format_hosts(*hosts) + ")" : "",
+          ", fewer than --min-np ", o_.min_np, ", for ", seconds(since(begin)),
+          " (--min-np-timeout); giving up");
+      return std::nullopt;
+    }
+    if (!announced) {
+      say("waiting for slots: ", have, " usable, --min-np is ", o_.min_np, " (", o_.hosts->describe(),
+          "; giving up after ", seconds(static_cast<double>(o_.min_np_timeout.count()) / 1000), ")");
+      announced = true;
+    }
+    std::this_thread::sleep_for(o_.discovery_interval);
+  }
+}
+
+void Driver::forward_output(std::string& pending, const char* data, size_t n, LaunchResult& r,
+                            bool flush) {
+  pending.append(data, n);
+  size_t start = 0;
+  auto handle = [&](const std::string& line) {
+    const int killed = killed_rank_in(line);
+    if (killed >= 0 && r.killed_rank < 0) r.killed_rank = killed;
+    const bool dashes = line.size() > 20 && line.find_first_not_of('-') == std::string::npos;
+    if (dashes) {
+      if (!in_frame_) {
+        in_frame_ = true;
+        frame_ = line + '\n';
+        return;
+      }
+      frame_ += line + '\n';
+      in_frame_ = false;
+      // Our own resize makes every rank exit with kResizeExitCode, which mpirun reports.
+      const bool resize_noise = r.resize_requested && frame_.find("non-zero") != std::string::npos;
+      if (!resize_noise) write_all(STDERR_FILENO, frame_);
+      frame_.clear();
+      return;
+    }
+    if (in_frame_) {
+      frame_ += line + '\n';
+      return;
+    }
+    if (r.resize_requested && line.find("Forwarding signal 10") != std::string::npos) return;
+    write_all(STDERR_FILENO, line + '\n');
+  };
+  for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    handle(pending.substr(start, nl - start));
+  }
+  pending.erase(0, start);
+  if (flush) {
+    if (!pending.empty()) handle(pending);
+    pending.clear();
+    if (!frame_.empty()) write_all(STDERR_FILENO, frame_);
+    frame_.clear();
+    in_frame_ = false;
+  }
+}
+
+LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env) {
+  LaunchResult r;
+  // The job's environment: ETR_RUN_* plus whatever etr-run was given.
+  std::map<std::string, std::string> vars = {
+      {"ETR_RUN_DIR", run_dir_.string()},
+      {"ETR_RUN_RESTART", std::to_string(env.restart)},
+      {"ETR_RUN_REASON", env.reason},
+      {"ETR_RUN_PREV_NP", std::to_string(env.prev_np)},
+      {"ETR_RUN_LAST_STEP", std::to_string(env.last_step)},
+      {"ETR_RUN_EVENT_MS", std::to_string(env.event_ms)},
+      {"ETR_RUN_HOSTS", format_hosts(hosts)},
+  };
+  if (!o_.checkpoint_dir.empty()) vars["ETR_RUN_CHECKPOINT_DIR"] = o_.checkpoint_dir;
+  if (!std::getenv("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
+  std::vector<std::string> names;
+  for (const auto& [k, v] : vars) names.push_back(k);
+  for (char** e = environ; *e; ++e) {
+    const std::string kv(*e);
+    const std::string name = kv.substr(0, kv.find('='));
+    const bool ours = name.rfind("ETR_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
+                      name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS";
+    if (ours && !vars.count(name)) names.push_back(name);
+  }
+  const std::vector<std::string> argv_s = mpirun_command(o_, hosts, np, names);
+
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(err[1], STDERR_FILENO);
+    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    std::vector<char*> argv;
+    for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "etr-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(err[1]);
+
+  const auto start = Clock::now();
+  auto next_discovery = start + o_.discovery_interval;
+  bool started = false, stop_forwarded = false, resize_pending = false;
+  std::string pending, reason;
+  bool eof = false;
+  int status = 0;
+  bool reaped = false;
+  while (!(eof && reaped)) {
+    if (!eof) {
+      pollfd p{err[0], POLLIN, 0};
+      const int pr = poll(&p, 1, 100);
+      if (pr > 0) {
+        char buf[65536];
+        const ssize_t n = read(err[0], buf, sizeof buf);
+        if (n > 0) {
+          forward_output(pending, buf, static_cast<size_t>(n), r, false);
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          eof = true;
+        }
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!reaped) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) reaped = true;
+    }
+    if (g_stop_signal && !stop_forwarded && !reaped) {
+      kill(pid, SIGTERM);
+      stop_forwarded = true;
+    }
+    for (const Event& e : events_->read_new()) {
+      if (e.name == "started") started = true;
+      if (e.name == "first-step" && !r.first_step_seen) {
+        r.first_step_seen = true;
+        if (env.reason != "start" && env.event_ms > 0) {
+          say("recovered: step ", e.fields.count("step") ? e.fields.at("step") : "?", " done on ", np,
+              " rank(s), ", seconds(static_cast<double>(e.ms - env.event_ms) / 1000.0),
+              " after the last launch ended");
+        }
+      }
+      if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" &&
+          r.own_error_rank < 0) {
+        r.own_error_rank = std::atoi(e.fields.at("rank").c_str());
+      }
+    }
+    // Discovery while the job runs: more slots (up to max_np), or fewer than it uses.
+    if (!reaped && o_.hosts->dynamic() && Clock::now() >= next_discovery) {
+      next_discovery = Clock::now() + o_.discovery_interval;
+      if (!r.resize_requested) {
+        if (auto now_hosts = discover_usable(true)) {
+          const int have = total_slots(*now_hosts);
+          bool lost = false;
+          for (const auto& h : hosts) {
+            int avail = 0;
+            for (const auto& a : *now_hosts) if (a.host == h.host) avail = a.slots;
+            if (avail < h.slots) lost = true;
+          }
+          if ((have > np && np < o_.max_np) || lost) {
+            resize_pending = true;
+            reason = lost ? "discovery no longer lists all of the job's slots (now " + format_hosts(*now_hosts) + ")"
+                          : "discovery reports " + std::to_string(have) + " usable slots (" +
+                                format_hosts(*now_hosts) + "), the job runs on " + std::to_string(np);
+          } else {
+            resize_pending = false;
+          }
+        }
+      }
+    }
+    // The job's ranks handle SIGUSR1 once they have started; mpirun forwards it to them.
+    if (resize_pending && started && !r.resize_requested && !reaped) {
+      say(reason, ": asking the job to resize");
+      ElasticReporter(ElasticLaunch{.active = true, .run_dir = run_dir_, .hosts = {}, .checkpoint_dir = {}}).event("resize-request np=" + std::to_string(np));
+      kill(pid, SIGUSR1);
+      r.resize_requested = true;
+    }
+  }
+  forward_output(pending, nullptr, 0, r, true);
+  close(err[0]);
+  for (const Event& e : events_->read_new()) {
+    if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" && r.own_error_rank < 0) {
+      r.own_error_rank = std::atoi(e.fields.at("rank").c_str());
+    }
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+int Driver::run() {
+  if (o_.run_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/etr-run-XXXXXX";
+    if (!mkdtemp(templ.data())) throw IoError("cannot create a run directory in /tmp: " + std::string(std::strerror(errno)));
+    run_dir_ = templ;
+  } else {
+    run_dir_ = o_.run_dir;
+    std::error_code ec;
+    fs::create_directories(run_dir_, ec);
+    if (ec) throw IoError("cannot create the run directory " + o_.run_dir + ": " + ec.message());
+    fs::remove(run_dir_ / "events", ec);
+    fs::remove(run_dir_ / "progress", ec);
+  }
+  events_.emplace(run_dir_ / "events");
+  ElasticReporter log(ElasticLaunch{.active = true, .run_dir = run_dir_, .hosts = {}, .checkpoint_dir = {}});
+
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  LaunchEnv env;
+  int failures = 0, resizes = 0, launches = 0;
+  int exit_status = 1;
+  for (;;) {
+    auto hosts = wait_for_slots();
+    if (!hosts) {
+      exit_status = g_stop_signal ? 128 + g_stop_signal : 1;
+      break;
+    }
+    const int slots = total_slots(*hosts);
+    int np = std::min(slots, o_.max_np);
+    if (launches == 0 && o_.np > 0) np = std::min(np, o_.np);
+    const auto assigned = take_slots(*hosts, np);
+    ++launches;
+    say("launch ", launches, ": ", np, " rank(s) on ", format_hosts(assigned),
+        env.reason == "start" ? std::string() : " (after a " + env.reason + ", relaunch " +
+                                                    std::to_string(env.restart) + ")");
+    log.event("launch n=" + std::to_string(launches) + " np=" + std::to_string(np) + " hosts=" +
+              format_hosts(assigned) + " reason=" + env.reason);
+    const LaunchResult r = launch(assigned, np, env);
+    const int64_t ended_ms = unix_ms();
+    const int64_t last_step = read_progress(run_dir_ / "progress");
+    log.event("exit status=" + std::to_string(r.status) + " last_step=" + std::to_string(last_step));
+    if (g_stop_signal) {
+      say("stopped by signal ", g_stop_signal, "; the job was ended (last step ", last_step, ")");
+      exit_status = 128 + g_stop_signal;
+      break;
+    }
+    if (r.status == 0) {
+      say("the job completed after ", launches, " launch(es): ", failures, " failure(s), ", resizes,
+          " resize(s)");
+      exit_status = 0;
+      break;
+    }
+    env.prev_np = np;
+    env.last_step = last_step;
+    env.event_ms = ended_ms;
+    ++env.restart;
+    if (r.status == kResizeExitCode) {
+      ++resizes;
+      env.reason = "resize";
+      say("the job stopped at step ", last_step, " to resize; relaunching");
+      continue;
+    }
+    ++failures;
+    env.reason = "failure";
+    const int culprit = r.own_error_rank >= 0 ? r.own_error_rank : r.killed_rank;
+    std::string who = "no rank is named as the cause";
+    if (culprit >= 0) {
+      std::string host;
+      int first = 0;
+      for (const auto& h : assigned) {
+        if (culprit < first + h.slots) { host = h.host; break; }
+        first += h.slots;
+      }
+      who = "rank " + std::to_string(culprit) + " on " + host;
+      if (!host.empty() && health_.record_failure(host)) {
+        say("host ", host, " failed ", health_.failures(host), " time(s) (--blacklist-after ",
+            o_.blacklist_after, "): excluded for ",
+            seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
+        log.event("exclude host=" + host);
+      }
+    }
+    say("the job failed (exit status ", r.status, "; ", who, ") after step ", last_step, "; failure ",
+        failures, " of at most ", o_.max_restarts + 1);
+    if (failures > o_.max_restarts) {
+      say("error: giving up: the job failed ", failures, " time(s) and --max-restarts is ",
+          o_.max_restarts);
+      exit_status = r.status;
+      break;
+    }
+  }
+  if (o_.run_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(run_dir_, ec);
+  }
+  return exit_status;
+}
+
+}  // namespace
+
+void validate(RunOptions& o) {
+  if (!o.hosts) throw ConfigError("say where to run: --hosts, --hostfile or --host-discovery-script");
+  if (o.command.empty()) throw ConfigError("no job to run: put its command after --, e.g. -- etr-train --config c.pbtxt");
+  if (o.min_np < 1) throw ConfigError("--min-np must be at least 1");
+  if (o.max_np == 0) o.max_np = std::max(o.np, o.min_np);
+  if (o.max_np < o.min_np) {
+    throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " + std::to_string(o.min_np));
+  }
+  if (o.np != 0 && (o.np < o.min_np || o.np > o.max_np)) {
+    throw ConfigError("--np " + std::to_string(o.np) + " is outside [--min-np, --max-np] = [" +
+                      std::to_string(o.min_np) + ", " + std::to_string(o.max_np) + "]");
+  }
+  if (o.max_restarts < 0) throw ConfigError("--max-restarts cannot be negative");
+  if (o.blacklist_after < 0) throw ConfigError("--blacklist-after cannot be negative");
+  if (o.discovery_interval.count() <= 0) throw ConfigError("--discovery-interval must be positive");
+}
+
+std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
+                                        int np, const std::vector<std::string>& env_names) {
+  std::vector<std::string> a = {o.mpirun};
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+  bool local = true;
+  for (const auto& h : hosts) local = local && is_local_host(h.host);
+  if (local) {
+    // One machine (MPI_NOTES.md): shared memory, no transport probing, loopback only.
+    a.insert(a.end(), {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
+                       "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"});
+  }
+  // When one rank fails (or exits non-zero, as a resize does), mpirun ends the others with
+  // SIGTERM and, a second later, SIGKILL. The job's state is in its checkpoints, so the
+  // grace second only delays recovery: kill at once.
+  a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  a.insert(a.end(), {"-np", std::to_string(np), "--host", format_hosts(hosts)});
+  for (const auto& n : env_names) a.insert(a.end(), {"-x", n});
+  a.insert(a.end(), o.mpi_args.begin(), o.mpi_args.end());
+  a.insert(a.end(), o.command.begin(), o.command.end());
+  return a;
+}
+
+int killed_rank_in(const std::string& line) {
+  const std::string key = "process rank ";
+  const size_t at = line.find(key);
+  if (at == std::string::npos || line.find("exited on signal") == std::string::npos) return -1;
+  return std::atoi(line.c_str() + at + key.size());
+}
+
+int run_elastic(const RunOptions& options) {
+  Driver d(options);
+  return d.run();
+}
+
+}  // namespace etr::launcher

@@ -1,0 +1,87 @@
+// etr-run: the elastic launcher (README.md, "Elastic training with etr-run").
+//
+//   etr-run [--np N] --min-np A --max-np B (--hosts h1:2,h2:2 | --hostfile F |
+//           --host-discovery-script S) [--max-restarts R] [--blacklist-after K]
+//           [--checkpoint-dir D] -- etr-train --config c.pbtxt ...
+//
+// Launches the job with mpirun on the slots it has, streams its output, and keeps it
+// alive: a failed job is relaunched from its newest checkpoint on the healthy slots; when
+// discovery reports more (or fewer) slots the job is asked to resize at a step boundary.
+// Exits with the job's final status.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "runtime/error.h"
+#include "runtime/launcher/elastic_driver.h"
+
+int main(int argc, char** argv) {
+  using etr::launcher::HostSource;
+  CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
+               "checkpoint when a worker fails and resizes it when slots come or go.",
+               "etr-run"};
+  etr::launcher::RunOptions o;
+  o.mpirun = ETR_MPIEXEC;
+  std::string hosts, hostfile, script;
+  double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1;
+  app.add_option("--np,-n", o.np, "Ranks of the first launch (default: every usable slot, up to --max-np)");
+  app.add_option("--min-np", o.min_np, "Fewest ranks the job may run on; with fewer usable slots "
+                 "etr-run waits (--min-np-timeout), then gives up (default 1)");
+  app.add_option("--max-np", o.max_np, "Most ranks the job may grow to (default: --np, or --min-np)");
+  auto* h = app.add_option("--hosts,-H", hosts, "Fixed hosts and slots, e.g. h1:2,h2:2 (a host "
+                           "without :N has one slot)");
+  auto* f = app.add_option("--hostfile", hostfile, "File of hosts, one per line as HOST, HOST:N or "
+                           "HOST slots=N ('#' comments); re-read at every discovery");
+  auto* s = app.add_option("--host-discovery-script", script, "Executable printing the usable hosts "
+                           "in the hostfile syntax; run every --discovery-interval");
+  h->excludes(f, s);
+  f->excludes(s);
+  app.add_option("--max-restarts", o.max_restarts, "Relaunches after failures before etr-run gives up "
+                 "(resizes do not count; default 5)");
+  app.add_option("--blacklist-after", o.blacklist_after, "Failures of one host before it is excluded "
+                 "for --blacklist-cooldown (0: never; default 3)");
+  app.add_option("--blacklist-cooldown", cooldown_s, "Seconds an excluded host stays excluded (default 600)");
+  app.add_option("--min-np-timeout", min_np_timeout_s, "Seconds to wait for --min-np usable slots "
+                 "before giving up (default 600)");
+  app.add_option("--discovery-interval", interval_s, "Seconds between host discoveries (default 1)");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
+                 "the job as ETR_RUN_CHECKPOINT_DIR; etr-train uses it as checkpoint.dir)");
+  app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
+                 "launch, exit, resize and the job's progress) here (default: a temporary one)");
+  app.add_option("--mpirun", o.mpirun, "The mpirun to use (default: the one etr was built with)");
+  app.add_option("--mpi-arg", o.mpi_args, "An extra argument for mpirun (repeatable), e.g. "
+                 "--mpi-arg=--bind-to --mpi-arg=none");
+  app.add_option("command", o.command, "The job and its arguments, after --")->required();
+  app.footer(
+      "Environment: the job gets ETR_RUN_* variables (runtime/elastic.h) and every ETR_* and\n"
+      "OMP_* variable of etr-run's. A stuck worker is turned into a failure by the\n"
+      "collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s).\n"
+      "Exit status: the job's final status; 1 when there were too few slots for too long.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (!hosts.empty()) o.hosts.emplace(HostSource::Kind::kList, hosts);
+    if (!hostfile.empty()) o.hosts.emplace(HostSource::Kind::kFile, hostfile);
+    if (!script.empty()) o.hosts.emplace(HostSource::Kind::kScript, script);
+    auto ms = [](double s, const char* flag) {
+      if (!(s > 0)) throw etr::ConfigError(std::string(flag) + " must be a positive number of seconds");
+      return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+    };
+    o.blacklist_cooldown = ms(cooldown_s, "--blacklist-cooldown");
+    o.min_np_timeout = ms(min_np_timeout_s, "--min-np-timeout");
+    o.discovery_interval = ms(interval_s, "--discovery-interval");
+    etr::launcher::validate(o);
+    if (o.hosts->kind() == HostSource::Kind::kList) o.hosts->discover();  // a bad list fails now
+    return etr::launcher::run_elastic(o);
+  } catch (const etr::Error& e) {
+    std::fprintf(stderr, "etr-run: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "etr-run: internal error: %s\n", e.what());
+    return 2;
+  }
+}
