@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -468,7 +469,7 @@ void validate(RunOptions& o) {
   if (!o.hosts) throw ConfigError("say where to run: --hosts, --hostfile or --host-discovery-script");
   if (o.command.empty()) throw ConfigError("no job to run: put its command after --, e.g. -- etr-train --config c.pbtxt");
   if (o.min_np < 1) throw ConfigError("--min-np must be at least 1");
-  if (o.max_np == 0) o.max_np = std::max(o.np, o.min_np);
+  if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
   if (o.max_np < o.min_np) {
     throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " + std::to_string(o.min_np));
   }

@@ -16,7 +16,7 @@ namespace etr::launcher {
 struct RunOptions {
   int np = 0;      // ranks of the first launch (0: as many as there are slots, up to max_np)
   int min_np = 1;  // fewer usable slots than this: wait, then give up
-  int max_np = 0;  // never more ranks than this (0: np, or min_np when np is 0)
+  int max_np = 0;  // never more ranks than this (0: no limit but the usable slots)
   std::optional<HostSource> hosts;
   int max_restarts = 5;  // relaunches after failures (resizes do not count)
   int blacklist_after = 3;  // failures before a host is excluded (0: never)

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--np,-n", o.np, "Ranks of the first launch (default: every usable slot, up to --max-np)");
   app.add_option("--min-np", o.min_np, "Fewest ranks the job may run on; with fewer usable slots "
                  "etr-run waits (--min-np-timeout), then gives up (default 1)");
-  app.add_option("--max-np", o.max_np, "Most ranks the job may grow to (default: --np, or --min-np)");
+  app.add_option("--max-np", o.max_np, "Most ranks the job may grow to (default: every usable slot)");
   auto* h = app.add_option("--hosts,-H", hosts, "Fixed hosts and slots, e.g. h1:2,h2:2 (a host "
                            "without :N has one slot)");
   auto* f = app.add_option("--hostfile", hostfile, "File of hosts, one per line as HOST, HOST:N or "

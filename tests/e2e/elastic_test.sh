@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# etr-run keeping etr-train alive, as a user meets it (the tiny config, 300 steps,
+# checkpoints every 5 steps; host discovery scripts that print localhost slots):
+#  reference: an uninterrupted 2-rank run under etr-run;
+#  a. kill -9 one of 2 ranks mid-run: the job is relaunched on 2 ranks from its newest
+#     checkpoint and completes; its final parameters equal the reference's bitwise;
+#  b. discovery reports 2 slots, later 3: the job resizes to 3 ranks at a step boundary
+#     and completes; final parameters equal the reference's within 1e-3. The global batch
+#     and the data are the same; only the order of the gradient sums changes, and over 300
+#     AdamW steps that moves float32 parameters (|p| up to 1.2) by a few 1e-4: two
+#     uninterrupted runs on 2 and on 3 ranks differ by 4.6e-4 at step 300 (measured);
+#  c. one of 2 ranks stopped (SIGSTOP): the collectives' timeout (ETR_COMM_TIMEOUT_S=2)
+#     ends the job, which is relaunched and completes; parameters bitwise equal;
+#  d. fewer usable slots than --min-np: etr-run waits, then fails with a sentence, exit 1;
+#  e. a host whose rank fails at every launch (ETR_FAIL_AT_STEP on its rank): after
+#     --blacklist-after 2 failures it is excluded and the job completes without it.
+# Usage: elastic_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE
+set -u
+etr_run=$1 train=$2 config=$3 compare=$4
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+  pkill -KILL -f "$work/" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+steps=300
+job=("$train" --config "$config" --set schedule.max_steps=$steps --set log.log_every=50
+     --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=5
+     --set log.sample_tokens=0)
+ckpt() { printf '%s/step-%09d' "$1" "$2"; }
+# discovery NAME SLOTS...: a script printing the lines of $work/NAME.slots, which starts as
+# SLOTS (one per line); echo its path.
+discovery() {
+  local name=$1
+  shift
+  printf '%s\n' "$@" >"$work/$name.slots"
+  printf '#!/bin/sh\ncat %s\n' "$work/$name.slots" >"$work/$name.sh"
+  chmod +x "$work/$name.sh"
+  echo "$work/$name.sh"
+}
+# start NAME ETR_RUN_ARGS...: etr-run in the background, checkpoints in $work/NAME.ck,
+# run directory $work/NAME.run, output in $work/NAME.out; its pid in $pid.
+start() {
+  local name=$1
+  shift
+  "$etr_run" --run-dir "$work/$name.run" --checkpoint-dir "$work/$name.ck" --discovery-interval 0.2 \
+    "$@" -- "${job[@]}" >"$work/$name.out" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+}
+# finish NAME [SECONDS]: waits for etr-run to end (at most SECONDS, default 120); its exit
+# status in $status.
+finish() {
+  local name=$1 limit=${2:-120} i=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+    [ "$i" -lt $((limit * 10)) ] || { cat "$work/$name.out"; fail "$name: etr-run still running after $limit s"; }
+  done
+  wait "$pid"
+  status=$?
+}
+progress() { { tr -d ' \n' <"$work/$1.run/progress"; } 2>/dev/null || echo -1; }
+# wait_step NAME STEP: until the job has completed STEP (fails when etr-run ends first).
+wait_step() {
+  local name=$1 want=$2 i=0
+  while [ "$(progress "$name")" -lt "$want" ]; do
+    kill -0 "$pid" 2>/dev/null || { cat "$work/$name.out"; fail "$name: etr-run ended before step $want"; }
+    sleep 0.01
+    i=$((i + 1))
+    [ "$i" -lt 6000 ] || { cat "$work/$name.out"; fail "$name: no step $want within 60 s"; }
+  done
+}
+# rank_pid: the pid of one etr-train rank of the running job (a child of etr-run's mpirun).
+rank_pid() {
+  local mpirun
+  mpirun=$(pgrep -P "$pid" | head -1)
+  [ -n "$mpirun" ] && pgrep -P "$mpirun" | tail -1
+}
+# completed NAME: etr-run exited 0 and the final checkpoint exists.
+completed() {
+  [ "$status" -eq 0 ] || { cat "$work/$1.out"; fail "$1: etr-run exited $status"; }
+  grep -q "the job completed" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: no completion message"; }
+  [ -f "$(ckpt "$work/$1.ck" $steps)/manifest.pb" ] || fail "$1: no checkpoint of step $steps"
+}
+# same_params NAME TOL: the final parameters equal the reference's within TOL.
+same_params() {
+  "$compare" "$(ckpt "$work/ref.ck" $steps)" "$(ckpt "$work/$1.ck" $steps)" "$2" ||
+    fail "$1: the final parameters differ from the uninterrupted run's"
+}
+
+echo "== reference: an uninterrupted 2-rank run"
+start ref --hosts localhost:2
+finish ref
+completed ref
+grep -q "launch 1: 2 rank(s) on localhost:2" "$work/ref.out" || { cat "$work/ref.out"; fail "ref: not 2 ranks"; }
+
+echo "== a. kill -9 one of 2 ranks"
+start a --min-np 1 --max-np 2 --host-discovery-script "$(discovery a localhost:2)"
+wait_step a 100
+victim=$(rank_pid)
+[ -n "$victim" ] || fail "a: no rank to kill"
+[ "$(progress a)" -lt $steps ] || fail "a: the job finished before the kill"
+kill -KILL "$victim"
+finish a
+completed a
+grep -q "the job failed (exit status 137; rank [01] on localhost)" "$work/a.out" ||
+  { cat "$work/a.out"; fail "a: the failure was not reported"; }
+grep -q "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "$work/a.out" ||
+  { cat "$work/a.out"; fail "a: not relaunched on 2 ranks"; }
+grep -E "elastic: relaunch 1 after a failure: world 2 -> 2, resumed from step [0-9]+ \(the last launch completed step [0-9]+: [0-9]+ steps? lost\)" \
+  "$work/a.out" || { cat "$work/a.out"; fail "a: the relaunch was not logged"; }
+grep "etr-run: recovered" "$work/a.out"
+same_params a 0
+
+echo "== b. discovery reports a third slot: the job grows to 3 ranks"
+start b --min-np 1 --max-np 3 --host-discovery-script "$(discovery b localhost:2)"
+wait_step b 100
+[ "$(progress b)" -lt $steps ] || fail "b: the job finished before the join"
+echo "localhost:3" >"$work/b.slots"
+finish b
+completed b
+grep -q "asking the job to resize" "$work/b.out" || { cat "$work/b.out"; fail "b: no resize request"; }
+grep -q "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "$work/b.out" ||
+  { cat "$work/b.out"; fail "b: not relaunched on 3 ranks"; }
+grep -E "relaunch 1 after a resize: world 2 -> 3, resumed from step [0-9]+ \(the last launch completed step [0-9]+: 0 steps lost\)" \
+  "$work/b.out" || { cat "$work/b.out"; fail "b: the resize lost steps or was not logged"; }
+same_params b 1e-3
+
+echo "== c. a stopped rank: the collectives' timeout turns it into a failure"
+ETR_COMM_TIMEOUT_S=2 start c --min-np 1 --max-np 2 --host-discovery-script "$(discovery c localhost:2)"
+wait_step c 100
+victim=$(rank_pid)
+[ -n "$victim" ] || fail "c: no rank to stop"
+[ "$(progress c)" -lt $steps ] || fail "c: the job finished before the stop"
+kill -STOP "$victim"
+finish c
+completed c
+# (in the gradient allreduce or, when the stop lands there, a checkpoint agreement)
+grep -q "did not finish within 2 s (.* elapsed, waiting on rank [01])\|did not complete within the communicator timeout of 2 s" "$work/c.out" ||
+  { cat "$work/c.out"; fail "c: no timeout reported"; }
+grep -q "the job failed (exit status 1; no rank is named as the cause)" "$work/c.out" ||
+  { cat "$work/c.out"; fail "c: a timeout must not blame the rank that detected it"; }
+grep -q "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "$work/c.out" ||
+  { cat "$work/c.out"; fail "c: not relaunched"; }
+state=$(ps -o stat= -p "$victim" 2>/dev/null)
+case "$state" in ""|Z*) ;; *) fail "c: the stopped rank is still there (state $state)" ;; esac
+same_params c 0
+
+echo "== d. fewer slots than --min-np: wait, then give up"
+start d --min-np 2 --max-np 2 --min-np-timeout 2 --host-discovery-script "$(discovery d localhost:1)"
+finish d 30
+[ "$status" -eq 1 ] || { cat "$work/d.out"; fail "d: exit status $status, not 1"; }
+grep -q "waiting for slots: 1 usable, --min-np is 2" "$work/d.out" || { cat "$work/d.out"; fail "d: no waiting message"; }
+grep -q "error: only 1 usable slot(s) (localhost:1), fewer than --min-np 2, for 2\.[0-9]* s (--min-np-timeout); giving up" \
+  "$work/d.out" || { cat "$work/d.out"; fail "d: no sentence saying why it gave up"; }
+grep -q "launch 1" "$work/d.out" && fail "d: launched below --min-np"
+
+echo "== e. a host that keeps failing is excluded"
+# Rank 2 is the one on 127.0.0.1 (localhost's 2 slots come first); it fails at step 3.
+ETR_FAIL_AT_STEP=3:2 start e --min-np 2 --max-np 3 --blacklist-after 2 --max-restarts 3 \
+  --host-discovery-script "$(discovery e localhost:2 127.0.0.1:1)"
+finish e
+completed e
+[ "$(grep -c "the job failed (exit status [0-9]*; rank 2 on 127.0.0.1)" "$work/e.out")" -eq 2 ] ||
+  { cat "$work/e.out"; fail "e: not two failures of rank 2 on 127.0.0.1"; }
+grep -q "host 127.0.0.1 failed 2 time(s) (--blacklist-after 2): excluded" "$work/e.out" ||
+  { cat "$work/e.out"; fail "e: the host was not excluded"; }
+grep -q "launch 3: 2 rank(s) on localhost:2 (after a failure, relaunch 2)" "$work/e.out" ||
+  { cat "$work/e.out"; fail "e: not relaunched without the excluded host"; }
+grep -q "asking the job to resize" "$work/e.out" && fail "e: asked to grow onto the excluded host"
+echo "PASS"
