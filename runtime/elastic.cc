@@ -49,7 +49,9 @@ std::vector<std::pair<std::string, int>> parse_host_slots(const std::string& tex
   while (begin <= text.size()) {
     size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(begin, end - begin);
+    std::string item = text.substr(begin, end - begin);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? std::string() : item.substr(b, e - b + 1);
     begin = end + 1;
     if (item.empty()) {
       if (end == text.size()) break;
@@ -88,6 +90,7 @@ ElasticLaunch ElasticLaunch::from_env() {
 }
 
 std::string ElasticLaunch::host_of(int rank) const {
+  if (rank < 0) return "";
   int first = 0;
   for (const auto& [host, slots] : hosts) {
     if (rank < first + slots) return host;

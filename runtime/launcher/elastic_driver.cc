@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -508,7 +509,11 @@ int killed_rank_in(const std::string& line) {
   const std::string key = "process rank ";
   const size_t at = line.find(key);
   if (at == std::string::npos || line.find("exited on signal") == std::string::npos) return -1;
-  return std::atoi(line.c_str() + at + key.size());
+  const char* begin = line.data() + at + key.size();
+  int rank = -1;
+  auto [end, ec] = std::from_chars(begin, line.data() + line.size(), rank);
+  if (ec != std::errc() || end == begin || rank < 0) return -1;
+  return rank;
 }
 
 int run_elastic(const RunOptions& options) {

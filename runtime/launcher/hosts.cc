@@ -8,7 +8,9 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -97,7 +99,8 @@ int total_slots(const std::vector<HostSlots>& hosts) {
 }
 
 bool is_local_host(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  if (host == "localhost" || host == "::1") return true;
+  if (host.rfind("127.", 0) == 0 && host.find_first_not_of("0123456789.") == std::string::npos) return true;
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0) return false;
   const std::string self(name);
@@ -116,6 +119,10 @@ std::string HostSource::describe() const {
 std::vector<HostSlots> HostSource::discover(std::chrono::milliseconds script_timeout) const {
   if (kind_ == Kind::kList) return parse_host_list(value_);
   if (kind_ == Kind::kFile) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(value_, ec)) {
+      throw IoError("the hostfile " + value_ + " is a directory; name a file of hosts");
+    }
     std::ifstream in(value_);
     if (!in) throw IoError("cannot read the hostfile " + value_ + ": " + std::strerror(errno));
     std::stringstream text;
@@ -137,6 +144,8 @@ std::vector<HostSlots> HostSource::discover(std::chrono::milliseconds script_tim
   }
   close(out[1]);
   std::string text;
+  int status = 0;
+  bool reaped = false;
   const auto deadline = std::chrono::steady_clock::now() + script_timeout;
   bool timed_out = false;
   for (;;) {
@@ -147,9 +156,17 @@ std::vector<HostSlots> HostSource::discover(std::chrono::milliseconds script_tim
       break;
     }
     pollfd p{out[0], POLLIN, 0};
-    const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 50)));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
+    if (r == 0) {
+      // The script may have exited while a child of its own keeps the pipe open.
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        reaped = true;
+        break;
+      }
+      continue;
+    }
+    if (r < 0) continue;
     char buf[4096];
     const ssize_t n = read(out[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -158,12 +175,12 @@ std::vector<HostSlots> HostSource::discover(std::chrono::milliseconds script_tim
   }
   close(out[0]);
   if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    throw IoError("the host discovery script " + value_ + " did not finish within " +
-                  std::to_string(script_timeout.count() / 1000) + " s");
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%.3g s", static_cast<double>(script_timeout.count()) / 1000);
+    throw IoError("the host discovery script " + value_ + " did not finish within " + limit);
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     throw IoError("the host discovery script " + value_ + " failed (" +
@@ -175,6 +192,7 @@ std::vector<HostSlots> HostSource::discover(std::chrono::milliseconds script_tim
 
 bool HostHealth::record_failure(const std::string& host, Clock::time_point now) {
   State& s = state_[host];
+  if (s.excluded && now >= s.excluded_until) s = State{};  // its cool-down is over
   ++s.failures;
   if (blacklist_after_ > 0 && s.failures >= blacklist_after_ && !s.excluded) {
     s.excluded = true;

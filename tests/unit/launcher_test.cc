@@ -785,5 +785,62 @@ TEST(ResizeSignal, Sigusr1SetsTheFlagUntilCleared) {
   clear_resize_request();
 }
 
+
+// ---- fixes of what the first version of these tests found ------------------------------
+
+TEST(HostSourceFile, DirectoryIsAnIoErrorNotZeroHosts) {
+  TempDir dir;
+  HostSource s(HostSource::Kind::kFile, dir.path().string());
+  EXPECT_THROW(s.discover(), IoError);
+}
+
+TEST(HostSourceScript, BackgroundChildHoldingStdoutDoesNotTimeOut) {
+  TempDir dir;
+  const std::string path =
+      dir.write("discover.sh", "#!/bin/sh\necho h1:2\nsleep 3 &\nexit 0\n", 0755);
+  HostSource s(HostSource::Kind::kScript, path);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.discover(std::chrono::seconds(2)), (HostList{{"h1", 2}}));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+}
+
+TEST(HostSourceScript, TimeoutMessageKeepsFractionsOfASecond) {
+  TempDir dir;
+  const std::string path = dir.write("slow.sh", "#!/bin/sh\nexec sleep 5\n", 0755);
+  HostSource s(HostSource::Kind::kScript, path);
+  try {
+    s.discover(std::chrono::milliseconds(300));
+    ADD_FAILURE() << "no timeout";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("within 0.3 s"), std::string::npos) << e.what();
+  }
+}
+
+TEST(KilledRankIn, NonNumericOrHugeRankIsMinusOne) {
+  EXPECT_EQ(launcher::killed_rank_in("process rank x exited on signal 9"), -1);
+  EXPECT_EQ(launcher::killed_rank_in("process rank 99999999999 with PID 1 exited on signal 9"), -1);
+}
+
+TEST(ParseHostList, ItemsAreTrimmed) {
+  EXPECT_EQ(launcher::parse_host_list("h1:2, h2"), (HostList{{"h1", 2}, {"h2", 1}}));
+}
+
+TEST(HostHealth, FailureAfterTheCooldownStartsAFreshCount) {
+  using C = launcher::HostHealth::Clock;
+  launcher::HostHealth h(2, std::chrono::seconds(10));
+  const C::time_point t0{};
+  EXPECT_FALSE(h.record_failure("a", t0));
+  EXPECT_TRUE(h.record_failure("a", t0));
+  const C::time_point later = t0 + std::chrono::seconds(11);
+  EXPECT_FALSE(h.record_failure("a", later));  // count 1 of a fresh start
+  EXPECT_EQ(h.failures("a"), 1);
+  EXPECT_TRUE(h.record_failure("a", later));
+}
+
+TEST(IsLocalHost, NamesStartingWith127AreNotLoopbackAddresses) {
+  EXPECT_FALSE(launcher::is_local_host("127.example.com"));
+  EXPECT_EQ(ElasticLaunch{}.host_of(-1), "");
+}
+
 }  // namespace
 }  // namespace etr
