@@ -117,6 +117,7 @@ struct LaunchResult {
   int own_error_rank = -1; // from the job's "error ... own=1" event
   bool resize_requested = false;
   bool first_step_seen = false;
+  bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
 };
 
 // The job's environment on top of etr-run's: the ETR_RUN_* variables of runtime/elastic.h.
@@ -307,6 +308,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     }
     for (const Event& e : events_->read_new()) {
       if (e.name == "started") started = true;
+      if (e.name == "ready") r.ready_seen = true;
       if (e.name == "first-step" && !r.first_step_seen) {
         r.first_step_seen = true;
         if (env.reason != "start" && env.event_ms > 0) {
@@ -428,6 +430,14 @@ int Driver::run() {
       env.reason = "resize";
       say("the job stopped at step ", last_step, " to resize; relaunching");
       continue;
+    }
+    if (launches == 1 && !r.ready_seen) {
+      // A bad configuration, a missing file, a program that is not an etr job: relaunching
+      // would fail the same way.
+      say("error: the job failed (exit status ", r.status, ") on its first launch before it "
+          "was ready to train; not relaunching: see its error above");
+      exit_status = r.status;
+      break;
     }
     ++failures;
     env.reason = "failure";
