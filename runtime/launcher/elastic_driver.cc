@@ -21,6 +21,7 @@
 
 #include "runtime/elastic.h"
 #include "runtime/error.h"
+#include "runtime/launcher/mpirun_output.h"
 
 extern char** environ;
 
@@ -50,16 +51,6 @@ std::string seconds(double s) {
 }
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-void write_all(int fd, const std::string& text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
 
 // One parsed line of <run dir>/events: "<unix ms> <event> key=value ...".
 struct Event {
@@ -113,7 +104,7 @@ int64_t read_progress(const fs::path& path) {
 // What one launch of the job did.
 struct LaunchResult {
   int status = 0;          // exit status (128 + signal when mpirun was killed)
-  int killed_rank = -1;    // from mpirun's report
+  int killed_rank = -1;    // from mpirun's report (MpirunOutput)
   int own_error_rank = -1; // from the job's "error ... own=1" event
   bool resize_requested = false;
   bool first_step_seen = false;
@@ -137,31 +128,28 @@ class Driver {
   int run();
 
  private:
-  std::optional<std::vector<HostSlots>> discover_usable(bool quiet);
+  // The discovered hosts without the excluded ones; nullopt (warned once in a row) when
+  // discovery fails.
+  std::optional<std::vector<HostSlots>> discover_usable();
   // Waits until at least min_np slots are usable; nullopt when it gave up (or was stopped).
   std::optional<std::vector<HostSlots>> wait_for_slots();
   LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
-  void forward_output(std::string& pending, const char* data, size_t n, LaunchResult& r,
-                      bool flush);
 
   const RunOptions& o_;
   HostHealth health_;
   fs::path run_dir_;
   std::optional<EventTail> events_;
+  std::optional<ElasticReporter> events_out_;  // etr-run's own lines of the events file
   bool discovery_warned_ = false;
-  // mpirun frames its messages with lines of dashes; a frame is held until it closes so
-  // that the one about our own resize exit can be dropped.
-  std::string frame_;
-  bool in_frame_ = false;
 };
 
-std::optional<std::vector<HostSlots>> Driver::discover_usable(bool quiet) {
+std::optional<std::vector<HostSlots>> Driver::discover_usable() {
   try {
     auto hosts = o_.hosts->discover();
     discovery_warned_ = false;
     return health_.usable(hosts);
   } catch (const Error& e) {
-    if (!quiet || !discovery_warned_) say("warning: ", e.what(), "; trying again");
+    if (!discovery_warned_) say("warning: ", e.what(), "; trying again");
     discovery_warned_ = true;
     return std::nullopt;
   }
@@ -172,7 +160,7 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
   bool announced = false;
   for (;;) {
     if (g_stop_signal) return std::nullopt;
-    auto hosts = discover_usable(true);
+    auto hosts = discover_usable();
     if (hosts && total_slots(*hosts) >= o_.min_np) return hosts;
     const int have = hosts ? total_slots(*hosts) : 0;
     if (since(begin) * 1000 >= static_cast<double>(o_.min_np_timeout.count())) {
@@ -187,48 +175,6 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
       announced = true;
     }
     std::this_thread::sleep_for(o_.discovery_interval);
-  }
-}
-
-void Driver::forward_output(std::string& pending, const char* data, size_t n, LaunchResult& r,
-                            bool flush) {
-  pending.append(data, n);
-  size_t start = 0;
-  auto handle = [&](const std::string& line) {
-    const int killed = killed_rank_in(line);
-    if (killed >= 0 && r.killed_rank < 0) r.killed_rank = killed;
-    const bool dashes = line.size() > 20 && line.find_first_not_of('-') == std::string::npos;
-    if (dashes) {
-      if (!in_frame_) {
-        in_frame_ = true;
-        frame_ = line + '\n';
-        return;
-      }
-      frame_ += line + '\n';
-      in_frame_ = false;
-      // Our own resize makes every rank exit with kResizeExitCode, which mpirun reports.
-      const bool resize_noise = r.resize_requested && frame_.find("non-zero") != std::string::npos;
-      if (!resize_noise) write_all(STDERR_FILENO, frame_);
-      frame_.clear();
-      return;
-    }
-    if (in_frame_) {
-      frame_ += line + '\n';
-      return;
-    }
-    if (r.resize_requested && line.find("Forwarding signal 10") != std::string::npos) return;
-    write_all(STDERR_FILENO, line + '\n');
-  };
-  for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    handle(pending.substr(start, nl - start));
-  }
-  pending.erase(0, start);
-  if (flush) {
-    if (!pending.empty()) handle(pending);
-    pending.clear();
-    if (!frame_.empty()) write_all(STDERR_FILENO, frame_);
-    frame_.clear();
-    in_frame_ = false;
   }
 }
 
@@ -278,7 +224,8 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   const auto start = Clock::now();
   auto next_discovery = start + o_.discovery_interval;
   bool started = false, stop_forwarded = false, resize_pending = false;
-  std::string pending, reason;
+  std::string reason;
+  MpirunOutput output(STDERR_FILENO);
   bool eof = false;
   int status = 0;
   bool reaped = false;
@@ -290,7 +237,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
         char buf[65536];
         const ssize_t n = read(err[0], buf, sizeof buf);
         if (n > 0) {
-          forward_output(pending, buf, static_cast<size_t>(n), r, false);
+          output.feed(buf, static_cast<size_t>(n));
         } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
           eof = true;
         }
@@ -326,7 +273,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     if (!reaped && o_.hosts->dynamic() && Clock::now() >= next_discovery) {
       next_discovery = Clock::now() + o_.discovery_interval;
       if (!r.resize_requested) {
-        if (auto now_hosts = discover_usable(true)) {
+        if (auto now_hosts = discover_usable()) {
           const int have = total_slots(*now_hosts);
           bool lost = false;
           for (const auto& h : hosts) {
@@ -348,12 +295,14 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     // The job's ranks handle SIGUSR1 once they have started; mpirun forwards it to them.
     if (resize_pending && started && !r.resize_requested && !reaped) {
       say(reason, ": asking the job to resize");
-      ElasticReporter(ElasticLaunch{.active = true, .run_dir = run_dir_, .hosts = {}, .checkpoint_dir = {}}).event("resize-request np=" + std::to_string(np));
+      events_out_->event("resize-request np=" + std::to_string(np));
+      output.expect_resize_exit();
       kill(pid, SIGUSR1);
       r.resize_requested = true;
     }
   }
-  forward_output(pending, nullptr, 0, r, true);
+  output.flush();
+  r.killed_rank = output.killed_rank();
   close(err[0]);
   for (const Event& e : events_->read_new()) {
     if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" && r.own_error_rank < 0) {
@@ -379,7 +328,11 @@ int Driver::run() {
     fs::remove(run_dir_ / "progress", ec);
   }
   events_.emplace(run_dir_ / "events");
-  ElasticReporter log(ElasticLaunch{.active = true, .run_dir = run_dir_, .hosts = {}, .checkpoint_dir = {}});
+  ElasticLaunch self;
+  self.active = true;
+  self.run_dir = run_dir_;
+  events_out_.emplace(self);
+  ElasticReporter& log = *events_out_;
 
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
@@ -515,16 +468,6 @@ std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<H
   return a;
 }
 
-int killed_rank_in(const std::string& line) {
-  const std::string key = "process rank ";
-  const size_t at = line.find(key);
-  if (at == std::string::npos || line.find("exited on signal") == std::string::npos) return -1;
-  const char* begin = line.data() + at + key.size();
-  int rank = -1;
-  auto [end, ec] = std::from_chars(begin, line.data() + line.size(), rank);
-  if (ec != std::errc() || end == begin || rank < 0) return -1;
-  return rank;
-}
 
 int run_elastic(const RunOptions& options) {
   Driver d(options);

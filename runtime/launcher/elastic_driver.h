@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/launcher/hosts.h"
+#include "runtime/launcher/mpirun_output.h"  // killed_rank_in
 
 namespace etr::launcher {
 
@@ -36,10 +37,6 @@ void validate(RunOptions& o);
 // The mpirun command line for `np` ranks on `hosts` (flags this machine needs included).
 std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
                                         int np, const std::vector<std::string>& env_names);
-
-// mpirun's report of a rank that died ("mpirun noticed that process rank 1 with PID 0 on
-// node vm exited on signal 9 (Killed)."): the rank, or -1 for any other line.
-int killed_rank_in(const std::string& mpirun_line);
 
 // Runs the job to its end; returns etr-run's exit status (the job's final status, or 1
 // when etr-run gives up for want of slots).

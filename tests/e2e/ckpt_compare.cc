@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -18,15 +19,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const double tol = std::atof(argv[3]);
+    char* end = nullptr;
+    const double tol = std::strtod(argv[3], &end);
+    if (end == argv[3] || *end != '\0' || !(tol >= 0)) {
+      std::fprintf(stderr, "ckpt_compare: the tolerance '%s' is not a number >= 0\n", argv[3]);
+      return 2;
+    }
     etr::CheckpointReader a(argv[1]), b(argv[2]);
-    const auto& m = a.manifest().config().model();
-    etr::gpt::GptConfig c;
-    c.n_layer = m.n_layer();
-    c.n_head = m.n_head();
-    c.d_model = m.d_model();
-    c.seq_len = m.seq_len();
-    c.vocab_size = m.vocab_size();
+    const auto c = etr::gpt::GptConfig::from(a.manifest().config().model());
     etr::HostAllocator alloc;
     etr::gpt::GptModel<float> model(c, alloc);
     const auto& layout = model.layout();

@@ -17,13 +17,7 @@ int main(int argc, char** argv) {
   }
   try {
     etr::CheckpointReader reader(argv[1]);
-    const auto& m = reader.manifest().config().model();
-    etr::gpt::GptConfig c;
-    c.n_layer = m.n_layer();
-    c.n_head = m.n_head();
-    c.d_model = m.d_model();
-    c.seq_len = m.seq_len();
-    c.vocab_size = m.vocab_size();
+    const auto c = etr::gpt::GptConfig::from(reader.manifest().config().model());
     etr::HostAllocator alloc;
     etr::gpt::GptModel<float> saved(c, alloc), loaded(c, alloc);
     reader.read_state("param", saved.layout(), saved.params(), 0, saved.layout().numel());

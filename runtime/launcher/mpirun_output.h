@@ -1,0 +1,41 @@
+// What etr-run hears from mpirun: its standard error (the job's output and mpirun's own
+// framed messages) passes through MpirunOutput on its way to etr-run's, which reads the
+// rank mpirun reports killed and drops the messages etr-run's own resize causes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace etr::launcher {
+
+// mpirun's report of a rank that died ("mpirun noticed that process rank 1 with PID 0 on
+// node vm exited on signal 9 (Killed)."): the rank, or -1 for any other line.
+int killed_rank_in(const std::string& mpirun_line);
+
+class MpirunOutput {
+ public:
+  explicit MpirunOutput(int fd) : fd_(fd) {}
+  // Forwards whole lines of `data` to the fd (a partial last line waits for the rest).
+  void feed(const char* data, size_t n);
+  // Forwards whatever is held back (at the end of the job).
+  void flush();
+  // From now on, drop mpirun's report of the ranks' non-zero exit (every rank exits 75 for
+  // a resize) and its "Forwarding signal" line: etr-run says what happened itself.
+  void expect_resize_exit() { resizing_ = true; }
+  // The first rank mpirun reported killed by a signal, or -1.
+  int killed_rank() const { return killed_rank_; }
+
+ private:
+  void line(const std::string& text);
+
+  int fd_;
+  bool resizing_ = false;
+  int killed_rank_ = -1;
+  std::string pending_;
+  // mpirun frames its messages with lines of dashes; a frame is held until it closes so
+  // that it can be dropped whole.
+  std::string frame_;
+  bool in_frame_ = false;
+};
+
+}  // namespace etr::launcher
