@@ -13,7 +13,7 @@
 //   ETR_RUN_HOSTS          this launch's hosts in rank order, "h1:2,h2:1": rank r runs on
 //                          the host whose slots cover r
 //   ETR_RUN_CHECKPOINT_DIR etr-run --checkpoint-dir (replaces checkpoint.dir when set)
-// To etr-run (rank 0 writes):
+// To etr-run (rank 0 writes, but a rank that fails writes its own "error" line):
 //   <dir>/events    one line per event, "<unix ms> <event> key=value ...", appended
 //   <dir>/progress  the last completed step, rewritten in place after every step
 // Resizing: etr-run sends SIGUSR1 to mpirun, which forwards it to every rank; the ranks

@@ -83,8 +83,8 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log,
       log_(log),
       grid_(std::make_unique<ProcessGrid>(group, 1)),
       alloc_(host_budget(config)),
-      model_config_(gpt::GptConfig::from(config.model())) {
-  elastic_ = elastic;
+      model_config_(gpt::GptConfig::from(config.model())),
+      elastic_(elastic) {
   const int dp = grid_->dp_size();
   // Every rank needs at least one sequence (checked alike on every rank).
   if (config_.batch().global_batch() < dp) {
