@@ -1,34 +1,23 @@
 #include "bench/elastic_bench.h"
 
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <functional>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bench/bench_context.h"
+#include "bench/elastic_session.h"
 #include "bench/table.h"
 #include "examples/gpt/gpt_config.h"
 #include "runtime/config/train_config.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
-
-extern char** environ;
 
 namespace etr::bench {
 namespace {
@@ -36,37 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kDiscoveryInterval = "0.2";  // etr-run --discovery-interval, seconds
 constexpr int64_t kSteadyFrom = 3;  // the steady window starts after this step (warm-up)
-constexpr auto kPoll = std::chrono::milliseconds(5);
 const double kNone = std::nan("");  // a part that does not apply to a row
-
-// Set by SIGINT, SIGTERM or SIGHUP while the bench runs (a signal handler's only way to
-// speak): the waits then throw, and the Session's destructor ends etr-run and the job,
-// which run in their own process group and so do not get the terminal's Ctrl-C.
-volatile sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int sig) {
-  g_interrupted = sig;
-}
-
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    struct sigaction sa = {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
-  }
-  ~InterruptGuard() {
-    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3];
-};
 
 struct ElasticArgs {
   std::string etr_run, etr_train, config, dir = ".", json;
@@ -76,261 +36,18 @@ struct ElasticArgs {
   bool keep = false;
 };
 
-// One line of <run dir>/events: "<unix ms> <event> key=value ...".
-struct Event {
-  int64_t ms = 0;
-  std::string name;
-  std::map<std::string, std::string> fields;
-};
-
-// The events of one launch: its "launch" line up to the next one (the job's events, then
-// etr-run's resize-request and exit).
-struct Launch {
-  std::vector<Event> events;
-  const Event* find(const std::string& name) const {
-    for (const Event& e : events)
-      if (e.name == name) return &e;
-    return nullptr;
-  }
-  const Event& at(const std::string& name) const {
-    if (const Event* e = find(name)) return *e;
-    throw Error("launch " + events.front().fields.at("n") + " has no '" + name + "' event");
-  }
-  int64_t ms(const std::string& name) const { return at(name).ms; }
-  int64_t field(const std::string& name, const std::string& key) const {
-    const Event& e = at(name);
-    if (!e.fields.count(key)) throw Error("the '" + name + "' event has no " + key + "=");
-    return std::stoll(e.fields.at(key));
-  }
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// What the bench adds to the job's config: a schedule that outlasts the rounds, the
+// checkpoint interval, and quiet logs; then the user's --set.
+std::vector<std::string> job_overrides(const ElasticArgs& a) {
+  std::vector<std::string> s = {"schedule.max_steps=100000000",
+                                "checkpoint.every=" + std::to_string(a.checkpoint_every),
+                                "log.log_every=100",
+                                "log.sample_tokens=0",
+                                "log.metrics_file=",
+                                "log.eval_every=0"};
+  s.insert(s.end(), a.overrides.begin(), a.overrides.end());
+  return s;
 }
-
-// The events file's whole lines (a line being appended is left for the next read).
-std::vector<Launch> read_launches(const fs::path& path) {
-  std::vector<Launch> out;
-  const std::string text = read_file(path);
-  std::istringstream in(text.substr(0, text.rfind('\n') + 1));
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    Event e;
-    if (!(words >> e.ms >> e.name)) continue;
-    for (std::string kv; words >> kv;) {
-      const size_t eq = kv.find('=');
-      if (eq != std::string::npos) e.fields[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    if (e.name == "launch") out.emplace_back();
-    if (!out.empty()) out.back().events.push_back(std::move(e));
-  }
-  return out;
-}
-
-// The processes whose environment has ETR_RUN_DIR=run_dir: mpirun and the job's ranks
-// (etr-run exports it to them and to no one else), optionally only the given rank.
-std::vector<pid_t> job_processes(const fs::path& run_dir, int rank = -1) {
-  const std::string dir = '\0' + std::string("ETR_RUN_DIR=") + run_dir.string() + '\0';
-  const std::string key = '\0' + std::string("OMPI_COMM_WORLD_RANK=") + std::to_string(rank) + '\0';
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string env = '\0' + read_file(entry.path() / "environ") + '\0';
-    if (env.find(dir) == std::string::npos) continue;
-    if (rank >= 0 && env.find(key) == std::string::npos) continue;
-    out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
-// One etr-run session in `dir` (made by the caller): etr-run as this process's child, the
-// leader of its own process group, with its output in dir/etr-run.log; its run directory
-// dir/run, checkpoints in dir/ckpt and the slots its discovery script prints in dir/slots.
-// The destructor ends etr-run and whatever of the job is left.
-class Session {
- public:
-  Session(const ElasticArgs& a, const fs::path& dir) : a_(a), dir_(dir), run_dir_(dir / "run") {
-    set_slots(a.np);
-    const fs::path script = dir / "discover.sh";
-    std::ofstream(script) << "#!/bin/sh\nexec cat '" << (dir / "slots").string() << "'\n";
-    fs::permissions(script, fs::perms::owner_all);
-    std::vector<std::string> argv = {a.etr_run};
-    const std::pair<const char*, std::string> flags[] = {
-        {"--np", std::to_string(a.np)},
-        {"--min-np", "1"},
-        {"--max-np", std::to_string(a.np + 1)},
-        {"--host-discovery-script", script.string()},
-        {"--discovery-interval", kDiscoveryInterval},
-        {"--blacklist-after", "0"},  // never exclude localhost: it is all there is
-        {"--checkpoint-dir", (dir / "ckpt").string()},
-        {"--run-dir", run_dir_.string()}};
-    for (const auto& [flag, value] : flags) argv.insert(argv.end(), {flag, value});
-    argv.insert(argv.end(), {"--", a.etr_train, "--config", a.config});
-    for (const std::string& set : job_overrides(a)) argv.insert(argv.end(), {"--set", set});
-    start(argv);
-  }
-  ~Session() { end(); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  // What the bench adds to the job's config: a schedule that outlasts the rounds, the
-  // checkpoint interval, and quiet logs; then the user's --set.
-  static std::vector<std::string> job_overrides(const ElasticArgs& a) {
-    std::vector<std::string> s = {"schedule.max_steps=100000000",
-                                  "checkpoint.every=" + std::to_string(a.checkpoint_every),
-                                  "log.log_every=100",
-                                  "log.sample_tokens=0",
-                                  "log.metrics_file=",
-                                  "log.eval_every=0"};
-    s.insert(s.end(), a.overrides.begin(), a.overrides.end());
-    return s;
-  }
-
-  // Replaces the slots file (atomically: the script never reads half of it); returns when.
-  int64_t set_slots(int n) {
-    const fs::path tmp = dir_ / "slots.tmp";
-    std::ofstream(tmp) << "localhost:" << n << "\n";
-    const int64_t now = unix_ms();
-    fs::rename(tmp, dir_ / "slots");
-    return now;
-  }
-
-  std::vector<Launch> launches() const { return read_launches(run_dir_ / "events"); }
-  int64_t progress() const {
-    std::ifstream in(run_dir_ / "progress");
-    long long step = -1;
-    return in >> step ? step : -1;
-  }
-
-  // Polls until `done`; throws when etr-run exits first or after --timeout.
-  void wait(const std::string& what, const std::function<bool()>& done) {
-    const auto begin = Clock::now();
-    while (!done()) {
-      if (g_interrupted) throw Error("interrupted by signal " + std::to_string(g_interrupted));
-      if (exited() && !done()) {
-        throw Error("etr-run exited (status " + status() + ") before " + what);
-      }
-      if (std::chrono::duration<double>(Clock::now() - begin).count() > a_.timeout_s) {
-        throw Error("timed out after " + cell("%g", a_.timeout_s) + " s (--timeout) waiting " +
-                    "for " + what);
-      }
-      std::this_thread::sleep_for(kPoll);
-    }
-  }
-  // Waits for launch n (1-based) to complete its first step; returns every launch so far.
-  std::vector<Launch> wait_first_step(size_t n, const std::string& what) {
-    std::vector<Launch> l;
-    wait(what, [&] { return (l = launches()).size() >= n && l[n - 1].find("first-step"); });
-    return l;
-  }
-  // Waits until rank 0 has completed `step` (of the current launch); returns the step seen.
-  int64_t wait_step(int64_t step) {
-    int64_t p = -1;
-    wait("step " + std::to_string(step), [&] { return (p = progress()) >= step; });
-    return p;
-  }
-  pid_t rank_pid(int rank) const {
-    const std::vector<pid_t> p = job_processes(run_dir_, rank);
-    if (p.size() != 1) {
-      throw Error("found " + std::to_string(p.size()) + " processes of rank " +
-                  std::to_string(rank) + " (expected one)");
-    }
-    return p[0];
-  }
-  // Ends the session as a user would (SIGTERM: etr-run ends the job) and waits for it.
-  void stop() {
-    ::kill(pid_, SIGTERM);
-    wait("etr-run to exit after SIGTERM", [&] { return exited(); });
-  }
-
- private:
-  void start(std::vector<std::string> argv) {
-    // etr-run must not see this process's MPI job: a singleton's or mpirun's variables
-    // would make its mpirun join our job instead of starting its own.
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      const std::string kv = *e;
-      bool mpi = false;
-      for (const char* p : {"OMPI_", "PMIX_", "OPAL_", "ORTE_", "HYDRA_"})
-        mpi |= kv.rfind(p, 0) == 0;
-      if (!mpi) env.push_back(kv);
-    }
-    std::vector<char*> cargv, cenv;
-    for (auto& s : argv) cargv.push_back(s.data());
-    for (auto& s : env) cenv.push_back(s.data());
-    cargv.push_back(nullptr);
-    cenv.push_back(nullptr);
-    // Every online CPU: under mpirun this process may be bound to one core, and the job
-    // must get the machine as it would without the bench.
-    cpu_set_t all;
-    CPU_ZERO(&all);
-    for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN) && c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
-    const int log = ::open((dir_ / "etr-run.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (log < 0) throw IoError("cannot create " + (dir_ / "etr-run.log").string());
-    pid_ = fork();
-    if (pid_ == 0) {  // async-signal-safe calls only until exec
-      setpgid(0, 0);
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-      close_range(3, ~0U, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      sched_setaffinity(0, sizeof all, &all);
-      execve(cargv[0], cargv.data(), cenv.data());
-      _exit(127);
-    }
-    ::close(log);
-    if (pid_ < 0) throw Error("fork failed; cannot start etr-run");
-    setpgid(pid_, pid_);  // also here: no race with a kill of the group
-  }
-
-  bool exited() {
-    if (!reaped_ && waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
-    return reaped_;
-  }
-  std::string status() const {
-    return WIFEXITED(status_) ? std::to_string(WEXITSTATUS(status_))
-                              : "signal " + std::to_string(WTERMSIG(status_));
-  }
-
-  // SIGTERM to etr-run, SIGKILL to its group after 10 s, then to any rank or mpirun left.
-  void end() noexcept {
-    if (pid_ <= 0) return;
-    if (!exited()) {
-      ::kill(pid_, SIGTERM);
-      const auto begin = Clock::now();
-      while (!exited() && Clock::now() - begin < std::chrono::seconds(10))
-        std::this_thread::sleep_for(kPoll);
-      if (!exited()) {
-        ::kill(-pid_, SIGKILL);
-        waitpid(pid_, &status_, 0);
-        reaped_ = true;
-      }
-    }
-    try {
-      for (int i = 0; i < 200; ++i) {  // mpirun ends its ranks itself, shortly
-        const std::vector<pid_t> left = job_processes(run_dir_);
-        if (left.empty()) break;
-        if (i >= 100) {
-          for (pid_t p : left) ::kill(p, SIGKILL);
-        }
-        std::this_thread::sleep_for(kPoll * 2);
-      }
-    } catch (...) {
-    }
-  }
-
-  const ElasticArgs& a_;
-  fs::path dir_, run_dir_;
-  pid_t pid_ = -1;
-  int status_ = 0;
-  bool reaped_ = false;
-};
 
 // One start or recovery, in ms; kNone where a part does not apply.
 struct Phase {
@@ -383,23 +100,12 @@ void expect_launch(const Launch& l, int np, const std::string& reason) {
   }
 }
 
-// printf into a string, for lines longer than cell() takes.
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
-
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
 Round measure_round(const ElasticArgs& a, const fs::path& dir) {
-  Session s(a, dir);
+  ElasticSession s({a.etr_run, a.etr_train, a.config, job_overrides(a), a.np, a.timeout_s}, dir);
   const int every = a.checkpoint_every;
   Round r;
   std::vector<Launch> l = s.wait_first_step(1, "the first step of the first launch");
@@ -531,15 +237,15 @@ void print_header(const BenchContext& ctx, const ElasticArgs& a, const TrainConf
   const double params = static_cast<double>(g.num_parameters());
   const int cpus = ctx.machine().cpus_online;
   std::string text = "# etr-bench elastic: " + a.config + ": " + g.str();
-  text += format(
+  text += cell(
       ", global batch %d (micro-batch %d); checkpoint %.1f MB (param + adam.m + "
       "adam.v, f32) every %d steps, %s\n",
       c.batch().global_batch(), c.batch().micro_batch(), 3 * 4 * params / 1e6, a.checkpoint_every,
       c.checkpoint().async() ? "async" : "sync");
-  text += format(
+  text += cell(
       "# etr-run on localhost:%d: kill -9 of one rank, join to %d slots, leave back to "
       "%d; discovery every %s s; %d round(s), each a fresh etr-run session; %d CPUs",
-      a.np, a.np + 1, a.np, kDiscoveryInterval, a.rounds, cpus);
+      a.np, a.np + 1, a.np, ElasticSession::kDiscoveryInterval, a.rounds, cpus);
   if (cpus < a.np + 1) text += " (np " + std::to_string(a.np + 1) + " oversubscribes them)";
   ctx.print(text + "\n");
 }
@@ -557,7 +263,7 @@ void print_notes(const BenchContext& ctx, const ElasticArgs& a, const std::vecto
       "Cold start: the same from etr-run's launch\n"
       "# x cold start, in steps: median of each round's total / that round's cold start, "
       "steady step\n";
-  text += format(
+  text += cell(
       "# steps lost: the last step done - the step resumed from; the kill comes "
       "midway between checkpoints (every %d): redoing the lost steps costs %.0f ms "
       "more (median), not in total\n",
@@ -619,7 +325,7 @@ void run(BenchContext& ctx, ElasticArgs a) {
   }
   resolve_paths(a);
   TrainConfig config = load_config(a.config);
-  apply_overrides(config, Session::job_overrides(a));
+  apply_overrides(config, job_overrides(a));
   resolve(config);
   WorkDir work{fs::absolute(a.dir) / ("etr-bench-elastic-" + std::to_string(::getpid())), a.keep};
   std::error_code ec;
@@ -643,10 +349,10 @@ void run(BenchContext& ctx, ElasticArgs a) {
     }
     const Round& r = rounds.back();
     ctx.print(
-        format("# round %d of %d: cold start %.0f ms, step %.1f ms, kill -9 %.0f ms (%lld steps "
-               "lost), join %.0f ms, leave %.0f ms\n",
-               i, a.rounds, r.cold.total, r.steady.total, r.kill.total,
-               static_cast<long long>(r.kill.steps_lost), r.join.total, r.leave.total));
+        cell("# round %d of %d: cold start %.0f ms, step %.1f ms, kill -9 %.0f ms (%lld steps "
+             "lost), join %.0f ms, leave %.0f ms\n",
+             i, a.rounds, r.cold.total, r.steady.total, r.kill.total,
+             static_cast<long long>(r.kill.steps_lost), r.join.total, r.leave.total));
   }
   nlohmann::json rows = print_table(ctx, a, rounds);
   print_notes(ctx, a, rounds);
@@ -658,7 +364,7 @@ void run(BenchContext& ctx, ElasticArgs a) {
                             {"machine", ctx.machine().to_json()},
                             {"np", a.np},
                             {"checkpoint_every", a.checkpoint_every},
-                            {"discovery_interval_s", std::stod(kDiscoveryInterval)},
+                            {"discovery_interval_s", std::stod(ElasticSession::kDiscoveryInterval)},
                             {"rows", rows}});
   }
 }

@@ -1,6 +1,7 @@
 // `etr-bench elastic`: what elastic recovery and resizing cost under etr-run, beside a
 // cold start of the same job and its steady step time, measured in the same run. Runs on
-// one rank (no mpirun needed) and drives etr-run as a child process; bench/run_elastic.sh.
+// one rank (no mpirun needed) and drives etr-run as a child process (ElasticSession,
+// bench/elastic_session.h); bench/run_elastic.sh.
 //
 // Each round is a fresh etr-run session (runtime/launcher/) training the given config
 // (default configs/demo.pbtxt) at --np ranks on localhost, discovering its slots every

@@ -65,11 +65,18 @@ std::string Table::row(const std::vector<std::string>& cells) const {
 
 std::string cell(const char* format, ...) {
   char buf[128];
-  va_list args;
+  va_list args, again;
   va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
+  va_copy(again, args);
+  const int n = std::vsnprintf(buf, sizeof buf, format, args);
   va_end(args);
-  return buf;
+  std::string out = buf;
+  if (n >= static_cast<int>(sizeof buf)) {  // longer than buf: format again at full length
+    out.resize(static_cast<size_t>(n));
+    std::vsnprintf(out.data(), out.size() + 1, format, again);
+  }
+  va_end(again);
+  return out;
 }
 
 }  // namespace etr::bench

@@ -34,7 +34,8 @@ class Table {
   std::vector<Column> columns_;
 };
 
-// printf-style formatting into a std::string: cell("%.2f", x).
+// printf-style formatting into a std::string of any length: cell("%.2f", x), or a whole
+// line of text.
 std::string cell(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 }  // namespace etr::bench
