@@ -58,10 +58,12 @@ TrainConfig base_config(const CkptArgs& a) {
 
 // Checkpoints to `dir` only when the bench calls save_checkpoint; etr-train's default
 // retention (keep 3), so deleting old checkpoints is part of a save's cost in training.
-TrainConfig trainer_config(TrainConfig c, const fs::path& dir, bool async) {
+TrainConfig trainer_config(TrainConfig c, const fs::path& dir, bool async,
+                           config::WriterCpus writer_cpus = config::WRITER_CPUS_SPARE) {
   config::CheckpointConfig* ck = c.mutable_checkpoint();
   ck->set_dir(dir.string());
   ck->set_async(async);
+  ck->set_writer_cpus(writer_cpus);
   ck->set_keep(3);
   ck->set_every(0);
   ck->set_fast_dir("");
@@ -110,7 +112,9 @@ struct Bench {
   BenchContext& ctx;
   const CkptArgs& args;
   const WorkDir& work;
-  std::unique_ptr<train::Trainer> async_trainer, sync_trainer;  // the same model
+  // The same model: async (writer on spare cores, etr-train's default), async with the
+  // writer on the rank's cores, sync.
+  std::unique_ptr<train::Trainer> async_trainer, async_rank_trainer, sync_trainer;
   uint64_t checkpoint_bytes = 0;                                // all shard files
   uint64_t share_bytes = 0;                                     // this rank's shard file
   std::vector<char> source;             // [share_bytes] the disk reference's data
@@ -320,8 +324,8 @@ nlohmann::json print_bandwidth(const Bench& b, const Rounds& r) {
   }
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "# async save: %.1f ms in save() (the snapshot copy), committed %.0f ms after it "
-                "(medians)\n"
+                "# async save: %.1f ms in save() (the snapshot is copied by its writer thread), "
+                "committed %.0f ms after it (medians)\n"
                 "# cold: evicted from this machine's page cache first (posix_fadvise DONTNEED; "
                 "at most %.1f%% of a file still cached after it, by mincore); the host of a "
                 "virtual disk may still cache it%s\n",
@@ -366,9 +370,12 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   Logger& log = ctx.world().log();
   const LogLevel level = log.level();
   log.set_level(LogLevel::kWarn);  // the trainers' and writers' info lines would break the table
-  Bench b{ctx, a, work, nullptr, nullptr, 0, 0, {}, {}, {}};
+  Bench b{ctx, a, work, nullptr, nullptr, nullptr, 0, 0, {}, {}, {}};
   const TrainConfig async_config = trainer_config(base, work.path() / "async", true);
   b.async_trainer = std::make_unique<train::Trainer>(async_config, ctx.world());
+  b.async_rank_trainer = std::make_unique<train::Trainer>(
+      trainer_config(base, work.path() / "async-rank", true, config::WRITER_CPUS_RANK),
+      ctx.world());
   b.sync_trainer = std::make_unique<train::Trainer>(
       trainer_config(base, work.path() / "sync", false), ctx.world());
   const ParamLayout& layout = b.sync_trainer->model().layout();
@@ -391,7 +398,8 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   }
   nlohmann::json rows = print_bandwidth(b, r);
   nlohmann::json stall =
-      measure_stall(ctx, *b.async_trainer, *b.sync_trainer, async_config, a.stall);
+      measure_stall(ctx, {*b.async_trainer, *b.async_rank_trainer, *b.sync_trainer},
+                    async_config, a.stall);
   log.set_level(level);
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"benchmark", "ckpt"},

@@ -1,6 +1,7 @@
 // The training stall of checkpointing, for `etr-bench ckpt` (bench/ckpt_bench.h): the
-// same model trained with no saving, with async saving every k steps and with sync saving
-// every k steps, in rounds that rotate the order of the modes.
+// same model trained with no saving, with async saving every k steps (its writer on the
+// node's spare cores, etr-train's default, and on the rank's own cores) and with sync
+// saving every k steps, in rounds that rotate the order of the modes.
 //
 // Each window times `steps` optimizer steps in steady state: a saving mode starts one save
 // just before the clock starts and, as its last, one just before it stops, so the window
@@ -8,9 +9,9 @@
 // save in flight; the pending one is flushed after the clock stops. Then
 //   stall per save = (window time - the same round's no-saving window time) / saves
 // (median over rounds), given in ms and as a fraction of a no-saving step. It includes
-// everything saving costs the step: the snapshot copy, waiting for the previous save when
-// it is still being written, the commit (manifest, renames, deleting old checkpoints) and
-// the background writer's competition for the rank's core. Trainer has no poll(), so an
+// everything saving costs the step: waiting for the snapshot copy, waiting for the previous
+// save when it is still being written, the commit (manifest, renames, deleting old
+// checkpoints) and the background writer's competition for the rank's core. Trainer has no poll(), so an
 // async save commits in the next save() (its flush) instead of at the first step boundary
 // after its write ends, as etr-train's loop does: the same work on the same thread.
 #pragma once
@@ -30,11 +31,16 @@ struct CkptStallOptions {
   int every = 1;   // k: a save after every k-th step
 };
 
-// Collective. `async_trainer` and `sync_trainer` are the same model (`config`) with async
-// and sync checkpoint writers; the no-saving mode trains `async_trainer`. Prints the table
-// on rank 0 and returns the figures.
-nlohmann::json measure_stall(const BenchContext& ctx, train::Trainer& async_trainer,
-                             train::Trainer& sync_trainer, const TrainConfig& config,
-                             const CkptStallOptions& options);
+// The same model (`config`) with three checkpoint writers; the no-saving mode trains
+// `async_spare`.
+struct StallTrainers {
+  train::Trainer& async_spare;  // async, checkpoint.writer_cpus = spare
+  train::Trainer& async_rank;   // async, checkpoint.writer_cpus = rank
+  train::Trainer& sync;
+};
+
+// Collective. Prints the table on rank 0 and returns the figures.
+nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& trainers,
+                             const TrainConfig& config, const CkptStallOptions& options);
 
 }  // namespace etr::bench

@@ -49,17 +49,30 @@ struct CheckpointWriter::Pending {
   fs::path partial, final_dir;
   ckpt::Manifest manifest;
   std::vector<std::string> file_names;  // every rank's
-  std::span<const char> snapshot;       // async: this rank's file contents (in snapshot_)
+  // async: what the writer thread copies, and the copy (this rank's file, in snapshot_)
+  std::unique_ptr<ShardPlan> plan;
+  std::vector<const float*> buffers;
+  std::span<const char> snapshot;
   std::thread thread;
+  std::atomic<bool> copied{false};  // async: the states are no longer read
   std::atomic<bool> done{false};
   std::string error;
   ShardInfo info{0, 0, 0};
   Clock::time_point t0;
-  double stall = 0;
+  double stall = 0;  // save() and wait_for_snapshot()
 };
 
-CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log)
-    : group_(group.dup(group.name() + ".checkpoint")), async_(async), log_(log) {}
+CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus)
+    : group_(group.dup(group.name() + ".checkpoint")), async_(async), log_(log) {
+  if (!async_) return;
+  if (spare_cpus) writer_cpus_ = spare_node_cpus(group_);
+  if (group_.rank() == 0) {
+    log_.debug("checkpoint: the background writer of rank 0 runs on ",
+               writer_cpus_.empty() ? "its own cores (" + format_cpus(this_thread_cpus()) + ")"
+                                    : "spare CPU(s) " + format_cpus(writer_cpus_),
+               spare_cpus ? "" : " (checkpoint.writer_cpus = rank)");
+  }
+}
 
 CheckpointWriter::~CheckpointWriter() {
   // No collective here: a writer is also destroyed while an exception unwinds on one rank
@@ -136,34 +149,21 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     raw->done.store(true, std::memory_order_release);
   };
   if (async_) {
-    // One buffer for every save, faulted in once: a fresh one per save spends most of the
-    // copy in page faults and zeroing (etr-bench ckpt: 75-89 ms against 13 ms for 130 MB).
-    const size_t need = plan.file_bytes(group_.rank());
-    if (snapshot_capacity_ < need) {
-      constexpr size_t kAlign = DurableFile::kDirectAlignment;
-      const size_t capacity = (need + kAlign - 1) / kAlign * kAlign;
-      snapshot_.reset(static_cast<char*>(std::aligned_alloc(kAlign, capacity)));
-      snapshot_capacity_ = snapshot_ ? capacity : 0;
-      if (!snapshot_) {
-        // Failed like a write: the ranks agree on it at the commit.
-        p->error = "no host memory for the " + format_bytes(static_cast<double>(capacity)) +
-                   " snapshot of an asynchronous save";
-        p->done.store(true, std::memory_order_release);
-        pending_ = std::move(p);
-        return true;
-      }
-      std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
-    }
-    size_t at = 0;
-    plan.pack(group_.rank(), buffers, [this, &at](const void* data, size_t size) {
-      std::memcpy(snapshot_.get() + at, data, size);
-      at += size;
-    });
-    p->snapshot = std::span<const char>(snapshot_.get(), at);
+    p->plan = std::make_unique<ShardPlan>(plan);
+    p->buffers = std::move(buffers);
     p->stall = seconds_since(t0);
-    p->thread = std::thread([raw, write] {
-      // Around the page cache: the copy into it would cost the training thread's core
-      // more CPU than the disk costs time (etr-bench ckpt).
+    p->thread = std::thread([this, raw, write] {
+      bind_this_thread(writer_cpus_);  // no-op without spare cores
+      const std::string err = take_snapshot(*raw);
+      raw->copied.store(true, std::memory_order_release);
+      raw->copied.notify_all();
+      if (!err.empty()) {  // failed like a write: the ranks agree on it at the commit
+        raw->error = err;
+        raw->done.store(true, std::memory_order_release);
+        return;
+      }
+      // Around the page cache: the copy into it would cost a shared core more CPU than
+      // the disk costs time (etr-bench ckpt).
       write(true, [raw](ShardSink& sink) {
         for (size_t off = 0; off < raw->snapshot.size(); off += kShardStagingBytes) {
           sink.append(raw->snapshot.data() + off,
@@ -181,6 +181,38 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   commit();
   stats_.back().stall_seconds = stats_.back().total_seconds;
   return stats_.back().ok;
+}
+
+// The writer thread: this rank's shard contents into snapshot_ ("" or why not).
+std::string CheckpointWriter::take_snapshot(Pending& p) {
+  // One buffer for every save, faulted in once: a fresh one per save spends most of the
+  // copy in page faults and zeroing (etr-bench ckpt: 75-89 ms against 13 ms for 130 MB).
+  const size_t need = p.plan->file_bytes(group_.rank());
+  if (snapshot_capacity_ < need) {
+    constexpr size_t kAlign = DurableFile::kDirectAlignment;
+    const size_t capacity = (need + kAlign - 1) / kAlign * kAlign;
+    snapshot_.reset(static_cast<char*>(std::aligned_alloc(kAlign, capacity)));
+    snapshot_capacity_ = snapshot_ ? capacity : 0;
+    if (!snapshot_) {
+      return "no host memory for the " + format_bytes(static_cast<double>(capacity)) +
+             " snapshot of an asynchronous save";
+    }
+    std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
+  }
+  size_t at = 0;
+  p.plan->pack(group_.rank(), p.buffers, [this, &at](const void* data, size_t size) {
+    std::memcpy(snapshot_.get() + at, data, size);
+    at += size;
+  });
+  p.snapshot = std::span<const char>(snapshot_.get(), at);
+  return "";
+}
+
+void CheckpointWriter::wait_for_snapshot() {
+  if (!pending_ || pending_->copied.load(std::memory_order_acquire)) return;
+  const auto t0 = Clock::now();
+  pending_->copied.wait(false, std::memory_order_acquire);
+  pending_->stall += seconds_since(t0);
 }
 
 void CheckpointWriter::poll() {

@@ -5,8 +5,11 @@
 //   1. rank 0 creates TIER/.step-NNNNNNNNN.partial/ (a stale one from a crash is removed)
 //   2. rank r writes its shard file (ShardPlan: range r of every state, so replicated
 //      state is split and no byte is written twice): DurableFile = write, fsync, rename.
-//      async: the range is first copied into a host buffer kept between saves (the
-//      only stall of the step) and a background thread writes it while training goes on
+//      async: save() returns at once; a background thread first copies the range into a
+//      host buffer kept between saves (the snapshot), then writes it while training goes
+//      on. The caller must not change the states until wait_for_snapshot() has returned
+//      (the trainer calls it just before its optimizer update, so the copy overlaps the
+//      next forward and backward and the step waits for nothing).
 //   3. when every rank's shard is durable (sync: at once; async: at the first step
 //      boundary, poll(), where all ranks report done) the ranks agree; rank 0 gathers the
 //      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
@@ -16,6 +19,9 @@
 //      untouched; training goes on (the failure is counted in stats())
 // So a checkpoint is visible only when complete. A save of a step that already exists
 // (after a rollback) moves the old directory aside to step-N.replaced-<ms>.
+//
+// The background thread runs on the node's spare cores (runtime/cpu_affinity.h) when
+// there are any and the writer was asked to, so that it takes no CPU from training.
 //
 // Only one save is in flight: a save while one is pending completes the pending one
 // first (collective), so calls must be made in the same order on every rank.
@@ -33,6 +39,7 @@
 
 #include "checkpoint/manifest.pb.h"
 #include "checkpoint/shard_plan.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
 #include "runtime/param_layout.h"
@@ -52,15 +59,17 @@ struct SaveStats {
   bool ok = false;
   std::string error;          // why not (the first failing rank's sentence)
   uint64_t bytes = 0;         // of all shard files
-  double stall_seconds = 0;   // the caller's time in save() (async: the snapshot copy)
+  double stall_seconds = 0;   // the caller's time in save() (async: plus its wait in
+                              // wait_for_snapshot())
   double write_seconds = 0;   // slowest rank's shard write, fsync included
   double total_seconds = 0;   // save() to manifest committed
 };
 
 class CheckpointWriter {
  public:
-  // Duplicates the group's communicator. Collective.
-  CheckpointWriter(const Group& group, bool async, Logger& log);
+  // Duplicates the group's communicator. Collective. spare_cpus: the background writer
+  // runs on the node's cores that no rank of `group` is bound to, when there are any.
+  CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus = true);
   // Not collective: waits for this rank's background write but does not commit it (call
   // flush() first for that).
   ~CheckpointWriter();
@@ -69,16 +78,22 @@ class CheckpointWriter {
 
   // Collective. `meta` carries everything but the tensors, files, states and tier, which
   // the writer fills. `states` are full flat buffers of `layout`, equal on every rank;
-  // async: they may change as soon as save() returns. Returns false when the save
-  // failed (sync) or could not start.
+  // async: they and `layout` must stay unchanged (and alive) until wait_for_snapshot()
+  // returns. Returns false when the save failed (sync) or could not start.
   bool save(const CheckpointTier& tier, ckpt::Manifest meta, const ParamLayout& layout,
             std::span<const NamedState> states);
+  // Not collective: returns once the pending async save no longer reads the states
+  // given to save() (its snapshot is taken); at once when nothing is pending. Call it
+  // before changing them.
+  void wait_for_snapshot();
   // Collective; call at every step boundary. Commits a pending async save once every
   // rank's shard is durable; costs one 4-byte allreduce while a save is pending.
   void poll();
   // Collective: waits for the pending save and commits it.
   void flush();
   bool pending() const { return pending_ != nullptr; }
+  // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
+  const CpuList& writer_cpus() const { return writer_cpus_; }
 
   // Every completed save (failed ones too), oldest first.
   const std::vector<SaveStats>& stats() const { return stats_; }
@@ -86,6 +101,7 @@ class CheckpointWriter {
  private:
   struct Pending;
   void commit();
+  std::string take_snapshot(Pending& p);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
 
   Group group_;
@@ -94,9 +110,10 @@ class CheckpointWriter {
   std::unique_ptr<Pending> pending_;
   // async: this rank's shard contents, kept between saves (host memory of 1/N of the
   // saved state) so that the copy does not fault in fresh pages every time; aligned for
-  // O_DIRECT writes.
+  // O_DIRECT writes. Only the writer thread of the pending save touches it.
   std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};
   size_t snapshot_capacity_ = 0;
+  CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
   std::vector<SaveStats> stats_;
 };
 

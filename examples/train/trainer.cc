@@ -252,6 +252,8 @@ StepStats Trainer::train_step() {
   st.loss = sums[0];
   st.resize = sums[1] > 0;
   {
+    // An async checkpoint of the previous step may still be copying the state.
+    if (ckpt_writer_) ckpt_writer_->wait_for_snapshot();
     auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
     const int64_t n = model_->layout().numel();
     st.grad_norm = grad_norm(model_->grads(), n);

@@ -26,7 +26,8 @@ void Trainer::setup_checkpoints() {
   durable_tier_ = CheckpointTier{c.dir(), "durable", c.keep()};
   fast_tier_ = CheckpointTier{c.fast_dir(), "fast", c.fast_keep()};
   if (!c.dir().empty() || !c.fast_dir().empty()) {
-    ckpt_writer_ = std::make_unique<CheckpointWriter>(grid_->dp_group(), c.async(), log_);
+    ckpt_writer_ = std::make_unique<CheckpointWriter>(
+        grid_->dp_group(), c.async(), log_, c.writer_cpus() == config::WRITER_CPUS_SPARE);
   }
   if (c.resume().empty()) return;
   const bool latest = c.resume() == "latest";

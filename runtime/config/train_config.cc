@@ -237,6 +237,8 @@ void validate_checkpoint(const config::CheckpointConfig& c) {
   require(c.resume() != "latest" || !c.dir().empty() || !c.fast_dir().empty(),
           "checkpoint.resume = latest but neither checkpoint.dir nor checkpoint.fast_dir is "
           "set; name the directory to resume from.");
+  require(c.writer_cpus() != config::WRITER_CPUS_UNSPECIFIED,
+          "checkpoint.writer_cpus is WRITER_CPUS_UNSPECIFIED; choose spare or rank.");
 }
 
 void validate_runtime(const config::RuntimeConfig& r) {

@@ -1,6 +1,9 @@
 // Saving checkpoints from etr-train's Trainer (checkpoint/checkpoint_writer.h), at np 1-4:
 //   - async and sync saves of the same run write byte-identical shard files and equal
 //     manifests (but for the time of writing and the checkpoint settings themselves)
+//   - an async save holds the states it was given only until wait_for_snapshot():
+//     changing them right after that leaves the checkpoint as it was at save(), with the
+//     writer on the rank's cores and on the node's spare ones
 //   - retention: keep = 2 leaves exactly the newest two complete checkpoints; the fast
 //     tier takes the steps in between (fast_every) and keeps its own fast_keep
 //   - a stale ".step-N.partial" directory (a crashed save) is never chosen to resume
@@ -11,12 +14,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/manifest.h"
 #include "examples/train/trainer.h"
 #include "mpi/checkpoint_test_util.h"
@@ -45,8 +50,85 @@ ckpt::Manifest comparable_manifest(const fs::path& dir) {
   m.clear_created_unix_ms();
   m.mutable_config()->mutable_checkpoint()->clear_dir();
   m.mutable_config()->mutable_checkpoint()->clear_async();
+  m.mutable_config()->mutable_checkpoint()->clear_writer_cpus();
   return m;
 }
+
+// Six tensors of odd sizes, 12M elements in all (48 MB a state), so that the writer
+// thread's copy takes a while.
+ParamLayout large_layout() {
+  ParamLayout layout;
+  for (int i = 0; i < 6; ++i) {
+    std::string name = "t";
+    name += std::to_string(i);
+    layout.add(name, Shape{2'000'003 - 7 * i}, i, false);
+  }
+  return layout;
+}
+
+// The largest |x - y| over the layout's tensors (padding between them is not saved).
+double max_tensor_diff(const ParamLayout& layout, const std::vector<float>& x,
+                       const std::vector<float>& y) {
+  double worst = 0;
+  for (const TensorEntry& e : layout.entries()) {
+    for (int64_t i = e.offset; i < e.offset + e.numel(); ++i) {
+      const auto k = static_cast<size_t>(i);
+      worst = std::max(worst, static_cast<double>(std::abs(x[k] - y[k])));
+    }
+  }
+  return worst;
+}
+
+class AsyncSnapshot : public ::testing::TestWithParam<bool> {};  // spare_cpus
+
+TEST_P(AsyncSnapshot, StatesMayChangeOnceWaitForSnapshotReturns) {
+  SharedTempDir tmp(world().group(), "ckpt_snapshot");
+  const ParamLayout layout = large_layout();
+  const size_t n = static_cast<size_t>(layout.numel());
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 1009) * 0.5f;
+    b[i] = -1.0f - static_cast<float>(i % 997);
+  }
+  CheckpointWriter writer(world().group(), /*async=*/true, test_log(), GetParam());
+  const CheckpointTier tier{tmp.path(), "durable", 0};
+  for (uint64_t step : {1, 2}) {
+    ckpt::Manifest meta;
+    meta.set_step(step);
+    meta.set_writer("checkpoint_save_test");
+    const NamedState states[] = {{"param", a.data()}, {"adam.m", b.data()}};
+    ASSERT_TRUE(writer.save(tier, meta, layout, states));
+    writer.wait_for_snapshot();
+    // What an optimizer update does right after the fence: both states change.
+    std::swap(a, b);
+    for (float& x : a) x += 1.0f;
+    writer.flush();
+    ASSERT_TRUE(writer.stats().back().ok) << writer.stats().back().error;
+    EXPECT_GE(writer.stats().back().stall_seconds, 0.0);
+  }
+  // Step 1 saved (a0, b0) and step 2 saved (b0 + 1, a0): rebuild them independently.
+  std::vector<float> a0(n), b0(n);
+  for (size_t i = 0; i < n; ++i) {
+    a0[i] = static_cast<float>(i % 1009) * 0.5f;
+    b0[i] = -1.0f - static_cast<float>(i % 997);
+  }
+  std::vector<float> b1 = b0;
+  for (float& x : b1) x += 1.0f;
+  const std::vector<std::pair<uint64_t, std::pair<const std::vector<float>*, const std::vector<float>*>>>
+      expected = {{1, {&a0, &b0}}, {2, {&b1, &a0}}};
+  for (const auto& [step, want] : expected) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    CheckpointReader reader(tmp.path() / step_dir_name(step));
+    std::vector<float> param(n, 0.f), m(n, 0.f);
+    reader.read_state("param", layout, param.data(), 0, static_cast<int64_t>(n));
+    reader.read_state("adam.m", layout, m.data(), 0, static_cast<int64_t>(n));
+    EXPECT_EQ(max_tensor_diff(layout, param, *want.first), 0.0);
+    EXPECT_EQ(max_tensor_diff(layout, m, *want.second), 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WriterCpus, AsyncSnapshot, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "spare" : "rank"; });
 
 TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
   SharedTempDir tmp(world().group(), "ckpt_async");

@@ -1,0 +1,99 @@
+#include "runtime/cpu_affinity.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/sysinfo.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "runtime/mpi_check.h"
+
+namespace etr {
+namespace {
+
+CpuList from_set(const cpu_set_t& set) {
+  CpuList out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+CpuList this_thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return node_cpus();
+  return from_set(set);
+}
+
+CpuList node_cpus() {
+  // A thread asking for every online CPU gets the ones its cgroup allows (the kernel
+  // drops the rest); a short-lived one, so that the caller's affinity is untouched.
+  const int online = std::clamp(get_nprocs(), 1, CPU_SETSIZE);
+  CpuList out;
+  std::thread([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = 0; c < online; ++c) CPU_SET(c, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 &&
+        pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0) {
+      out = from_set(set);
+    }
+  }).join();
+  if (out.empty()) {
+    for (int c = 0; c < online; ++c) out.push_back(c);
+  }
+  return out;
+}
+
+CpuList spare_node_cpus(const Group& group) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
+                                &local));
+  int local_size = 1;
+  MPI_CHECK(MPI_Comm_size(local, &local_size));
+  // Each rank's affinity as a cpu_set_t's bytes; the union is what the ranks may use.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int c : this_thread_cpus()) CPU_SET(c, &mine);
+  std::vector<cpu_set_t> all(static_cast<size_t>(local_size));
+  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, local));
+  MPI_CHECK(MPI_Comm_free(&local));
+  cpu_set_t used;
+  CPU_ZERO(&used);
+  for (cpu_set_t& s : all) CPU_OR(&used, &used, &s);
+  CpuList spare;
+  for (int c : node_cpus()) {
+    if (!CPU_ISSET(c, &used)) spare.push_back(c);
+  }
+  return spare;
+}
+
+bool bind_this_thread(const CpuList& cpus) {
+  if (cpus.empty()) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+std::string format_cpus(const CpuList& cpus) {
+  if (cpus.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpus[i]);
+    if (j > i) out.append("-").append(std::to_string(cpus[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace etr
