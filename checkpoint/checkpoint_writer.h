@@ -14,6 +14,7 @@
 //      boundary, poll(), where all ranks report done) the ranks agree; rank 0 gathers the
 //      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
 //      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
+//      (in a thread of its own, beside training: flush() waits for it)
 //   4. a failure on any rank (full disk, permissions) is agreed on: the partial directory
 //      is deleted, the error logged with its cause, and the previous checkpoints are
 //      untouched; training goes on (the failure is counted in stats())
@@ -89,7 +90,8 @@ class CheckpointWriter {
   // Collective; call at every step boundary. Commits a pending async save once every
   // rank's shard is durable; costs one 4-byte allreduce while a save is pending.
   void poll();
-  // Collective: waits for the pending save and commits it.
+  // Collective: waits for the pending save and commits it, and for the deletion of the
+  // checkpoints that retention dropped.
   void flush();
   bool pending() const { return pending_ != nullptr; }
   // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
@@ -101,6 +103,7 @@ class CheckpointWriter {
  private:
   struct Pending;
   void commit();
+  void join_pruner();
   std::string take_snapshot(Pending& p);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
 
@@ -114,6 +117,8 @@ class CheckpointWriter {
   std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};
   size_t snapshot_capacity_ = 0;
   CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
+  // Rank 0: deletes the checkpoints that retention dropped, beside training.
+  std::thread pruner_;
   std::vector<SaveStats> stats_;
 };
 
