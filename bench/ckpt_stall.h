@@ -25,7 +25,7 @@
 namespace etr::bench {
 
 struct CkptStallOptions {
-  int rounds = 3;  // rounds rotating the three modes
+  int rounds = 5;  // rounds rotating the modes (medians over them)
   int steps = 10;  // timed steps per mode and round; a multiple of every
   int warmup = 2;  // untimed steps of each trainer first
   int every = 1;   // k: a save after every k-th step

@@ -242,6 +242,7 @@ void CheckpointWriter::commit() {
   if (err.empty()) {
     std::string local;
     if (group_.rank() == 0) {
+      join_pruner();  // the tier's directory changes only here, and one deletion at a time
       try {
         for (int r = 0; r < group_.size(); ++r) {
           ckpt::ShardFile* f = p->manifest.add_files();
@@ -297,7 +298,7 @@ void CheckpointWriter::commit() {
               timing);
     // Deleting a checkpoint waits on the file system (ext4: ~20 ms for 130 MB, almost no
     // CPU), so it happens beside training; the next commit or flush() waits for it.
-    join_pruner();
+    join_pruner();  // done above already; assigning a running thread would terminate
     auto prune = [this, tier = p->tier] {
       try {
         for (const fs::path& gone : prune_checkpoints(tier.dir, tier.keep)) {
