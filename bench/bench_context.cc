@@ -14,6 +14,7 @@
 #include <map>
 #include <thread>
 
+#include "runtime/cpu_affinity.h"
 #include "runtime/mpi_check.h"
 
 namespace etr::bench {
@@ -22,23 +23,7 @@ namespace {
 
 // "0-3,6" for the CPUs this process may run on.
 std::string allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-  std::string out;
-  for (int c = 0; c < CPU_SETSIZE;) {
-    if (!CPU_ISSET(c, &set)) {
-      ++c;
-      continue;
-    }
-    int end = c;
-    while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) ++end;
-    if (!out.empty()) out += ",";
-    out += std::to_string(c);
-    if (end > c) out.append("-").append(std::to_string(end));
-    c = end + 1;
-  }
-  return out;
+  return format_cpus(this_thread_cpus());
 }
 
 std::string cpu_model_name() {
@@ -78,18 +63,9 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, int size, const std::s
   return out;
 }
 
-// "0-1,3" for a sorted list of ranks.
+// "0-1,3" for a sorted list of ranks (the form of a CPU list).
 std::string rank_ranges(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(ranks[i]);
-    if (j > i) out.append("-").append(std::to_string(ranks[j]));
-    i = j + 1;
-  }
-  return out;
+  return format_cpus(ranks);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_algorithms.h"
 #include "collectives/ring_common.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 
@@ -77,12 +78,7 @@ namespace {
 
 // Ranks of `group` on this node, against the cores this process may run on.
 bool node_oversubscribed(const Group& group) {
-  MPI_Comm local;
-  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
-                                &local));
-  int local_size = 1;
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
+  const int local_size = ranks_on_this_node(group);
   cpu_set_t cpus;
   int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   // With every rank bound to one core, affinity shows 1: count the machine's cores then.

@@ -20,6 +20,14 @@ CpuList from_set(const cpu_set_t& set) {
   return out;
 }
 
+// The ranks of `group` on this rank's node (the caller frees it). Collective.
+MPI_Comm node_communicator(const Group& group) {
+  MPI_Comm local = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
+                                &local));
+  return local;
+}
+
 }  // namespace
 
 CpuList this_thread_cpus() {
@@ -49,10 +57,16 @@ CpuList node_cpus() {
   return out;
 }
 
+int ranks_on_this_node(const Group& group) {
+  MPI_Comm local = node_communicator(group);
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(local, &size));
+  MPI_CHECK(MPI_Comm_free(&local));
+  return size;
+}
+
 CpuList spare_node_cpus(const Group& group) {
-  MPI_Comm local = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
-                                &local));
+  MPI_Comm local = node_communicator(group);
   int local_size = 1;
   MPI_CHECK(MPI_Comm_size(local, &local_size));
   // Each rank's affinity as a cpu_set_t's bytes; the union is what the ranks may use.

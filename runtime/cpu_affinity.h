@@ -29,6 +29,8 @@ CpuList node_cpus();
 // node may run on (the node's CPUs minus the union of the ranks' affinities). Empty when
 // every CPU is taken, or when a rank on the node is not bound.
 CpuList spare_node_cpus(const Group& group);
+// Collective over `group`: how many of its ranks run on this rank's node.
+int ranks_on_this_node(const Group& group);
 // Restricts the calling thread to `cpus`; false (the affinity unchanged) when `cpus` is
 // empty or the system refuses it (a CPU outside this process's cgroup, say).
 bool bind_this_thread(const CpuList& cpus);

@@ -18,6 +18,7 @@
 #include "examples/data/synthetic_corpus.h"
 #include "examples/gpt/hf_weights.h"
 #include "runtime/bytes.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/mpi_check.h"
@@ -39,12 +40,7 @@ size_t host_budget(const TrainConfig& c) {
 // fewer cores than the machine has (mpirun --bind-to core) owns them; otherwise the
 // node's cores are shared by its ranks. Collective over `group`.
 int default_threads(const Group& group) {
-  MPI_Comm local = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
-                                &local));
-  int local_size = 1;
-  MPI_CHECK(MPI_Comm_size(local, &local_size));
-  MPI_CHECK(MPI_Comm_free(&local));
+  const int local_size = ranks_on_this_node(group);
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   cpu_set_t set;
   CPU_ZERO(&set);
