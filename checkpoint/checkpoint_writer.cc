@@ -5,10 +5,15 @@
 #include <cstring>
 #include <system_error>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "checkpoint/agreement.h"
 #include "checkpoint/catalog.h"
-#include "checkpoint/shard_sink.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/durable_file.h"
+#include "checkpoint/shard_sink.h"
 #include "checkpoint/manifest.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
@@ -35,6 +40,42 @@ std::string partial_name(uint64_t step) {
   return name;
 }
 
+// dst[0, n) = src[0, n) with non-temporal stores where the CPU has them: they bypass the
+// cache, so copying a snapshot does not evict the training thread's working set (the
+// writer may share its core). store_fence() orders them before what follows.
+void stream_copy(char* dst, const char* src, size_t n) {
+#if defined(__SSE2__)
+  size_t i = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, i);
+  for (; i + 64 <= n; i += 64) {
+    for (size_t k = 0; k < 64; k += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + k),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + k)));
+    }
+  }
+  std::memcpy(dst + i, src + i, n - i);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+void store_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// The copy, in pieces small enough that the checksum reads the source while it is still
+// in the cache: one pass over memory for both.
+void copy_and_hash(char* dst, const char* src, size_t n, Checksum& sum) {
+  constexpr size_t kPiece = size_t{64} << 10;
+  for (size_t off = 0; off < n; off += kPiece) {
+    const size_t len = std::min(kPiece, n - off);
+    stream_copy(dst + off, src + off, len);
+    sum.update(src + off, len);
+  }
+}
+
 struct ShardInfo {
   uint64_t bytes;
   uint64_t xxh3;
@@ -53,6 +94,7 @@ struct CheckpointWriter::Pending {
   std::unique_ptr<ShardPlan> plan;
   std::vector<const float*> buffers;
   std::span<const char> snapshot;
+  uint64_t snapshot_xxh3 = 0;
   std::thread thread;
   std::atomic<bool> copied{false};  // async: the states are no longer read
   std::atomic<bool> done{false};
@@ -136,24 +178,11 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->t0 = t0;
   const fs::path file = p->partial / plan.file_name(group_.rank());
   Pending* raw = p.get();
-  auto write = [raw, file](bool direct_io, const std::function<void(ShardSink&)>& fill) {
-    const auto w0 = Clock::now();
-    try {
-      ShardSink sink(file, direct_io);
-      fill(sink);
-      raw->info.bytes = sink.bytes();
-      raw->info.xxh3 = sink.commit();
-    } catch (const std::exception& e) {
-      raw->error = e.what();
-    }
-    raw->info.write_seconds = seconds_since(w0);
-    raw->done.store(true, std::memory_order_release);
-  };
   if (async_) {
     p->plan = std::make_unique<ShardPlan>(plan);
     p->buffers = std::move(buffers);
     p->stall = seconds_since(t0);
-    p->thread = std::thread([this, raw, write] {
+    p->thread = std::thread([this, raw, file] {
       bind_this_thread(writer_cpus_);  // no-op without spare cores
       const std::string err = take_snapshot(*raw);
       raw->copied.store(true, std::memory_order_release);
@@ -164,20 +193,37 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
         return;
       }
       // Around the page cache: the copy into it would cost a shared core more CPU than
-      // the disk costs time (etr-bench ckpt).
-      write(true, [raw](ShardSink& sink) {
+      // the disk costs time (etr-bench ckpt). The checksum was taken during the copy.
+      const auto w0 = Clock::now();
+      try {
+        DurableFile out(file, /*direct_io=*/true);
         for (size_t off = 0; off < raw->snapshot.size(); off += kShardStagingBytes) {
-          sink.append(raw->snapshot.data() + off,
-                      std::min(kShardStagingBytes, raw->snapshot.size() - off));
+          out.write(raw->snapshot.data() + off,
+                    std::min(kShardStagingBytes, raw->snapshot.size() - off));
         }
-      });
+        out.commit();
+        raw->info.bytes = raw->snapshot.size();
+        raw->info.xxh3 = raw->snapshot_xxh3;
+      } catch (const std::exception& e) {
+        raw->error = e.what();
+      }
+      raw->info.write_seconds = seconds_since(w0);
+      raw->done.store(true, std::memory_order_release);
     });
     pending_ = std::move(p);
     return true;
   }
-  write(false, [&](ShardSink& sink) {
+  const auto w0 = Clock::now();
+  try {
+    ShardSink sink(file);
     plan.pack(group_.rank(), buffers, [&](const void* data, size_t size) { sink.append(data, size); });
-  });
+    p->info.bytes = sink.bytes();
+    p->info.xxh3 = sink.commit();
+  } catch (const std::exception& e) {
+    p->error = e.what();
+  }
+  p->info.write_seconds = seconds_since(w0);
+  p->done.store(true, std::memory_order_release);
   pending_ = std::move(p);
   commit();
   stats_.back().stall_seconds = stats_.back().total_seconds;
@@ -201,11 +247,14 @@ std::string CheckpointWriter::take_snapshot(Pending& p) {
     std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
   }
   size_t at = 0;
-  p.plan->pack(group_.rank(), p.buffers, [this, &at](const void* data, size_t size) {
-    std::memcpy(snapshot_.get() + at, data, size);
+  Checksum sum;
+  p.plan->pack(group_.rank(), p.buffers, [this, &at, &sum](const void* data, size_t size) {
+    copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum);
     at += size;
   });
+  store_fence();
   p.snapshot = std::span<const char>(snapshot_.get(), at);
+  p.snapshot_xxh3 = sum.digest();
   return "";
 }
 
