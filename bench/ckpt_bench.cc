@@ -431,7 +431,8 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--rounds", args->rounds, "Bandwidth rounds alternating disk and checkpoint")
       ->capture_default_str();
   cmd->add_option("--train-rounds", args->stall.rounds,
-                  "Training rounds alternating no saving, async and sync saving")
+                  "Training rounds rotating no saving, async saving (writer on spare and on the "
+                  "rank's cores) and sync saving")
       ->capture_default_str();
   cmd->add_option("--steps", args->stall.steps, "Timed training steps per mode and round")
       ->capture_default_str();

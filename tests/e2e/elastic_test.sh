@@ -26,6 +26,11 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+# expect SCENARIO PATTERN MESSAGE: SCENARIO's output has a line matching PATTERN (grep's
+# basic regex), or the test fails with its output and MESSAGE; expect_e: an extended
+# regex, and the matching lines are shown.
+expect() { grep -q "$2" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: $3"; }; }
+expect_e() { grep -E "$2" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: $3"; }; }
 steps=300
 job=("$train" --config "$config" --set schedule.max_steps=$steps --set log.log_every=50
      --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=5
@@ -81,6 +86,15 @@ rank_pid() {
   [ -n "$mpirun" ] && pgrep -P "$mpirun" | tail -1
 }
 # completed NAME: etr-run exited 0 and the final checkpoint exists.
+# signal_rank SCENARIO SIGNAL: sends SIGNAL to one of the job's ranks while it still has
+# steps to go; the rank's pid is left in $victim.
+signal_rank() {
+  victim=$(rank_pid)
+  [ -n "$victim" ] || fail "$1: no rank to signal"
+  [ "$(progress "$1")" -lt $steps ] || fail "$1: the job finished before the $2"
+  kill -"$2" "$victim"
+}
+
 completed() {
   [ "$status" -eq 0 ] || { cat "$work/$1.out"; fail "$1: etr-run exited $status"; }
   grep -q "the job completed" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: no completion message"; }
@@ -96,23 +110,17 @@ echo "== reference: an uninterrupted 2-rank run"
 start ref --hosts localhost:2
 finish ref
 completed ref
-grep -q "launch 1: 2 rank(s) on localhost:2" "$work/ref.out" || { cat "$work/ref.out"; fail "ref: not 2 ranks"; }
+expect ref "launch 1: 2 rank(s) on localhost:2" "not 2 ranks"
 
 echo "== a. kill -9 one of 2 ranks"
 start a --min-np 1 --max-np 2 --host-discovery-script "$(discovery a localhost:2)"
 wait_step a 100
-victim=$(rank_pid)
-[ -n "$victim" ] || fail "a: no rank to kill"
-[ "$(progress a)" -lt $steps ] || fail "a: the job finished before the kill"
-kill -KILL "$victim"
+signal_rank a KILL
 finish a
 completed a
-grep -q "the job failed (exit status 137; rank [01] on localhost)" "$work/a.out" ||
-  { cat "$work/a.out"; fail "a: the failure was not reported"; }
-grep -q "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "$work/a.out" ||
-  { cat "$work/a.out"; fail "a: not relaunched on 2 ranks"; }
-grep -E "elastic: relaunch 1 after a failure: world 2 -> 2, resumed from step [0-9]+ \(the last launch completed step [0-9]+: [0-9]+ steps? lost\)" \
-  "$work/a.out" || { cat "$work/a.out"; fail "a: the relaunch was not logged"; }
+expect a "the job failed (exit status 137; rank [01] on localhost)" "the failure was not reported"
+expect a "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched on 2 ranks"
+expect_e a "elastic: relaunch 1 after a failure: world 2 -> 2, resumed from step [0-9]+ \(the last launch completed step [0-9]+: [0-9]+ steps? lost\)" "the relaunch was not logged"
 grep "etr-run: recovered" "$work/a.out"
 same_params a 0
 
@@ -123,29 +131,21 @@ wait_step b 100
 echo "localhost:3" >"$work/b.slots"
 finish b
 completed b
-grep -q "asking the job to resize" "$work/b.out" || { cat "$work/b.out"; fail "b: no resize request"; }
-grep -q "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "$work/b.out" ||
-  { cat "$work/b.out"; fail "b: not relaunched on 3 ranks"; }
-grep -E "relaunch 1 after a resize: world 2 -> 3, resumed from step [0-9]+ \(the last launch completed step [0-9]+: 0 steps lost\)" \
-  "$work/b.out" || { cat "$work/b.out"; fail "b: the resize lost steps or was not logged"; }
+expect b "asking the job to resize" "no resize request"
+expect b "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "not relaunched on 3 ranks"
+expect_e b "relaunch 1 after a resize: world 2 -> 3, resumed from step [0-9]+ \(the last launch completed step [0-9]+: 0 steps lost\)" "the resize lost steps or was not logged"
 same_params b 1e-3
 
 echo "== c. a stopped rank: the collectives' timeout turns it into a failure"
 ETR_COMM_TIMEOUT_S=2 start c --min-np 1 --max-np 2 --host-discovery-script "$(discovery c localhost:2)"
 wait_step c 100
-victim=$(rank_pid)
-[ -n "$victim" ] || fail "c: no rank to stop"
-[ "$(progress c)" -lt $steps ] || fail "c: the job finished before the stop"
-kill -STOP "$victim"
+signal_rank c STOP
 finish c
 completed c
 # (in the gradient allreduce or, when the stop lands there, a checkpoint agreement)
-grep -q "did not finish within 2 s (.* elapsed, waiting on rank [01])\|did not complete within the communicator timeout of 2 s" "$work/c.out" ||
-  { cat "$work/c.out"; fail "c: no timeout reported"; }
-grep -q "the job failed (exit status 1; no rank is named as the cause)" "$work/c.out" ||
-  { cat "$work/c.out"; fail "c: a timeout must not blame the rank that detected it"; }
-grep -q "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "$work/c.out" ||
-  { cat "$work/c.out"; fail "c: not relaunched"; }
+expect c "did not finish within 2 s (.* elapsed, waiting on rank [01])\|did not complete within the communicator timeout of 2 s" "no timeout reported"
+expect c "the job failed (exit status 1; no rank is named as the cause)" "a timeout must not blame the rank that detected it"
+expect c "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched"
 state=$(ps -o stat= -p "$victim" 2>/dev/null)
 case "$state" in ""|Z*) ;; *) fail "c: the stopped rank is still there (state $state)" ;; esac
 same_params c 0
@@ -154,9 +154,8 @@ echo "== d. fewer slots than --min-np: wait, then give up"
 start d --min-np 2 --max-np 2 --min-np-timeout 2 --host-discovery-script "$(discovery d localhost:1)"
 finish d 30
 [ "$status" -eq 1 ] || { cat "$work/d.out"; fail "d: exit status $status, not 1"; }
-grep -q "waiting for slots: 1 usable, --min-np is 2" "$work/d.out" || { cat "$work/d.out"; fail "d: no waiting message"; }
-grep -q "error: only 1 usable slot(s) (localhost:1), fewer than --min-np 2, for 2\.[0-9]* s (--min-np-timeout); giving up" \
-  "$work/d.out" || { cat "$work/d.out"; fail "d: no sentence saying why it gave up"; }
+expect d "waiting for slots: 1 usable, --min-np is 2" "no waiting message"
+expect d "error: only 1 usable slot(s) (localhost:1), fewer than --min-np 2, for 2\.[0-9]* s (--min-np-timeout); giving up" "no sentence saying why it gave up"
 grep -q "launch 1" "$work/d.out" && fail "d: launched below --min-np"
 
 echo "== e. a host that keeps failing is excluded"
@@ -167,9 +166,7 @@ finish e
 completed e
 [ "$(grep -c "the job failed (exit status [0-9]*; rank 2 on 127.0.0.1)" "$work/e.out")" -eq 2 ] ||
   { cat "$work/e.out"; fail "e: not two failures of rank 2 on 127.0.0.1"; }
-grep -q "host 127.0.0.1 failed 2 time(s) (--blacklist-after 2): excluded" "$work/e.out" ||
-  { cat "$work/e.out"; fail "e: the host was not excluded"; }
-grep -q "launch 3: 2 rank(s) on localhost:2 (after a failure, relaunch 2)" "$work/e.out" ||
-  { cat "$work/e.out"; fail "e: not relaunched without the excluded host"; }
+expect e "host 127.0.0.1 failed 2 time(s) (--blacklist-after 2): excluded" "the host was not excluded"
+expect e "launch 3: 2 rank(s) on localhost:2 (after a failure, relaunch 2)" "not relaunched without the excluded host"
 grep -q "asking the job to resize" "$work/e.out" && fail "e: asked to grow onto the excluded host"
 echo "PASS"
