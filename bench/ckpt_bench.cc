@@ -440,10 +440,7 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
       ->capture_default_str();
   cmd->add_option("--every", args->stall.every, "Save every this many steps in training")
       ->capture_default_str();
-  cmd->add_option("--config", args->config,
-                  "A training config instead of the built-in benchmark config");
-  cmd->add_option("--set", args->overrides, "Override a config field (repeatable)");
-  cmd->add_option("--json", args->json, "Also write the figures to this JSON file");
+  add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     const CkptStallOptions& s = args->stall;
                     if (args->rounds < 1 || s.rounds < 1 || s.steps < 1 || s.warmup < 0 ||

@@ -176,10 +176,7 @@ void add_dp_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--rounds", args->rounds, "Rounds alternating the three modes; best shown")
       ->capture_default_str();
-  cmd->add_option("--config", args->config,
-                  "A training config instead of the built-in benchmark config");
-  cmd->add_option("--set", args->overrides, "Override a config field (repeatable)");
-  cmd->add_option("--json", args->json, "Also write the figures to this JSON file");
+  add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     if (args->steps < 1 || args->warmup < 0 || args->rounds < 1) {
                       throw ConfigError("--steps and --rounds must be at least 1 and --warmup "

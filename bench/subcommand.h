@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace etr::bench {
@@ -17,5 +18,13 @@ struct Subcommand {
 };
 
 using SubcommandList = std::vector<Subcommand>;
+
+// --config, --set and --json, as the training benchmarks (train, dp, ckpt) take them.
+inline void add_training_config_options(CLI::App* cmd, std::string& config,
+                                        std::vector<std::string>& overrides, std::string& json) {
+  cmd->add_option("--config", config, "A training config instead of the built-in benchmark config");
+  cmd->add_option("--set", overrides, "Override a config field (repeatable)");
+  cmd->add_option("--json", json, "Also write the figures to this JSON file");
+}
 
 }  // namespace etr::bench

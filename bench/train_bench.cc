@@ -125,10 +125,7 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str();
   cmd->add_option("--steps", args->steps, "Timed optimizer steps")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--config", args->config,
-                  "A training config instead of the built-in benchmark config");
-  cmd->add_option("--set", args->overrides, "Override a config field (repeatable)");
-  cmd->add_option("--json", args->json, "Also write the figures to this JSON file");
+  add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     if (args->steps < 1 || args->warmup < 0) {
                       throw ConfigError("--steps must be at least 1 and --warmup at least 0");
