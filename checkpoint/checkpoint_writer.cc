@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_writer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <system_error>
@@ -65,14 +66,54 @@ void store_fence() {
 #endif
 }
 
-// The copy, in pieces small enough that the checksum reads the source while it is still
-// in the cache: one pass over memory for both.
-void copy_and_hash(char* dst, const char* src, size_t n, Checksum& sum) {
+// A checkpoint of NaN or infinite state is useless to resume from, so it is never
+// written: this finds the first non-finite f32 in the pieces of one shard file (its
+// states one after another, `state_bytes` each) as they go by.
+class FiniteCheck {
+ public:
+  FiniteCheck(const ShardPlan& plan, int rank)
+      : states_(plan.states()),
+        state_bytes_(plan.file_bytes(rank) / std::max<size_t>(1, plan.states().size())) {}
+
+  void add(const void* data, size_t bytes) {
+    const auto* bits = static_cast<const uint32_t*>(data);
+    const size_t n = bytes / sizeof(float);
+    uint32_t bad = 0;  // one pass the compiler vectorizes; the position only when needed
+    for (size_t i = 0; i < n; ++i) bad |= (bits[i] & kExponent) == kExponent;
+    if (bad && error_.empty()) {
+      size_t i = 0;
+      while ((bits[i] & kExponent) != kExponent) ++i;
+      float x;
+      std::memcpy(&x, bits + i, sizeof x);
+      const uint64_t at = (seen_ + i * sizeof(float)) / sizeof(float);
+      const uint64_t per_state = std::max<uint64_t>(1, state_bytes_ / sizeof(float));
+      const size_t s = std::min<size_t>(at / per_state, states_.size() - 1);
+      error_ = "the state '" + states_[s] + "' holds " + (std::isnan(x) ? "NaN" : "an infinity") +
+               " (this rank's element " + std::to_string(at % per_state) +
+               " of it), and a checkpoint of non-finite state is never written";
+    }
+    seen_ += bytes;
+  }
+  // "" while every value was finite.
+  const std::string& error() const { return error_; }
+
+ private:
+  static constexpr uint32_t kExponent = 0x7f800000u;  // all ones: NaN or infinity
+  const std::vector<std::string>& states_;
+  uint64_t state_bytes_;
+  uint64_t seen_ = 0;
+  std::string error_;
+};
+
+// The copy, in pieces small enough that the checksum and the finiteness check read the
+// source while it is still in the cache: one pass over memory for all three.
+void copy_and_hash(char* dst, const char* src, size_t n, Checksum& sum, FiniteCheck& finite) {
   constexpr size_t kPiece = size_t{64} << 10;
   for (size_t off = 0; off < n; off += kPiece) {
     const size_t len = std::min(kPiece, n - off);
     stream_copy(dst + off, src + off, len);
     sum.update(src + off, len);
+    finite.add(src + off, len);
   }
 }
 
@@ -216,7 +257,12 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   const auto w0 = Clock::now();
   try {
     ShardSink sink(file);
-    plan.pack(group_.rank(), buffers, [&](const void* data, size_t size) { sink.append(data, size); });
+    FiniteCheck finite(plan, group_.rank());
+    plan.pack(group_.rank(), buffers, [&](const void* data, size_t size) {
+      finite.add(data, size);
+      sink.append(data, size);
+    });
+    if (!finite.error().empty()) throw CheckpointError(finite.error());
     p->info.bytes = sink.bytes();
     p->info.xxh3 = sink.commit();
   } catch (const std::exception& e) {
@@ -248,11 +294,13 @@ std::string CheckpointWriter::take_snapshot(Pending& p) {
   }
   size_t at = 0;
   Checksum sum;
-  p.plan->pack(group_.rank(), p.buffers, [this, &at, &sum](const void* data, size_t size) {
-    copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum);
+  FiniteCheck finite(*p.plan, group_.rank());
+  p.plan->pack(group_.rank(), p.buffers, [&](const void* data, size_t size) {
+    copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum, finite);
     at += size;
   });
   store_fence();
+  if (!finite.error().empty()) return finite.error();
   p.snapshot = std::span<const char>(snapshot_.get(), at);
   p.snapshot_xxh3 = sum.digest();
   return "";

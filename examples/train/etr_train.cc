@@ -108,6 +108,11 @@ int main(int argc, char** argv) {
                     s.comm.comm_seconds / static_cast<double>(s.comm_steps) * 1e3,
                     s.comm.hidden_fraction() * 100);
     }
+    if (s.skipped_steps > 0) {
+      const size_t n = std::strlen(line);
+      std::snprintf(line + n, sizeof line - n, " | %lld non-finite step(s) skipped",
+                    static_cast<long long>(s.skipped_steps));
+    }
     if (world->rank() == 0) world->log().info(line);
     // Periodic saves that fail are reported and training goes on; a job whose last save
     // failed must not look successful.

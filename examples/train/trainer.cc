@@ -50,10 +50,10 @@ int default_threads(const Group& group) {
   return std::max(1, cores / local_size);
 }
 
-// ETR_FAIL_AT_STEP=S[:R]: rank R (every rank without :R) throws at the start of step S.
-// For tests of failure handling (a rank that raises must not leave the others hanging).
-int64_t fail_at_step_from_env(int rank) {
-  const char* v = std::getenv("ETR_FAIL_AT_STEP");
+// The environment variable `name` = S[:R]: S for rank R (every rank without :R), -1 for
+// the others and when it is unset.
+int64_t step_for_rank_from_env(const char* name, int rank) {
+  const char* v = std::getenv(name);
   if (!v || !*v) return -1;
   const std::string_view s(v);
   const size_t colon = s.find(':');
@@ -65,11 +65,18 @@ int64_t fail_at_step_from_env(int rank) {
   };
   if (!number(s.substr(0, colon), step) ||
       (colon != std::string_view::npos && !number(s.substr(colon + 1), at_rank))) {
-    throw ConfigError("ETR_FAIL_AT_STEP='" + std::string(s) +
+    throw ConfigError(std::string(name) + "='" + std::string(s) +
                       "' is not STEP or STEP:RANK (non-negative integers)");
   }
   return at_rank == rank ? step : -1;
 }
+
+// ETR_FAIL_AT_STEP=S[:R]: rank R (every rank without :R) throws at the start of step S.
+// For tests of failure handling (a rank that raises must not leave the others hanging).
+int64_t fail_at_step_from_env(int rank) { return step_for_rank_from_env("ETR_FAIL_AT_STEP", rank); }
+
+// "nan", "inf" or "-inf".
+std::string nonfinite_text(double x) { return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
 
 }  // namespace
 
@@ -222,6 +229,12 @@ StepStats Trainer::train_step() {
   st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
                         s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
   model_->zero_grads();
+  if (nonfinite_at_step_ == static_cast<int64_t>(position_.step) + 1) {
+    // ETR_NONFINITE_AT_STEP: a NaN in this rank's gradient of the last tensor (backward
+    // accumulates into it, and the reducer sums it into every rank's).
+    const TensorEntry& e = model_->layout().entries().back();
+    model_->grads()[e.offset] = std::nanf("");
+  }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
     const data::SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
@@ -242,17 +255,23 @@ StepStats Trainer::train_step() {
     }
   }
   if (reducer_) st.comm = reducer_->finish();
-  // The resize flag rides on the loss's sum: the ranks agree on it at no extra cost.
-  double sums[2] = {loss_sum, resize_requested() ? 1.0 : 0.0};
-  sum_over_ranks(sums, 2);
+  const int64_t n = model_->layout().numel();
+  st.grad_norm = grad_norm(model_->grads(), n);  // of the gradients summed over the ranks
+  // The resize flag and "my gradient norm is not finite" ride on the loss's sum: the ranks
+  // agree on them at no extra cost. The summed loss is finite on every rank or on none
+  // (a NaN or an infinity in any term makes every rank's sum one), so together with the
+  // summed flag every rank takes the same finite-or-stop decision.
+  double sums[3] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+                    std::isfinite(st.grad_norm) ? 0.0 : 1.0};
+  sum_over_ranks(sums, 3);
   st.loss = sums[0];
   st.resize = sums[1] > 0;
-  {
+  if (!std::isfinite(st.loss) || sums[2] > 0) {
+    skip_or_stop(st, std::isfinite(st.loss));  // throws unless the step may be skipped
+  } else {
     // An async checkpoint of the previous step may still be copying the state.
     if (ckpt_writer_) ckpt_writer_->wait_for_snapshot();
     auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
-    const int64_t n = model_->layout().numel();
-    st.grad_norm = grad_norm(model_->grads(), n);
     clip_grad_norm(model_->grads(), n, st.grad_norm, config_.optimizer().grad_clip());
     optimizer_->step(model_->params(), model_->grads(), static_cast<float*>(m_.data()),
                      static_cast<float*>(v_.data()), 0, n,
@@ -261,6 +280,39 @@ StepStats Trainer::train_step() {
   position_.advance(static_cast<uint64_t>(B));
   st.seconds = seconds_since(t0);
   return st;
+}
+
+int64_t Trainer::nonfinite_step_from_env(int rank) {
+  return step_for_rank_from_env("ETR_NONFINITE_AT_STEP", rank);
+}
+
+void Trainer::skip_or_stop(StepStats& st, bool loss_finite) {
+  const int64_t step = static_cast<int64_t>(position_.step) + 1;  // as the progress line counts
+  const int dp = grid_->dp_size();
+  const std::string over = dp > 1 ? " summed over the " + std::to_string(dp) + " ranks" : "";
+  const std::string what =
+      !loss_finite ? "the loss" + over + " is " + nonfinite_text(st.loss)
+                   : "the norm of the gradients" + over + " is " +
+                         (std::isfinite(st.grad_norm) ? "not finite on another rank"
+                                                      : nonfinite_text(st.grad_norm));
+  const int64_t limit = config_.optimizer().skip_nonfinite_steps();
+  if (skipped_steps_ < limit) {
+    ++skipped_steps_;
+    st.skipped = true;
+    if (leader()) {
+      log_.warn("step ", step, ": ", what, "; skipped it (", skipped_steps_, " of at most ", limit,
+                " in this run), the parameters and optimizer moments are unchanged");
+    }
+    return;
+  }
+  // Every rank is here alike, so a save in flight (of the last good step) can commit.
+  flush_checkpoints();
+  throw Error("step " + std::to_string(step) + ": " + what +
+              ", so training stopped before the optimizer changed the parameters" +
+              (limit > 0 ? " (" + std::to_string(limit) + " such steps were skipped already)"
+                         : std::string()) +
+              "; lower optimizer.lr or check the data, or let such steps be skipped with "
+              "optimizer.skip_nonfinite_steps.");
 }
 
 double Trainer::evaluate() {
@@ -321,14 +373,22 @@ void Trainer::log_step(const StepStats& s) {
                         static_cast<long long>(position_.step), s.loss, s.lr, s.grad_norm, tps,
                         s.seconds * 1e3, gflops, format_bytes(static_cast<double>(peak)).c_str());
   if (reducer_ && n > 0 && n < static_cast<int>(sizeof line)) {
-    std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
-                  s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
-                  s.comm.hidden_fraction() * 100);
+    n += std::snprintf(line + n, sizeof line - n,
+                       " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%", s.comm.comm_seconds * 1e3,
+                       s.comm.exposed_seconds * 1e3, s.comm.hidden_fraction() * 100);
+  }
+  if (skipped_steps_ > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+    std::snprintf(line + n, sizeof line - n, " | %s%lld non-finite step(s) skipped",
+                  s.skipped ? "SKIPPED, " : "", static_cast<long long>(skipped_steps_));
   }
   log_.info(line);
   nlohmann::json j = {{"step", position_.step},     {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm},   {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},        {"gflops", gflops}, {"peak_bytes", peak}};
+  if (skipped_steps_ > 0) {
+    j["skipped"] = s.skipped;
+    j["skipped_steps"] = skipped_steps_;
+  }
   if (reducer_) {
     j["comm_ms"] = s.comm.comm_seconds * 1e3;
     j["exposed_comm_ms"] = s.comm.exposed_seconds * 1e3;
@@ -357,6 +417,7 @@ RunSummary Trainer::run() {
   for (int64_t i = start; i < steps; ++i) {
     StepStats s = train_step();
     if (i == start) sum.first_loss = s.loss;
+    if (s.skipped) ++sum.skipped_steps;
     if (i > start || steps - start == 1) {
       sum.comm += s.comm;
       ++sum.comm_steps;

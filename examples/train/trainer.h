@@ -9,8 +9,12 @@
 //      sum over ranks is the gradient of the mean loss over the global batch's tokens.
 //      On the last micro-batch each layer's final gradients are handed to the bucket
 //      reducer as backward goes, which sums them over the ranks while backward continues
-//   3. wait for the buckets, global-norm clip, AdamW at the scheduled learning rate (on
-//      every rank, on identical gradients, so the replicas stay identical)
+//   3. wait for the buckets; finite or stop: a loss or gradient norm that is NaN or
+//      infinite (decided alike on every rank, from the summed loss and a flag summed with
+//      it) stops the run, or skips the step (optimizer.skip_nonfinite_steps), before
+//      anything changes the parameters or moments; global-norm clip, AdamW at the
+//      scheduled learning rate (on every rank, on identical gradients, so the replicas
+//      stay identical)
 //   4. progress line (rank 0), metrics (JSON lines, rank 0), evaluation (split over the
 //      ranks) and sampling when due, trace events
 // Replicas start equal: rank 0's initial parameters are broadcast.
@@ -53,6 +57,9 @@ struct StepStats {
   // Some rank had a resize request (SIGUSR1 from etr-run) when the step's sums were
   // taken: every rank sees the same value.
   bool resize = false;
+  // The loss or gradient norm was not finite and optimizer.skip_nonfinite_steps let the
+  // step be skipped: parameters and moments are as before it (the data moved on).
+  bool skipped = false;
 };
 
 struct RunSummary {
@@ -67,6 +74,7 @@ struct RunSummary {
   // StepStats::comm summed over comm_steps steps (all but the first, which warms up).
   ReduceStats comm;
   int64_t comm_steps = 0;
+  int64_t skipped_steps = 0;  // StepStats::skipped in this run() call
   std::string sample;
   // The run stopped early for etr-run to relaunch it at another size (a checkpoint of the
   // last step was saved); the program should exit with kResizeExitCode.
@@ -91,7 +99,13 @@ class Trainer {
   ~Trainer();
 
   RunSummary run();
+  // One optimizer step. Throws Error naming the step when its loss or gradient norm is
+  // not finite and optimizer.skip_nonfinite_steps allows no more skips (every rank alike;
+  // the parameters, moments and data position are as before the step, and a checkpoint
+  // in flight is committed first).
   StepStats train_step();
+  // Steps skipped so far for a non-finite loss or gradient norm.
+  int64_t skipped_steps() const { return skipped_steps_; }
   // Mean held-out loss per token; the windows are split over the ranks (collective).
   double evaluate();
   // Continues `prompt` by `tokens` tokens, sampling at temperature 1 with a fixed seed.
@@ -137,6 +151,13 @@ class Trainer {
   ckpt::Manifest checkpoint_meta() const;
   void load_data();
   void log_step(const StepStats& s);
+  // A step's loss or gradient norm is not finite (every rank calls it alike): skips the
+  // step (marks `st`) or, past optimizer.skip_nonfinite_steps, commits a checkpoint in
+  // flight and throws Error naming the step.
+  void skip_or_stop(StepStats& st, bool loss_finite);
+  // For tests of finite-or-stop: the step (1-based, as the progress line counts) at which
+  // ETR_NONFINITE_AT_STEP=S[:R] puts a NaN into this rank's gradients; -1 for none.
+  static int64_t nonfinite_step_from_env(int rank);
   void write_metrics(const std::string& json_line);
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
@@ -168,6 +189,12 @@ class Trainer {
   std::unique_ptr<HostCommunicator> control_comm_;
   std::unique_ptr<BucketReducer> reducer_;
   int64_t fail_at_step_ = -1;  // ETR_FAIL_AT_STEP (tests): throw at that step
+  int64_t nonfinite_at_step_ = nonfinite_step_from_env(grid_->rank());
+  int64_t skipped_steps_ = 0;  // optimizer.skip_nonfinite_steps: skipped so far
+  // Where the global batch in force took effect: (0, 0), or the step and sample a resume
+  // with another batch.global_batch started from. The manifest records them so that its
+  // data position can be checked against its step (checkpoint/manifest.h).
+  uint64_t batch_origin_step_ = 0, batch_origin_samples_ = 0;
   // Checkpoints: one writer (one save in flight) for both tiers.
   std::unique_ptr<CheckpointWriter> ckpt_writer_;
   CheckpointTier durable_tier_, fast_tier_;
