@@ -127,6 +127,34 @@ double BenchContext::max_over_ranks(double value) const {
   return value;
 }
 
+std::vector<CpuUse> BenchContext::gather_cpu_use(const CpuUse& mine) const {
+  struct Wire {
+    double wall, cpu;
+    cpu_set_t cpus;
+  };
+  Wire w{mine.wall_seconds, mine.cpu_seconds, {}};
+  CPU_ZERO(&w.cpus);
+  for (int c : mine.cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &w.cpus);
+  }
+  std::vector<Wire> all(static_cast<size_t>(size()));
+  MPI_CHECK(
+      MPI_Allgather(&w, sizeof w, MPI_BYTE, all.data(), sizeof w, MPI_BYTE, world_.group().comm()));
+  std::vector<CpuUse> out(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    out[r].wall_seconds = all[r].wall;
+    out[r].cpu_seconds = all[r].cpu;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &all[r].cpus)) out[r].cpus.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string BenchContext::premise_failure_of_ranks(const Premise& p, const CpuUse& mine) const {
+  return ranks_premise_failure(p, gather_cpu_use(mine), machine_.hostnames);
+}
+
 void BenchContext::agree(const std::string& local_error) const {
   MPI_Comm comm = world_.group().comm();
   int mine = local_error.empty() ? INT_MAX : rank();
@@ -159,6 +187,13 @@ void BenchContext::write_json(const std::string& path, const nlohmann::json& doc
     }
   }
   agree(error);
+}
+
+void throw_refused(int rows) {
+  throw AgreedError(std::to_string(rows) + (rows == 1 ? " row" : " rows") +
+                    " did not run on the threads and cores stated (\"premise failed\" above), "
+                    "so the figures are withheld; run on otherwise idle cores with the "
+                    "binding the header names");
 }
 
 double median(std::vector<double> values) {

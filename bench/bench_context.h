@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/premise.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "runtime/world.h"
@@ -54,6 +55,12 @@ class BenchContext {
   void max_over_ranks(double* values, int n) const;
   double max_over_ranks(double value) const;
 
+  // Collective: every rank's measurement of a row, in rank order, on every rank.
+  std::vector<CpuUse> gather_cpu_use(const CpuUse& mine) const;
+  // Collective: the verdict on a row every rank ran (ranks_premise_failure over every
+  // rank's `mine`); the same on every rank.
+  std::string premise_failure_of_ranks(const Premise& p, const CpuUse& mine) const;
+
   // Collective. Every rank passes its own error ("" when fine). When any rank has one,
   // every rank throws AgreedError with the message of the lowest such rank.
   void agree(const std::string& local_error) const;
@@ -66,6 +73,10 @@ class BenchContext {
   World& world_;
   MachineInfo machine_;
 };
+
+// Thrown by every rank at the end of a benchmark that refused `rows` of its figures
+// (premise.h): etr-bench prints why and exits 1.
+[[noreturn]] void throw_refused(int rows);
 
 // Median of `values` (mean of the middle two for an even count); 0 for none.
 double median(std::vector<double> values);

@@ -10,8 +10,11 @@
 #include <vector>
 
 #include "bench/bench_context.h"
+#include "bench/premise.h"
+#include "bench/table.h"
 #include "examples/train/trainer.h"
 #include "runtime/config/train_config.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
 
@@ -61,51 +64,129 @@ double sgemm_gflops(int64_t M, int64_t N, int64_t K, int threads) {
   return best;
 }
 
+// One row: the trainer and the sgemm reference at `threads`, pinned to `cpus`.
+struct TrainRow {
+  int threads = 0;
+  double tokens_per_s = 0, ms_per_step = 0, gflops = 0, sgemm_gflops = 0, loss = 0;
+  CpuUse model_use, sgemm_use;  // the timed steps; the timed sgemm calls
+  std::string refused;          // why the premise failed; "" when it held
+};
+
+TrainRow measure(BenchContext& ctx, const TrainArgs& a, TrainConfig config, int threads,
+                 const CpuList& cpus) {
+  TrainRow row;
+  row.threads = threads;
+  // The trainer sets the kernels' thread count from the config (0 would be every core).
+  config.mutable_runtime()->set_threads(threads);
+  ScopedProcessAffinity pin(cpus);
+  Logger& log = ctx.world().log();
+  const LogLevel level = log.level();
+  log.set_level(LogLevel::kWarn);  // the trainer's start-up lines would break the table
+  train::Trainer trainer(config, ctx.world());
+  log.set_level(level);
+  for (int i = 0; i < a.warmup; ++i) trainer.train_step();
+  CpuMeter meter;
+  for (int i = 0; i < a.steps; ++i) row.loss = trainer.train_step().loss;
+  row.model_use = meter.stop();
+  const int kernel_threads = cpu::num_threads();  // what the trainer set from the config
+  const int64_t B = config.batch().global_batch(), T = config.model().seq_len();
+  const int64_t C = config.model().d_model();
+  const double secs = row.model_use.wall_seconds;
+  row.tokens_per_s = static_cast<double>(a.steps * B * T) / secs;
+  row.ms_per_step = secs / a.steps * 1e3;
+  row.gflops = trainer.model().config().flops_per_token(T) * row.tokens_per_s / 1e9;
+  meter.restart();
+  row.sgemm_gflops = sgemm_gflops(B * T, 4 * C, C, threads);
+  row.sgemm_use = meter.stop();
+  const Premise premise{.threads = threads, .pinned = true};
+  row.refused = premise_failure(premise, row.model_use);
+  if (row.refused.empty() && kernel_threads != threads) {
+    row.refused = "the kernels ran " + std::to_string(kernel_threads) + " threads";
+  }
+  if (row.refused.empty()) {
+    const std::string sgemm = premise_failure(premise, row.sgemm_use);
+    if (!sgemm.empty()) row.refused = "sgemm: " + sgemm;
+  }
+  return row;
+}
+
+std::string row_text(const TrainRow& r) {
+  std::string s = cell("  %7d  %5s  %5.2f  ", r.threads, format_cpus(r.model_use.cpus).c_str(),
+                       r.model_use.cores_busy());
+  if (!r.refused.empty()) return s + refused_cell(r.refused) + "\n";
+  return s + cell("%9.0f  %9.1f  %8.2f  %14.2f  %11.1f%%  %10.4f\n", r.tokens_per_s, r.ms_per_step,
+                  r.gflops, r.sgemm_gflops, 100.0 * r.gflops / r.sgemm_gflops, r.loss);
+}
+
+nlohmann::json row_json(const TrainRow& r) {
+  nlohmann::json j = {
+      {"threads", r.threads},
+      {"cpus", format_cpus(r.model_use.cpus)},
+      {"cores_busy", r.model_use.cores_busy()},
+      {"sgemm_cores_busy", r.sgemm_use.cores_busy()},
+      {"premise_failed", r.refused.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.refused)}};
+  if (r.refused.empty()) {
+    j.update({{"tokens_per_s", r.tokens_per_s},
+              {"ms_per_step", r.ms_per_step},
+              {"gflops", r.gflops},
+              {"sgemm_gflops", r.sgemm_gflops},
+              {"final_loss", r.loss}});
+  }
+  return j;
+}
+
+// Each row runs on the first `threads` CPUs this process may use: refused here, before
+// anything runs, when there are fewer.
+void check_cpus(const TrainArgs& a, const CpuList& allowed) {
+  for (int t : a.threads) {
+    if (t > static_cast<int>(allowed.size())) {
+      throw ConfigError("--threads " + std::to_string(t) + " needs " + std::to_string(t) +
+                        " CPUs of its own, but this process may run on " +
+                        std::to_string(allowed.size()) + " (" + format_cpus(allowed) +
+                        "); ask for at most that many threads");
+    }
+  }
+}
+
 void run(BenchContext& ctx, const TrainArgs& a) {
   if (ctx.size() > 1) {
     throw ConfigError("etr-bench train measures one rank; run it without mpirun or with -np 1");
   }
+  const CpuList allowed = this_thread_cpus();
+  check_cpus(a, allowed);
   const TrainConfig config = bench_config(a);
   const int64_t B = config.batch().global_batch(), T = config.model().seq_len();
   const int64_t C = config.model().d_model();
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "# etr-bench train: GPT-2 n_layer=%d n_head=%d d_model=%d seq_len=%d vocab=%d, "
                 "global batch %lld x %lld tokens (micro-batch %d), AdamW, synthetic data\n"
                 "# %d warm-up steps, then %d timed steps; tokens/s = timed tokens / time\n"
                 "# GFLOP/s = (6 N + 12 L C T) FLOPs per token x tokens/s (N parameters)\n"
                 "# sgemm = OpenBLAS cblas_sgemm of the MLP's first product [%lld x %lld] x [%lld x "
-                "%lld]^T at the same thread count, best of 5, in this run\n",
+                "%lld]^T at the same thread count, best of 5, in this run\n"
+                "# each row is pinned to its first `threads` CPUs of %s; cpus = where its threads "
+                "could run, busy = CPU time / wall time of the timed steps (cores kept busy);\n"
+                "# a row whose busy exceeds threads x 1.15 (or whose threads could run elsewhere) "
+                "shows \"premise failed\" instead of its figures\n",
                 config.model().n_layer(), config.model().n_head(), config.model().d_model(),
-                config.model().seq_len(), config.model().vocab_size(),
-                static_cast<long long>(B), static_cast<long long>(T), config.batch().micro_batch(),
-                a.warmup, a.steps, static_cast<long long>(B * T), static_cast<long long>(C),
-                static_cast<long long>(4 * C), static_cast<long long>(C));
+                config.model().seq_len(), config.model().vocab_size(), static_cast<long long>(B),
+                static_cast<long long>(T), config.batch().micro_batch(), a.warmup, a.steps,
+                static_cast<long long>(B * T), static_cast<long long>(C),
+                static_cast<long long>(4 * C), static_cast<long long>(C),
+                format_cpus(allowed).c_str());
   ctx.print(buf);
-  ctx.print("# threads   tokens/s    ms/step   GFLOP/s   sgemm GFLOP/s   model/sgemm  final loss\n");
+  ctx.print(
+      "# threads   cpus   busy   tokens/s    ms/step   GFLOP/s   sgemm GFLOP/s   "
+      "model/sgemm  final loss\n");
   nlohmann::json rows = nlohmann::json::array();
+  int refused = 0;
   for (int t : a.threads) {
-    cpu::set_num_threads(t);
-    Logger& log = ctx.world().log();
-    const LogLevel level = log.level();
-    log.set_level(LogLevel::kWarn);  // the trainer's start-up lines would break the table
-    train::Trainer trainer(config, ctx.world());
-    log.set_level(level);
-    for (int i = 0; i < a.warmup; ++i) trainer.train_step();
-    const auto t0 = Clock::now();
-    double loss = 0;
-    for (int i = 0; i < a.steps; ++i) loss = trainer.train_step().loss;
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double tps = static_cast<double>(a.steps * B * T) / secs;
-    gpt::GptConfig g = trainer.model().config();
-    const double gflops = g.flops_per_token(T) * tps / 1e9;
-    const double ref = sgemm_gflops(B * T, 4 * C, C, t);
-    cpu::set_num_threads(t);
-    std::snprintf(buf, sizeof buf, "  %7d  %9.0f  %9.1f  %8.2f  %14.2f  %11.1f%%  %10.4f\n", t, tps,
-                  secs / a.steps * 1e3, gflops, ref, 100.0 * gflops / ref, loss);
-    ctx.print(buf);
-    rows.push_back({{"threads", t}, {"tokens_per_s", tps}, {"ms_per_step", secs / a.steps * 1e3},
-                    {"gflops", gflops}, {"sgemm_gflops", ref}, {"final_loss", loss}});
+    const CpuList cpus(allowed.begin(), allowed.begin() + t);
+    const TrainRow row = measure(ctx, a, config, t, cpus);
+    ctx.print(row_text(row));
+    rows.push_back(row_json(row));
+    refused += !row.refused.empty();
   }
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"benchmark", "train"},
@@ -114,6 +195,7 @@ void run(BenchContext& ctx, const TrainArgs& a) {
                             {"warmup", a.warmup},
                             {"rows", rows}});
   }
+  if (refused) throw_refused(refused);
 }
 
 }  // namespace

@@ -1,0 +1,183 @@
+// bench/premise.h: the verdicts on injected measurements (what etr-bench refuses and
+// why), and the meter and the pinning against references the kernel keeps: each thread's
+// own CPU clock, each thread's own affinity.
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "bench/premise.h"
+#include "runtime/error.h"
+
+namespace etr::bench {
+namespace {
+
+CpuUse use(double cores_busy, CpuList cpus) {
+  return CpuUse{.wall_seconds = 2.0, .cpu_seconds = 2.0 * cores_busy, .cpus = std::move(cpus)};
+}
+
+TEST(PremiseFailure, OneThreadPinnedToOneCpuHolds) {
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, use(0.98, {0})), "");
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, use(1.0, {3})), "");
+}
+
+TEST(PremiseFailure, OneThreadUsingMoreThanOneCoreIsRefused) {
+  // The reproducer: "1 thread" that kept 1.55 cores busy.
+  EXPECT_EQ(premise_failure({.threads = 1}, use(1.55, {0, 1})), "1.55 cores busy for 1 thread");
+  EXPECT_EQ(premise_failure({.threads = 1}, use(1.16, {0, 1})), "1.16 cores busy for 1 thread");
+  // Within the tolerance for helper threads.
+  EXPECT_EQ(premise_failure({.threads = 1}, use(1.14, {0, 1})), "");
+  EXPECT_EQ(premise_failure({.threads = 1, .tolerance = 1.5}, use(1.4, {0, 1})), "");
+}
+
+TEST(PremiseFailure, PinnedClaimWithAWiderAffinityIsRefused) {
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, use(0.9, {0, 1})),
+            "1 thread may run on 2 CPUs (0-1)");
+  EXPECT_EQ(premise_failure({.threads = 2, .pinned = true}, use(1.9, {0, 1, 2, 5})),
+            "2 threads may run on 4 CPUs (0-2,5)");
+  // Not pinned: a wider affinity is accepted while CPU / wall stays within the claim.
+  EXPECT_EQ(premise_failure({.threads = 1}, use(0.9, {0, 1})), "");
+}
+
+TEST(PremiseFailure, MoreThreadsThanCpusIsRefused) {
+  EXPECT_EQ(premise_failure({.threads = 2}, use(1.0, {0})), "2 threads on 1 CPU (0)");
+  EXPECT_EQ(premise_failure({.threads = 2, .pinned = true}, use(1.9, {0, 1})), "");
+  EXPECT_EQ(premise_failure({.threads = 2}, use(2.4, {0, 1, 2, 3})),
+            "2.40 cores busy for 2 threads");
+}
+
+TEST(PremiseFailure, EmptyRegionHolds) {
+  EXPECT_EQ((CpuUse{.wall_seconds = 0, .cpu_seconds = 0, .cpus = {0}}).cores_busy(), 0);
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, CpuUse{.cpus = {0}}), "");
+}
+
+TEST(SharedCores, RanksNeedACpuEachBetweenThem) {
+  EXPECT_EQ(shared_cores_failure({{0}, {1}}, 1), "");
+  EXPECT_EQ(shared_cores_failure({{0, 1}, {0, 1}}, 1), "");  // unbound, enough CPUs
+  EXPECT_EQ(shared_cores_failure({{0}, {0}}, 1), "2 ranks x 1 thread share 1 CPU (0)");
+  EXPECT_EQ(shared_cores_failure({{0, 1}, {0, 1}, {0, 1}}, 1),
+            "3 ranks x 1 thread share 2 CPUs (0-1)");
+  EXPECT_EQ(shared_cores_failure({{0, 1}, {2, 3}}, 2), "");
+  EXPECT_EQ(shared_cores_failure({{0, 1}, {1, 2}}, 2), "2 ranks x 2 threads share 3 CPUs (0-2)");
+}
+
+TEST(RanksPremiseFailure, NamesTheFirstRankOrHostThatFails) {
+  const Premise one{.threads = 1};
+  EXPECT_EQ(ranks_premise_failure(one, {use(1.0, {0}), use(1.0, {1})}, {"h", "h"}), "");
+  EXPECT_EQ(ranks_premise_failure(one, {use(1.0, {0}), use(1.6, {0, 1})}, {"h", "h"}),
+            "rank 1: 1.60 cores busy for 1 thread");
+  EXPECT_EQ(ranks_premise_failure(one, {use(0.5, {0}), use(0.5, {0})}, {"h", "h"}),
+            "on host h: 2 ranks x 1 thread share 1 CPU (0)");
+  // CPU 0 of two hosts is two cores.
+  EXPECT_EQ(ranks_premise_failure(one, {use(1.0, {0}), use(1.0, {0})}, {"a", "b"}), "");
+  // A single rank's verdict carries no rank.
+  EXPECT_EQ(ranks_premise_failure(one, {use(1.3, {0, 1})}, {"h"}), "1.30 cores busy for 1 thread");
+}
+
+TEST(RefusedCell, SaysPremiseFailed) {
+  EXPECT_EQ(refused_cell("1.55 cores busy for 1 thread"),
+            "premise failed: 1.55 cores busy for 1 thread");
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Spins until this thread has used `seconds` of CPU by its own clock; returns that time.
+double spin_for_cpu(double seconds) {
+  const double t0 = thread_cpu_seconds();
+  volatile double sink = 0;
+  while (thread_cpu_seconds() - t0 < seconds) {
+    for (int i = 0; i < 1000; ++i) sink = sink + 1.0;
+  }
+  return thread_cpu_seconds() - t0;
+}
+
+// `n` threads, each spinning for `seconds` of its own CPU time; their sum.
+double spin_threads(int n, double seconds) {
+  std::vector<double> used(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { used[i] = spin_for_cpu(seconds); });
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (double u : used) sum += u;
+  return sum;
+}
+
+TEST(CpuMeter, CountsTheCpuTimeOfEveryThread) {
+  // Whatever else the machine runs: the process used at least what its threads used by
+  // their own clocks, and no more than its CPUs could give it over the wall time.
+  const CpuList allowed = process_cpus();
+  CpuMeter meter;
+  const double threads_cpu = spin_threads(2, 0.05);
+  const CpuUse u = meter.stop();
+  EXPECT_GE(u.cpu_seconds, threads_cpu - 1e-3);
+  EXPECT_LE(u.cpu_seconds, u.wall_seconds * static_cast<double>(allowed.size()) + 0.01);
+  EXPECT_EQ(u.cpus, allowed);
+}
+
+TEST(ScopedProcessAffinity, PinsThreadsThatAlreadyExistAndRestoresThem) {
+  const CpuList before = process_cpus();
+  const CpuList one = {before.front()};
+  // A thread started before the pin, asked for its own affinity while pinned.
+  std::mutex m;
+  std::condition_variable cv;
+  int stage = 0;
+  CpuList seen_pinned, seen_after;
+  std::thread other([&] {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return stage == 1; });
+    seen_pinned = this_thread_cpus();
+    stage = 2;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 3; });
+    seen_after = this_thread_cpus();
+  });
+  {
+    ScopedProcessAffinity pin(one);
+    EXPECT_EQ(process_cpus(), one);
+    std::unique_lock lock(m);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+  }
+  {
+    std::lock_guard lock(m);
+    stage = 3;
+  }
+  cv.notify_all();
+  other.join();
+  EXPECT_EQ(seen_pinned, one);
+  EXPECT_EQ(seen_after, before);
+  EXPECT_EQ(process_cpus(), before);
+}
+
+TEST(ScopedProcessAffinity, PinnedProcessKeepsAtMostItsCpusBusy) {
+  // Two busy threads pinned to one CPU: the meter must not see two cores (CPU time
+  // cannot outgrow wall time on one CPU), which is what makes a pinned 1-thread row true.
+  const CpuList one = {process_cpus().front()};
+  ScopedProcessAffinity pin(one);
+  CpuMeter meter;
+  spin_threads(2, 0.03);
+  const CpuUse u = meter.stop();
+  EXPECT_EQ(u.cpus, one);
+  EXPECT_LT(u.cores_busy(), 1.05);
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u), "");
+}
+
+TEST(ScopedProcessAffinity, RefusesCpusThisProcessMayNotUse) {
+  const CpuList before = process_cpus();
+  EXPECT_THROW(ScopedProcessAffinity({CPU_SETSIZE - 1}), ConfigError);
+  EXPECT_THROW(ScopedProcessAffinity({}), ConfigError);
+  EXPECT_EQ(process_cpus(), before);
+}
+
+}  // namespace
+}  // namespace etr::bench
