@@ -7,13 +7,19 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/bench_context.h"
+#include "bench/premise.h"
+#include "bench/table.h"
 #include "examples/train/trainer.h"
 #include "runtime/config/train_config.h"
+#include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
+#include "runtime/kernels/cpu/threads.h"
+#include "runtime/mpi_check.h"
 
 namespace etr::bench {
 namespace {
@@ -52,17 +58,27 @@ struct Row {
   double hidden = 1;
   double loss = 0;
   std::vector<double> round_tps;  // every round, for the median
+  double cores_busy = 0;          // the most any rank kept busy, over the rounds
+  std::string cpus;               // each rank's CPUs: "0 | 1"
+  std::string refused;            // the first round's premise failure; "" when all held
+};
+
+// What a round measured on this rank: its CPU use and the kernels' thread count.
+struct RoundUse {
+  CpuUse use;
+  int threads = 0;
 };
 
 // One round of `row` on `group`: tokens/s and the communication figures.
-void measure(const TrainConfig& base, const Group& group, Logger& log, const DpArgs& a,
-             Row& row) {
+RoundUse measure(const TrainConfig& base, const Group& group, Logger& log, const DpArgs& a,
+                 Row& row) {
   TrainConfig c = base;
   c.mutable_parallel()->set_overlap(row.overlap);
   train::Trainer trainer(c, group, log);
   for (int i = 0; i < a.warmup; ++i) trainer.train_step();
   ReduceStats comm;
   double loss = 0;
+  CpuMeter meter;
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     const train::StepStats s = trainer.train_step();
@@ -70,7 +86,9 @@ void measure(const TrainConfig& base, const Group& group, Logger& log, const DpA
     loss = s.loss;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double tokens = static_cast<double>(a.steps) * c.batch().global_batch() * c.model().seq_len();
+  const RoundUse used{meter.stop(), cpu::num_threads()};
+  const double tokens =
+      static_cast<double>(a.steps) * c.batch().global_batch() * c.model().seq_len();
   const double tps = tokens / secs;
   row.round_tps.push_back(tps);
   if (tps > row.tokens_per_s) {
@@ -81,16 +99,95 @@ void measure(const TrainConfig& base, const Group& group, Logger& log, const DpA
     row.hidden = comm.hidden_fraction();
     row.loss = loss;
   }
+  return used;
+}
+
+// Collective: the premise of one round of `row` (`mine`: this rank's, or nothing on a
+// rank that sat out the single row) against "each rank's threads on cores of their own".
+void check_round(const BenchContext& ctx, const RoundUse& mine, Row& row) {
+  int threads = mine.threads;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_MAX, ctx.world().group().comm()));
+  std::vector<CpuUse> uses = ctx.gather_cpu_use(mine.use);
+  std::vector<std::string> hosts = ctx.machine().hostnames;
+  uses.resize(static_cast<size_t>(row.ranks));
+  hosts.resize(uses.size());
+  row.cpus.clear();
+  for (const CpuUse& u : uses) {
+    row.cores_busy = std::max(row.cores_busy, u.cores_busy());
+    row.cpus += (row.cpus.empty() ? "" : " | ") + format_cpus(u.cpus);
+  }
+  const std::string why = ranks_premise_failure({.threads = threads, .pinned = true}, uses, hosts);
+  if (row.refused.empty()) row.refused = why;
+}
+
+// Refuses before running when the ranks are not bound to cores of their own: the
+// "single" row would be one rank on more cores than its threads, and "dp" two ranks
+// sharing them.
+void check_binding(const BenchContext& ctx, const TrainConfig& config) {
+  const int threads = config.runtime().threads();
+  if (threads < 1) return;  // the trainer's default: checked after each round
+  std::vector<CpuUse> uses = ctx.gather_cpu_use(CpuUse{.cpus = this_thread_cpus()});
+  const std::string why =
+      ranks_premise_failure({.threads = threads, .pinned = true}, uses, ctx.machine().hostnames);
+  if (!why.empty()) {
+    throw AgreedError("etr-bench dp runs " + std::to_string(threads) +
+                      " thread(s) per rank on cores of their own, but " + why +
+                      "; bind each rank to its cores (bench/run_dp.sh passes --bind-to core)");
+  }
+}
+
+// Efficiency = tok/s / (ranks x tok/s of `single`); none when either was refused.
+std::optional<double> efficiency(const Row& r, const Row& single) {
+  if (!r.refused.empty() || !single.refused.empty()) return std::nullopt;
+  return r.tokens_per_s / (r.ranks * single.tokens_per_s);
+}
+
+std::string row_text(const Row& r, const Row& single) {
+  std::string s = cell("  %-15s  %5d  %7s  %5.2f  ", r.mode, r.ranks, r.cpus.c_str(), r.cores_busy);
+  if (!r.refused.empty()) return s + refused_cell(r.refused) + "\n";
+  const std::optional<double> eff = efficiency(r, single);
+  const std::string eff_cell = eff ? cell("%.0f%%", *eff * 100) : "-";
+  if (r.ranks == 1) {
+    return s + cell("%9.0f  %8.1f  %8s  %10s  %6s  %10s  %12.0f  %10.4f\n", r.tokens_per_s,
+                    r.ms_per_step, "-", "-", "-", eff_cell.c_str(), median(r.round_tps), r.loss);
+  }
+  return s + cell("%9.0f  %8.1f  %8.2f  %10.2f  %5.0f%%  %10s  %12.0f  %10.4f\n", r.tokens_per_s,
+                  r.ms_per_step, r.comm_ms, r.exposed_ms, r.hidden * 100, eff_cell.c_str(),
+                  median(r.round_tps), r.loss);
+}
+
+nlohmann::json row_json(const Row& r, const Row& single) {
+  nlohmann::json j = {
+      {"mode", r.mode},
+      {"ranks", r.ranks},
+      {"overlap", r.overlap},
+      {"cpus", r.cpus},
+      {"cores_busy", r.cores_busy},
+      {"premise_failed", r.refused.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.refused)}};
+  if (r.refused.empty()) {
+    const std::optional<double> eff = efficiency(r, single);
+    j.update({{"tokens_per_s", r.tokens_per_s},
+              {"ms_per_step", r.ms_per_step},
+              {"comm_ms", r.comm_ms},
+              {"exposed_ms", r.exposed_ms},
+              {"hidden_fraction", r.hidden},
+              {"efficiency", eff ? nlohmann::json(*eff) : nlohmann::json(nullptr)},
+              {"final_loss", r.loss},
+              {"round_tokens_per_s", r.round_tps}});
+  }
+  return j;
 }
 
 void run(BenchContext& ctx, const DpArgs& a) {
   if (ctx.size() != 2) {
-    throw ConfigError("etr-bench dp compares one rank with two; run it with mpirun -np 2 "
-                      "(bench/run_dp.sh)");
+    throw ConfigError(
+        "etr-bench dp compares one rank with two; run it with mpirun -np 2 "
+        "(bench/run_dp.sh)");
   }
   const TrainConfig config = bench_config(a);
+  check_binding(ctx, config);
   const int64_t B = config.batch().global_batch(), T = config.model().seq_len();
-  char buf[768];
+  char buf[1024];
   std::snprintf(
       buf, sizeof buf,
       "# etr-bench dp: GPT-2 n_layer=%d d_model=%d seq_len=%d, global batch %lld x %lld tokens, "
@@ -101,7 +198,9 @@ void run(BenchContext& ctx, const DpArgs& a) {
       "%d warm-up + %d timed steps each\n"
       "# comm = gradient communication per step (progress engine busy), exposed = optimizer "
       "waiting for it, hidden = 1 - exposed/comm, efficiency = tok/s / (ranks x tok/s of "
-      "single)\n",
+      "single)\n"
+      "# cpus = each rank's CPUs, busy = the most cores a rank kept busy (CPU / wall time); a "
+      "row whose ranks used more cores than their threads shows \"premise failed\"\n",
       config.model().n_layer(), config.model().d_model(), config.model().seq_len(),
       static_cast<long long>(B), static_cast<long long>(T), config.batch().micro_batch(),
       config.runtime().threads(), ctx.machine().placement().c_str(),
@@ -118,43 +217,32 @@ void run(BenchContext& ctx, const DpArgs& a) {
   Group self(MPI_COMM_SELF, "self", /*owned=*/false);
   for (int round = 0; round < a.rounds; ++round) {
     for (Row& row : rows) {
+      RoundUse used;
       if (row.ranks == 1) {
-        if (ctx.is_root()) measure(config, self, log, a, row);
+        if (ctx.is_root()) used = measure(config, self, log, a, row);
         ctx.sleeping_barrier();  // rank 1 leaves the cores to rank 0
       } else {
-        measure(config, ctx.world().group(), log, a, row);
+        used = measure(config, ctx.world().group(), log, a, row);
       }
+      check_round(ctx, used, row);
     }
   }
   log.set_level(level);
-  ctx.print("# mode             ranks   tokens/s   ms/step   comm ms  exposed ms  hidden  "
-            "efficiency  median tok/s  final loss\n");
+  ctx.print(
+      "# mode             ranks     cpus   busy   tokens/s   ms/step   comm ms  exposed ms  "
+      "hidden  efficiency  median tok/s  final loss\n");
   nlohmann::json out = nlohmann::json::array();
-  const double single = rows[0].tokens_per_s;
   for (const Row& r : rows) {
-    const double eff = r.tokens_per_s / (r.ranks * single);
-    if (r.ranks == 1) {
-      std::snprintf(buf, sizeof buf,
-                    "  %-15s  %5d  %9.0f  %8.1f  %8s  %10s  %6s  %9.0f%%  %12.0f  %10.4f\n",
-                    r.mode, r.ranks, r.tokens_per_s, r.ms_per_step, "-", "-", "-", 100.0,
-                    median(r.round_tps), r.loss);
-    } else {
-      std::snprintf(buf, sizeof buf,
-                    "  %-15s  %5d  %9.0f  %8.1f  %8.2f  %10.2f  %5.0f%%  %9.0f%%  %12.0f  %10.4f\n",
-                    r.mode, r.ranks, r.tokens_per_s, r.ms_per_step, r.comm_ms, r.exposed_ms,
-                    r.hidden * 100, eff * 100, median(r.round_tps), r.loss);
-    }
-    ctx.print(buf);
-    out.push_back({{"mode", r.mode}, {"ranks", r.ranks}, {"overlap", r.overlap},
-                   {"tokens_per_s", r.tokens_per_s}, {"ms_per_step", r.ms_per_step},
-                   {"comm_ms", r.comm_ms}, {"exposed_ms", r.exposed_ms},
-                   {"hidden_fraction", r.hidden}, {"efficiency", eff}, {"final_loss", r.loss},
-                   {"round_tokens_per_s", r.round_tps}});
+    ctx.print(row_text(r, rows[0]));
+    out.push_back(row_json(r, rows[0]));
   }
-  const double speedup = rows[1].tokens_per_s / rows[2].tokens_per_s;
-  std::snprintf(buf, sizeof buf, "# overlap on / off: %.3fx tokens/s (best rounds), %.3fx (medians)\n",
-                speedup, median(rows[1].round_tps) / median(rows[2].round_tps));
-  ctx.print(buf);
+  if (rows[1].refused.empty() && rows[2].refused.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "# overlap on / off: %.3fx tokens/s (best rounds), %.3fx (medians)\n",
+                  rows[1].tokens_per_s / rows[2].tokens_per_s,
+                  median(rows[1].round_tps) / median(rows[2].round_tps));
+    ctx.print(buf);
+  }
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"benchmark", "dp"},
                             {"config", format_config(config)},
@@ -164,6 +252,9 @@ void run(BenchContext& ctx, const DpArgs& a) {
                             {"rounds", a.rounds},
                             {"rows", out}});
   }
+  const int refused = static_cast<int>(
+      std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.refused.empty(); }));
+  if (refused) throw_refused(refused);
 }
 
 }  // namespace
@@ -179,8 +270,9 @@ void add_dp_subcommand(CLI::App& app, SubcommandList& list) {
   add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     if (args->steps < 1 || args->warmup < 0 || args->rounds < 1) {
-                      throw ConfigError("--steps and --rounds must be at least 1 and --warmup "
-                                        "at least 0");
+                      throw ConfigError(
+                          "--steps and --rounds must be at least 1 and --warmup "
+                          "at least 0");
                     }
                     run(ctx, *args);
                   }});
