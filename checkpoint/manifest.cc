@@ -3,7 +3,6 @@
 #include <charconv>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <system_error>
 
@@ -60,60 +59,6 @@ void write_manifest(const fs::path& dir, const ckpt::Manifest& manifest) {
   write_file_durably(dir / ckpt_format::kManifestName, bytes.data(), bytes.size());
 }
 
-namespace {
-
-// The extents of every tensor lie in listed files and cover the tensor exactly once.
-void check_extents(const fs::path& dir, const ckpt::Manifest& m) {
-  std::map<std::string, uint64_t> file_bytes;
-  for (const auto& f : m.files()) {
-    if (!is_plain_file_name(f.name())) {
-      throw CheckpointError("the manifest of " + dir.string() + " names the shard file '" +
-                            f.name() + "', which is not a plain file name inside the "
-                            "checkpoint directory; refusing to read it");
-    }
-    if (!file_bytes.emplace(f.name(), f.bytes()).second) {
-      throw CheckpointError("the manifest of " + dir.string() + " lists the shard file " +
-                            f.name() + " twice");
-    }
-  }
-  for (const auto& t : m.tensors()) {
-    const size_t esize = dtype_name_size(t.dtype());
-    if (esize == 0) {
-      throw CheckpointError("tensor " + t.name() + " in " + dir.string() +
-                            " has the unknown dtype '" + t.dtype() + "'");
-    }
-    uint64_t numel = 1;
-    for (int64_t d : t.shape()) {
-      if (d < 0 || (d > 0 && numel > (uint64_t{1} << 50) / static_cast<uint64_t>(d))) {
-        throw CheckpointError("tensor " + t.name() + " in " + dir.string() +
-                              " has an impossible shape");
-      }
-      numel *= static_cast<uint64_t>(d);
-    }
-    uint64_t next = 0;
-    for (const auto& e : t.extents()) {
-      auto f = file_bytes.find(e.file());
-      if (f == file_bytes.end()) {
-        throw CheckpointError("tensor " + t.name() + " (" + t.state() + ") in " + dir.string() +
-                              " points into " + e.file() + ", which the manifest does not list");
-      }
-      if (e.tensor_begin() != next || e.count() > numel - next ||
-          e.file_offset() > f->second || e.count() * esize > f->second - e.file_offset()) {
-        throw CheckpointError("tensor " + t.name() + " (" + t.state() + ") in " + dir.string() +
-                              " has an extent outside its file or out of order");
-      }
-      next += e.count();
-    }
-    if (next != numel) {
-      throw CheckpointError("the extents of tensor " + t.name() + " (" + t.state() + ") in " +
-                            dir.string() + " hold " + std::to_string(next) + " of its " +
-                            std::to_string(numel) + " elements");
-    }
-  }
-}
-
-}  // namespace
-
 ckpt::Manifest read_manifest(const fs::path& dir) {
   const fs::path path = dir / ckpt_format::kManifestName;
   std::error_code ec;
@@ -150,7 +95,9 @@ ckpt::Manifest read_manifest(const fs::path& dir) {
   if (!m.ParseFromString(body)) {
     throw CheckpointError(path.string() + " passes its checksum but its body does not parse");
   }
-  check_extents(dir, m);
+  if (const std::string bad = check_manifest_sense(m); !bad.empty()) {
+    throw CheckpointError(path.string() + " passes its checksum but does not make sense: " + bad);
+  }
   return m;
 }
 

@@ -7,9 +7,11 @@
 //   std::string bad = verify_files(dir, back);   // "" or a sentence naming the file
 //
 // read_manifest trusts nothing in the file: the envelope's checksum is checked before
-// the body is parsed, a newer format version is refused, every shard file name must be
-// a plain name inside the directory (no '/', no ".."), and every tensor's extents must
-// lie inside the listed files and cover the tensor exactly once.
+// the body is parsed, a newer format version is refused, and a body that passes its
+// checksum must still make sense (check_manifest_sense): every shard file name a plain
+// name inside the directory (no '/', no ".."), every tensor's extents inside the listed
+// files covering the tensor exactly once, sizes and offsets within int64, and a step and
+// data position that a schedule can reach and that agree with each other.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +43,26 @@ bool is_plain_file_name(std::string_view name);
 void write_manifest(const std::filesystem::path& dir, const ckpt::Manifest& manifest);
 
 // Reads and checks `dir`/manifest.pb. Throws CheckpointError with a sentence naming the
-// directory for: no manifest (an unfinished save), a checksum mismatch, a newer format
-// version, a body that does not parse, an unsafe file name, extents that do not fit.
+// file for: no manifest (an unfinished save), a checksum mismatch, a newer format
+// version, a body that does not parse, and whatever check_manifest_sense finds.
 ckpt::Manifest read_manifest(const std::filesystem::path& dir);
+
+// The largest step a manifest may record: the trainer computes in int64 and its optimizer
+// counts step + 1.
+inline constexpr uint64_t kMaxManifestStep = (uint64_t{1} << 63) - 2;
+
+// "" when the decoded manifest makes sense, else one sentence (without the directory)
+// naming its first inconsistency: a step past kMaxManifestStep; a schedule step that is
+// not the step; a negative batch or layout size; a global batch that disagrees with the
+// config's; a data position that is not
+//   batch_origin_samples + (step - batch_origin_step) * global_batch
+// (checked when the batch policy is recorded) or tokens_seen != samples_seen * seq_len
+// (when the config is); a shard file name that is not plain, listed twice, or a size past
+// int64 (alone or summed); a tensor of an unlisted state or listed twice, of an unknown
+// dtype, of a shape that overflows (> 2^50 elements), or whose extents are out of order,
+// outside their file (offset + bytes past its recorded size) or do not cover it once.
+// A pure function of `manifest` (the shard files' real sizes are verify_files's business).
+std::string check_manifest_sense(const ckpt::Manifest& manifest);
 
 // Checks the size and XXH3 checksum of the shard files i with i % parts == part (all by
 // default). Returns "" when they match, else one sentence naming the first bad file.

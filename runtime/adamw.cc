@@ -1,5 +1,6 @@
 #include "runtime/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace etr {
@@ -71,10 +72,11 @@ double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm) {
 
 double learning_rate(int64_t step, double lr, int64_t warmup, int64_t max_steps,
                      double min_ratio) {
+  step = std::max<int64_t>(step, 0);  // never a negative rate from a wrapped step
+  if (step >= max_steps) return lr * min_ratio;
   if (warmup > 0 && step < warmup) {
     return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   }
-  if (step >= max_steps) return lr * min_ratio;
   const double progress =
       static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, max_steps - warmup));
   const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));

@@ -47,7 +47,8 @@ double grad_norm(const float* grads, int64_t n);
 double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm);
 
 // Linear warm-up from 0 to lr over `warmup` steps, then cosine decay to lr x min_ratio
-// at `max_steps` (and flat after). `step` is 0-based.
+// at `max_steps` (and flat after: any step >= max_steps gets lr x min_ratio, up to
+// INT64_MAX). `step` is 0-based; a negative step is step 0.
 double learning_rate(int64_t step, double lr, int64_t warmup, int64_t max_steps,
                      double min_ratio);
 

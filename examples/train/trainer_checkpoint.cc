@@ -59,6 +59,8 @@ ckpt::Manifest Trainer::checkpoint_meta() const {
   m.mutable_data()->set_samples_seen(position_.samples_seen);
   m.mutable_data()->set_tokens_seen(position_.samples_seen * static_cast<uint64_t>(model_config_.seq_len));
   m.mutable_data()->set_seed(position_.seed);
+  m.mutable_data()->set_batch_origin_step(batch_origin_step_);
+  m.mutable_data()->set_batch_origin_samples(batch_origin_samples_);
   // The sampler is positional: sample i's window is a function of (seed, i), so the
   // seed and the sample index are the whole state of the data stream. Initialisation and
   // sampling use fixed seeds from the config; training itself draws no random numbers.
@@ -172,11 +174,20 @@ void Trainer::restore(const std::filesystem::path& dir) {
     log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",
               position_.seed, "; the data order from here on differs from the original run's");
   }
-  if (leader() && m.batch().global_batch() != config_.batch().global_batch()) {
-    log_.warn("the global batch changed from ", m.batch().global_batch(), " to ",
-              config_.batch().global_batch(), "; training continues at sample ",
-              m.data().samples_seen(), " but not as the uninterrupted run would");
+  if (m.batch().global_batch() != config_.batch().global_batch()) {
+    if (leader()) {
+      log_.warn("the global batch changed from ", m.batch().global_batch(), " to ",
+                config_.batch().global_batch(), "; training continues at sample ",
+                m.data().samples_seen(), " but not as the uninterrupted run would");
+    }
+    batch_origin_step_ = m.step();
+    batch_origin_samples_ = m.data().samples_seen();
+  } else {
+    batch_origin_step_ = m.data().batch_origin_step();
+    batch_origin_samples_ = m.data().batch_origin_samples();
   }
+  // read_manifest checked that the step fits the schedule's arithmetic (int64) and that
+  // the data position agrees with it (check_manifest_sense).
   position_.step = m.step();
   position_.samples_seen = m.data().samples_seen();
   resumed_from_ = dir;

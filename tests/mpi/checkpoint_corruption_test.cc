@@ -3,7 +3,9 @@
 //
 // The suite saves checkpoints after 2 and 4 steps and keeps a pristine copy of step 4.
 // Each test corrupts step 4 one way (truncation, flipped bytes, a missing or future
-// manifest, a shard file name that escapes the directory, a missing shard) and checks:
+// manifest, a shard file name that escapes the directory, a missing shard, manifests
+// crafted with valid checksums that make no sense: step 2^63, a data position that
+// disagrees with the step, an extent past its file, a file size past int64) and checks:
 //   1. read_manifest / verify_files refuse it with their sentence, naming the file
 //   2. find_resumable logs "is not usable ... falling back to" and returns step 2
 //   3. a Trainer with checkpoint.resume = the directory resumes at step 2 and, trained
@@ -266,6 +268,35 @@ TEST_F(CheckpointCorruption, ShardFileNameOutsideTheDirectory) {
         },
         {"which is not a plain file name inside the checkpoint directory"}, "'" + bad + "'");
   }
+}
+
+// Crafted manifests: the checksum holds, the numbers do not (check_manifest_sense).
+TEST_F(CheckpointCorruption, ManifestsThatPassTheirChecksumButMakeNoSense) {
+  const std::string why = "passes its checksum but does not make sense";
+  const auto crafted = [&](const std::function<void(ckpt::Manifest&)>& edit) {
+    return [edit](const fs::path& dir) { rewrite_manifest(dir, ckpt_format::kFormatVersion, edit); };
+  };
+  expect_detected("step 2^63", crafted([](ckpt::Manifest& m) {
+                    m.set_step(uint64_t{1} << 63);
+                    m.mutable_schedule()->set_step(uint64_t{1} << 63);
+                  }),
+                  {why + ": it records step 9223372036854775808"}, ckpt_format::kManifestName);
+  expect_detected("a data position one step ahead", crafted([](ckpt::Manifest& m) {
+                    m.mutable_data()->set_samples_seen(m.data().samples_seen() +
+                                                       static_cast<uint64_t>(m.batch().global_batch()));
+                  }),
+                  {why + ": its data position is sample 50 but step 4 at a global batch of 10 "
+                         "ends at sample 40"},
+                  ckpt_format::kManifestName);
+  expect_detected("an extent past the end of its file", crafted([](ckpt::Manifest& m) {
+                    ckpt::Extent* e = m.mutable_tensors(0)->mutable_extents(0);
+                    e->set_file_offset(m.files(0).bytes());
+                  }),
+                  {why + ": tensor "}, "has an extent outside its file");
+  expect_detected("a shard file size past int64", crafted([](ckpt::Manifest& m) {
+                    m.mutable_files(0)->set_bytes(~uint64_t{0});
+                  }),
+                  {why + ": it gives the shard file"}, "more than a file offset can address");
 }
 
 TEST_F(CheckpointCorruption, ListedShardFileMissing) {

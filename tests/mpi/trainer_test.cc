@@ -231,5 +231,36 @@ TEST(TrainerFiniteOrStop, CheckpointOfNonFiniteStateIsRefusedAndThePreviousStays
   }
 }
 
+// A resume with another global batch records where it took effect, so that the data
+// position of its checkpoints still agrees with their step (check_manifest_sense) and a
+// second resume from them works.
+TEST(TrainerCheckpoint, ResumeWithAnotherGlobalBatchSavesCheckpointsThatResume) {
+  testing::SharedTempDir tmp(testing::world().group(), "trainer_batch_change");
+  const std::string dir = "checkpoint.dir=" + tmp.path().string();
+  {
+    Trainer t(tiny_config({dir, "checkpoint.async=false"}), testing::world());
+    t.train_step();
+    t.train_step();
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+  }
+  {
+    Trainer t(tiny_config({dir, "checkpoint.async=false", "checkpoint.resume=latest",
+                           "batch.global_batch=6"}),
+              testing::world());
+    ASSERT_EQ(t.position().samples_seen, 8u);
+    t.train_step();
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+  }
+  const ckpt::Manifest m = read_manifest(tmp.path() / step_dir_name(3));  // throws if senseless
+  EXPECT_EQ(m.data().samples_seen(), 8u + 6u);
+  EXPECT_EQ(m.data().batch_origin_step(), 2u);
+  EXPECT_EQ(m.data().batch_origin_samples(), 8u);
+  Trainer t(tiny_config({dir, "checkpoint.resume=latest", "batch.global_batch=6"}),
+            testing::world());
+  ASSERT_TRUE(t.resumed_from().has_value());
+  EXPECT_EQ(*t.resumed_from(), tmp.path() / step_dir_name(3));
+  EXPECT_EQ(t.position().samples_seen, 14u);
+}
+
 }  // namespace
 }  // namespace etr::train

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -94,6 +95,28 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
     const double x = learning_rate(s, lr, 10, 100, 0.1);
     EXPECT_LE(x, prev + 1e-15);
     prev = x;
+  }
+}
+
+// A step from a crafted checkpoint (2^63 read into int64 wraps to INT64_MIN) once gave a
+// rate of -4.6e15: any step is a rate in [0, lr] (warmup starts near 0).
+TEST(Schedule, ExtremeStepsGiveARateOfTheSchedule) {
+  const double lr = 1e-3;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_DOUBLE_EQ(learning_rate(kMax, lr, 10, 100, 0.1), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(kMax, lr, 10, kMax, 0.1), 1e-4);
+  const double progress = static_cast<double>(kMax - 1) / static_cast<double>(kMax);
+  EXPECT_DOUBLE_EQ(learning_rate(kMax - 1, lr, 0, kMax, 0.1),
+                   lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress))));
+  EXPECT_DOUBLE_EQ(learning_rate(kMin, lr, 10, 100, 0.1), learning_rate(0, lr, 10, 100, 0.1));
+  EXPECT_DOUBLE_EQ(learning_rate(-1, lr, 0, 100, 0.1), lr);
+  for (int64_t s : {kMin, kMin + 1, int64_t{-1}, kMax - 1, kMax}) {
+    for (int64_t warmup : {int64_t{0}, int64_t{10}, kMax}) {
+      const double x = learning_rate(s, lr, warmup, kMax, 0.1);
+      EXPECT_GE(x, 0.0) << s << " " << warmup;
+      EXPECT_LE(x, lr * (1 + 1e-12)) << s << " " << warmup;
+    }
   }
 }
 
