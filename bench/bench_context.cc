@@ -155,6 +155,15 @@ std::string BenchContext::premise_failure_of_ranks(const Premise& p, const CpuUs
   return ranks_premise_failure(p, gather_cpu_use(mine), machine_.hostnames);
 }
 
+void BenchContext::require_own_cores(const std::string& what, const Premise& p) const {
+  const std::string why = premise_failure_of_ranks(p, CpuUse{.cpus = this_thread_cpus()});
+  if (why.empty()) return;
+  throw AgreedError(what + " needs each rank's " + std::to_string(p.threads) + " thread" +
+                    (p.threads == 1 ? "" : "s") + " on cores of its own, but " + why +
+                    "; start at most one rank per " + (p.threads == 1 ? "core" : "group of cores") +
+                    (p.pinned ? ", bound to it (mpirun --bind-to core)" : ""));
+}
+
 void BenchContext::agree(const std::string& local_error) const {
   MPI_Comm comm = world_.group().comm();
   int mine = local_error.empty() ? INT_MAX : rank();

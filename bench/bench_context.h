@@ -60,6 +60,9 @@ class BenchContext {
   // Collective: the verdict on a row every rank ran (ranks_premise_failure over every
   // rank's `mine`); the same on every rank.
   std::string premise_failure_of_ranks(const Premise& p, const CpuUse& mine) const;
+  // Collective, before a benchmark runs: throws AgreedError naming `what` when a rank's
+  // affinity cannot bear out `p` or the ranks of a host share CPUs they claim each.
+  void require_own_cores(const std::string& what, const Premise& p) const;
 
   // Collective. Every rank passes its own error ("" when fine). When any rank has one,
   // every rank throws AgreedError with the message of the lowest such rank.

@@ -15,6 +15,7 @@
 #include "bench/collective_settings.h"
 #include "bench/memory_bandwidth.h"
 #include "bench/mpi_reference.h"
+#include "bench/premise.h"
 #include "bench/table.h"
 #include "bench/test_pattern.h"
 #include "collectives/comm_options.h"
@@ -128,10 +129,27 @@ struct Timing {
   double time_s = 0;            // median over reps of the slowest rank's mean time per op
   int iters = 0;                // ops per repetition
   double algbw = 0, busbw = 0;  // GB/s
+  CpuUse use;                   // this rank's timed reps, summed
+  double cores_busy = 0;        // the most cores a rank kept busy over them
   nlohmann::json to_json() const {
-    return {{"time_us", time_s * 1e6}, {"algbw", algbw}, {"busbw", busbw}, {"iters", iters}};
+    return {{"time_us", time_s * 1e6},
+            {"algbw", algbw},
+            {"busbw", busbw},
+            {"iters", iters},
+            {"cores_busy", cores_busy}};
   }
 };
+
+// `t` of `k` ops, adding their CPU use to `into`.
+double metered_seconds_of(int k, const Op& op, CpuUse& into) {
+  CpuMeter meter;
+  const double t = seconds_of(k, op);
+  const CpuUse u = meter.stop();
+  into.wall_seconds += u.wall_seconds;
+  into.cpu_seconds += u.cpu_seconds;
+  into.cpus = u.cpus;
+  return t;
+}
 
 struct Row {
   Point point;
@@ -139,7 +157,19 @@ struct Row {
   Timing etr, mpi;
   double ratio = 0;                // etr busbw / MPI busbw = MPI time / etr time
   std::optional<double> pct_ceil;  // etr busbw / ceiling, sizes beyond the caches only
+  std::string refused;             // why the premise failed; "" when it held
 };
+
+// Collective: the premise of a row. Each rank runs one busy thread at a time (MPI's
+// call, or etr's progress engine while the caller sleeps in wait()) on a core of its own.
+void check_premise(const BenchContext& ctx, Row& row) {
+  for (auto [timing, who] : {std::pair{&row.etr, "etr"}, std::pair{&row.mpi, "MPI"}}) {
+    std::vector<CpuUse> uses = ctx.gather_cpu_use(timing->use);
+    for (const CpuUse& u : uses) timing->cores_busy = std::max(timing->cores_busy, u.cores_busy());
+    const std::string why = ranks_premise_failure({.threads = 1}, uses, ctx.machine().hostnames);
+    if (!why.empty() && row.refused.empty()) row.refused = std::string(who) + ": " + why;
+  }
+}
 
 // The algorithm etr runs for this size, as far as CommOptions decides it.
 std::string algo_label(Kind k, const HostCommunicator& comm, size_t bytes) {
@@ -192,9 +222,9 @@ Row run_point(const BenchContext& ctx, HostCommunicator& comm, const MpiReferenc
   for (int r = 0; r < s.reps; ++r) {
     ctx.barrier();
     double t[2];
-    t[0] = seconds_of(row.etr.iters, etr_op) / row.etr.iters;
+    t[0] = metered_seconds_of(row.etr.iters, etr_op, row.etr.use) / row.etr.iters;
     ctx.barrier();
-    t[1] = seconds_of(row.mpi.iters, mpi_op) / row.mpi.iters;
+    t[1] = metered_seconds_of(row.mpi.iters, mpi_op, row.mpi.use) / row.mpi.iters;
     ctx.max_over_ranks(t, 2);
     etr_times.push_back(t[0]);
     mpi_times.push_back(t[1]);
@@ -207,6 +237,7 @@ Row run_point(const BenchContext& ctx, HostCommunicator& comm, const MpiReferenc
   }
   row.ratio = row.mpi.time_s / row.etr.time_s;
   if (ceiling_gbps && p.bytes >= kCacheBytes) row.pct_ceil = 100.0 * row.etr.busbw / *ceiling_gbps;
+  check_premise(ctx, row);
   return row;
 }
 
@@ -219,6 +250,7 @@ Table make_table() {
   t.add_column("algo", 4);
   for (const char* group : {"etr", "MPI"}) {
     t.add_column("time(us)", 9, group).add_column("algbw", 6, group).add_column("busbw", 6, group);
+    t.add_column("busy", 4, group);
   }
   t.add_column("ratio", 5).add_column("%ceil", 8);
   return t;
@@ -233,10 +265,17 @@ std::vector<std::string> row_cells(const Settings& s, const Row& r, bool have_ce
   std::vector<std::string> c = {std::to_string(r.point.bytes), std::to_string(r.point.count),
                                 std::string(dtype_name(s.dtype)),
                                 s.kind == Kind::kAllgather ? "-" : reduce_op_name(s.op), r.algo};
+  const bool refused = !r.refused.empty();
   for (const Timing* t : {&r.etr, &r.mpi}) {
-    c.push_back(time_cell(t->time_s));
-    c.push_back(cell("%.2f", t->algbw));
-    c.push_back(cell("%.2f", t->busbw));
+    c.push_back(refused ? "-" : time_cell(t->time_s));
+    c.push_back(refused ? "-" : cell("%.2f", t->algbw));
+    c.push_back(refused ? "-" : cell("%.2f", t->busbw));
+    c.push_back(cell("%.2f", t->cores_busy));
+  }
+  if (refused) {
+    c.push_back("-");
+    c.push_back("-");
+    return c;
   }
   c.push_back(cell("%.2f", r.ratio));
   c.push_back(r.pct_ceil                    ? cell("%.0f%%", *r.pct_ceil)
@@ -247,6 +286,14 @@ std::vector<std::string> row_cells(const Settings& s, const Row& r, bool have_ce
 }
 
 nlohmann::json row_json(const Row& r) {
+  if (!r.refused.empty()) {
+    return {{"bytes", r.point.bytes},
+            {"count", r.point.count},
+            {"algo", r.algo},
+            {"etr_cores_busy", r.etr.cores_busy},
+            {"mpi_cores_busy", r.mpi.cores_busy},
+            {"premise_failed", r.refused}};
+  }
   return {{"bytes", r.point.bytes},
           {"count", r.point.count},
           {"algo", r.algo},
@@ -293,7 +340,10 @@ std::string header_text(const BenchContext& ctx, const Settings& s, const CommOp
          " (smaller sizes fit in the L3: \"in cache\")\n";
   } else {
     h += "# no ceiling: " +
-         std::string(bw ? "one rank moves no bytes between ranks" : "--stream-bytes 0") + "\n";
+         std::string(!bw                    ? "--stream-bytes 0"
+                     : !bw->refused.empty() ? "the memory bandwidth's premise failed"
+                                            : "one rank moves no bytes between ranks") +
+         "\n";
   }
   h += "# time = median over " + std::to_string(s.reps) +
        " reps of the slowest rank's mean time per op (etr and MPI interleaved per rep; " +
@@ -301,16 +351,22 @@ std::string header_text(const BenchContext& ctx, const Settings& s, const CommOp
                 : std::string("ops per rep chosen for >= 20 ms")) +
        "); algbw = size / time; busbw = algbw x " + bus_factor_text(s.kind) +
        "; ratio = etr busbw / MPI busbw\n";
+  h += "# busy = the most cores a rank kept busy over the timed reps (CPU / wall time); each "
+       "rank claims one busy thread on a core of its own: a row beyond 1.15 cores, or with "
+       "ranks sharing CPUs, shows \"premise failed\" instead of its figures\n";
   return h;
 }
 
 void run_collective(BenchContext& ctx, const Settings& s) {
+  ctx.require_own_cores(std::string("etr-bench ") + kind_name(s.kind), {.threads = 1});
   std::vector<Point> points = plan_sizes(s, ctx.size());
   // Measured before the communicator exists, so that nothing of etr's runs beside it.
   std::optional<StreamBandwidth> bw;
   if (s.stream_bytes) bw = measure_stream_bandwidth(ctx, s.stream_bytes, kStreamReps);
   std::optional<double> ceiling_gbps;
-  if (auto f = ceiling_factor(s.kind, ctx.size()); f && bw) ceiling_gbps = *f * bw->per_rank_gbps;
+  if (auto f = ceiling_factor(s.kind, ctx.size()); f && bw && bw->refused.empty()) {
+    ceiling_gbps = *f * bw->per_rank_gbps;
+  }
 
   CommOptions opts = CommOptions::from_env();
   if (s.algo) opts.allreduce_algo = *s.algo;
@@ -322,10 +378,14 @@ void run_collective(BenchContext& ctx, const Settings& s) {
   Table table = make_table();
   ctx.print(table.header());
   nlohmann::json rows = nlohmann::json::array();
+  int refused = 0;
   for (const Point& p : points) {
     Row row = run_point(ctx, comm, ref, s, *bufs, p, ceiling_gbps);
-    ctx.print(table.row(row_cells(s, row, ceiling_gbps.has_value())));
+    std::string line = table.row(row_cells(s, row, ceiling_gbps.has_value()));
+    if (!row.refused.empty()) line.insert(line.size() - 1, "  " + refused_cell(row.refused));
+    ctx.print(line);
     rows.push_back(row_json(row));
+    refused += !row.refused.empty();
   }
 
   if (!s.json.empty()) {
@@ -347,6 +407,7 @@ void run_collective(BenchContext& ctx, const Settings& s) {
                             {"memory_bandwidth", mem},
                             {"rows", rows}});
   }
+  if (refused) throw_refused(refused);
 }
 
 }  // namespace

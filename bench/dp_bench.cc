@@ -126,14 +126,7 @@ void check_round(const BenchContext& ctx, const RoundUse& mine, Row& row) {
 void check_binding(const BenchContext& ctx, const TrainConfig& config) {
   const int threads = config.runtime().threads();
   if (threads < 1) return;  // the trainer's default: checked after each round
-  std::vector<CpuUse> uses = ctx.gather_cpu_use(CpuUse{.cpus = this_thread_cpus()});
-  const std::string why =
-      ranks_premise_failure({.threads = threads, .pinned = true}, uses, ctx.machine().hostnames);
-  if (!why.empty()) {
-    throw AgreedError("etr-bench dp runs " + std::to_string(threads) +
-                      " thread(s) per rank on cores of their own, but " + why +
-                      "; bind each rank to its cores (bench/run_dp.sh passes --bind-to core)");
-  }
+  ctx.require_own_cores("etr-bench dp", {.threads = threads, .pinned = true});
 }
 
 // Efficiency = tok/s / (ranks x tok/s of `single`); none when either was refused.

@@ -1,9 +1,11 @@
 #include "bench/memory_bandwidth.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
 #include "bench/bench_context.h"
+#include "bench/premise.h"
 #include "bench/table.h"
 #include "runtime/allocator.h"
 #include "runtime/bytes.h"
@@ -28,13 +30,16 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 std::string StreamBandwidth::str() const {
+  const std::string premise =
+      cell("CPUs %s, at most %.2f cores busy per rank", cpus.c_str(), cores_busy);
+  if (!refused.empty()) return premise + "; " + refused_cell(refused);
   std::string s = cell("%.1f GB/s per rank", per_rank_gbps);
   if (each_rank_gbps.size() > 1) {
     s += " (each rank by its own clock:";
     for (double g : each_rank_gbps) s += cell(" %.1f", g);
     s += ")";
   }
-  return s + cell(", %.1f GB/s aggregate", aggregate_gbps);
+  return s + cell(", %.1f GB/s aggregate; ", aggregate_gbps) + premise;
 }
 
 nlohmann::json StreamBandwidth::to_json() const {
@@ -44,7 +49,10 @@ nlohmann::json StreamBandwidth::to_json() const {
           {"bytes_per_pass", 3 * array_bytes},
           {"per_rank_gbps", per_rank_gbps},
           {"aggregate_gbps", aggregate_gbps},
-          {"each_rank_gbps", each_rank_gbps}};
+          {"each_rank_gbps", each_rank_gbps},
+          {"cpus", cpus},
+          {"cores_busy", cores_busy},
+          {"premise_failed", refused.empty() ? nlohmann::json(nullptr) : nlohmann::json(refused)}};
 }
 
 StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_bytes, int reps) {
@@ -61,11 +69,17 @@ StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_b
 
   double bytes = 3.0 * static_cast<double>(n * sizeof(float));
   std::vector<double> slowest, mine;
+  CpuUse use;  // the timed passes, summed
   for (int r = 0; r < reps; ++r) {
     ctx.barrier();
     auto t0 = std::chrono::steady_clock::now();
+    CpuMeter meter;
     add_arrays(a, b, n);
     double t = seconds_since(t0);
+    const CpuUse pass = meter.stop();
+    use.wall_seconds += pass.wall_seconds;
+    use.cpu_seconds += pass.cpu_seconds;
+    use.cpus = pass.cpus;
     mine.push_back(bytes / t / 1e9);
     slowest.push_back(bytes / ctx.max_over_ranks(t) / 1e9);
   }
@@ -76,6 +90,11 @@ StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_b
   StreamBandwidth out;
   out.array_bytes = n * sizeof(float);
   out.reps = reps;
+  for (const CpuUse& u : ctx.gather_cpu_use(use)) {
+    out.cpus += (out.cpus.empty() ? "" : " | ") + format_cpus(u.cpus);
+    out.cores_busy = std::max(out.cores_busy, u.cores_busy());
+  }
+  out.refused = ctx.premise_failure_of_ranks({.threads = 1}, use);
   out.per_rank_gbps = median(slowest);
   out.aggregate_gbps = out.per_rank_gbps * ctx.size();
   double own = median(mine);
@@ -103,17 +122,23 @@ void add_memory_bandwidth_subcommand(CLI::App& app, SubcommandList& list) {
                     size_t bytes = parse_bytes(args->bytes);
                     if (bytes < sizeof(float)) throw ConfigError("--bytes must be at least 4");
                     if (args->reps < 1) throw ConfigError("--reps must be at least 1");
+                    ctx.require_own_cores("etr-bench membw", {.threads = 1});
                     StreamBandwidth bw = measure_stream_bandwidth(ctx, bytes, args->reps);
                     ctx.print("# etr-bench membw: " + ctx.machine().placement() + "\n");
                     ctx.print("# a[i] += b[i] over 2 x " +
                               format_bytes(static_cast<double>(bytes)) +
                               " f32 per rank, all ranks at once, median of " +
                               std::to_string(args->reps) + "; bytes read + written per second\n");
+                    ctx.print(
+                        "# premise: one thread per rank on a core of its own; refused "
+                        "when a rank kept more than 1.15 cores busy (CPU / wall time) "
+                        "or ranks share CPUs\n");
                     ctx.print(bw.str() + "\n");
                     if (!args->json.empty()) {
                       ctx.write_json(args->json, {{"machine", ctx.machine().to_json()},
                                                   {"memory_bandwidth", bw.to_json()}});
                     }
+                    if (!bw.refused.empty()) throw_refused(1);
                   }});
 }
 

@@ -23,8 +23,14 @@ struct StreamBandwidth {
   double per_rank_gbps = 0;
   double aggregate_gbps = 0;           // per_rank_gbps x world size
   std::vector<double> each_rank_gbps;  // [world size], each rank's own median
+  // The premise (bench/premise.h): one thread per rank, each on a core of its own, over
+  // the timed passes. A refused measurement has no figure a ceiling may use.
+  std::string cpus;       // each rank's CPUs: "0 | 1"
+  double cores_busy = 0;  // the most cores a rank kept busy (CPU / wall time)
+  std::string refused;    // why the premise failed; "" when it held
 
-  // "29.9 GB/s per rank (ranks: 30.1 29.9), 59.8 GB/s aggregate"
+  // "29.9 GB/s per rank (ranks: 30.1 29.9), 59.8 GB/s aggregate; CPUs 0 | 1, at most
+  // 1.00 cores busy per rank", or "premise failed: ..." in place of the figures
   std::string str() const;
   nlohmann::json to_json() const;
 };
