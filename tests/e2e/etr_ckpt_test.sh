@@ -3,7 +3,11 @@
 #  1. etr-train (2 ranks) saves steps 2, 4, 6; --help of every subcommand; usage errors
 #  2. list: complete, corrupt (a flipped bit, a truncated shard), incomplete, the resume
 #     mark, --quick; etr-train --resume takes the checkpoint list marked
-#  3. show and verify, on good and bad checkpoints (the bad file named)
+#  3. show and verify, on good and bad checkpoints (the bad file named); manifests
+#     crafted with valid checksums (step 2^63, a data position that disagrees with the
+#     step): verify names the inconsistency, list marks them corrupt, etr-train --resume
+#     falls back to the older checkpoint; a run whose loss turns NaN (lr 1e30 on 2 ranks)
+#     exits 1 naming the step and leaves only the checkpoint of the good step
 #  4. rollback: newer checkpoints moved aside, not deleted; several directories; then
 #     etr-train --resume continues from the rolled-back step to the same bytes as the
 #     uninterrupted run
@@ -11,9 +15,9 @@
 #  6. reshard 2 -> 3: verifies, same parameters (exports compare equal), resumes on 3 ranks
 #  7. export: the file loads (import_hf) and equals the checkpoint's parameters
 #  8. prune; errors: a nonexistent path, --pp 2, an existing output
-# Usage: etr_ckpt_test.sh ETR_MPIRUN ETR_TRAIN ETR_CKPT HF_IMPORT_CHECK CONFIG
+# Usage: etr_ckpt_test.sh ETR_MPIRUN ETR_TRAIN ETR_CKPT HF_IMPORT_CHECK CONFIG MANIFEST_EDIT
 set -u
-mpirun=$1 train=$2 ckpt=$3 import_check=$4 config=$5
+mpirun=$1 train=$2 ckpt=$3 import_check=$4 config=$5 manifest_edit=$6
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
@@ -102,6 +106,37 @@ run 1 verify_root verify ck
 expect verify_root "is a directory of checkpoints, not a checkpoint"
 run 1 verify_missing verify "$work/nowhere"
 expect verify_missing "^etr-ckpt: error: the checkpoint .*nowhere does not exist$"
+# craft DIR SED_SCRIPT: DIR's manifest edited as text, re-written with a valid checksum.
+craft() {
+  "$manifest_edit" print "$1" >manifest.txt || fail "cannot print the manifest of $1"
+  sed -i "$2" manifest.txt
+  "$manifest_edit" write "$1" manifest.txt || fail "cannot write the manifest of $1"
+}
+cp -r ck crafted
+craft "crafted/$(step 6)" 's/^step: 6$/step: 9223372036854775808/'
+grep -q '^step: 9223372036854775808$' manifest.txt || fail "the crafted manifest has no step 2^63"
+craft "crafted/$(step 4)" 's/^  samples_seen: 16$/  samples_seen: 20/'
+grep -q '^  samples_seen: 20$' manifest.txt || fail "the crafted manifest has no sample 20"
+run 1 verify_step verify "crafted/$(step 6)"
+expect verify_step "^etr-ckpt: error: crafted/$(step 6)/manifest.pb passes its checksum but does not make sense: it records step 9223372036854775808, more than"
+run 1 verify_position verify "crafted/$(step 4)"
+expect verify_position "^etr-ckpt: error: .*does not make sense: its data position is sample 20 but step 4 at a global batch of 4 ends at sample 16$"
+run 0 list_crafted list crafted
+expect list_crafted "^ +6 .* corrupt: .*does not make sense: it records step 9223372036854775808"
+expect list_crafted "^ +2 .* complete  <- resume$"
+"$train" "${common[@]}" --set schedule.max_steps=3 --resume crafted >resume_crafted.out 2>&1 ||
+  { cat resume_crafted.out; fail "etr-train --resume crafted failed"; }
+grep -q "resumed from crafted/$(step 2): step 2" resume_crafted.out ||
+  { cat resume_crafted.out; fail "etr-train did not fall back to step 2"; }
+# Finite or stop: the loss is NaN from step 2 at lr 1e30 (which validation accepts).
+"$mpirun" -np 2 --bind-to none "$train" "${common[@]}" --set optimizer.lr=1e30 \
+  --set checkpoint.every=1 --set checkpoint.dir="$work/nan" >nan.out 2>&1
+status=$?
+[ "$status" -eq 1 ] || { cat nan.out; fail "a run whose loss turned NaN exited $status, not 1"; }
+grep -q "error: step 2: the loss summed over the 2 ranks is nan, so training stopped" nan.out ||
+  { cat nan.out; fail "the NaN run does not name step 2"; }
+[ "$(ls nan)" = "$(step 1)" ] || { ls -a nan; fail "the NaN run left more than the checkpoint of step 1"; }
+run 0 verify_nan verify "nan/$(step 1)"
 
 echo "== 4. rollback, then resume from the rolled-back step"
 cp -r ck live
