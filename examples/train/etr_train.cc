@@ -134,8 +134,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     // Tell etr-run whose fault it was: a rank that raised its own error (a full disk, a
-    // bad file) may be on a bad host; a timed-out collective says nothing of this rank.
-    const bool own = dynamic_cast<const etr::CommError*>(&e) == nullptr;
+    // bad file) may be on a bad host; a timed-out collective says nothing of this rank,
+    // nor does a non-finite step (every rank stops alike).
+    const bool own = dynamic_cast<const etr::CommError*>(&e) == nullptr &&
+                     dynamic_cast<const etr::train::NonFiniteError*>(&e) == nullptr;
     elastic.event("error rank=" + std::to_string(world->rank()) + " own=" + (own ? "1" : "0"));
     if (world->size() > 1) world->abort(std::string("etr-train: error: ") + e.what(), 1);
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());

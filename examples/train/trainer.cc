@@ -307,7 +307,7 @@ void Trainer::skip_or_stop(StepStats& st, bool loss_finite) {
   }
   // Every rank is here alike, so a save in flight (of the last good step) can commit.
   flush_checkpoints();
-  throw Error("step " + std::to_string(step) + ": " + what +
+  throw NonFiniteError("step " + std::to_string(step) + ": " + what +
               ", so training stopped before the optimizer changed the parameters" +
               (limit > 0 ? " (" + std::to_string(limit) + " such steps were skipped already)"
                          : std::string()) +

@@ -40,12 +40,21 @@
 #include "runtime/adamw.h"
 #include "runtime/config/train_config.h"
 #include "runtime/elastic.h"
+#include "runtime/error.h"
 #include "runtime/host_allocator.h"
 #include "runtime/log.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
 
 namespace etr::train {
+
+// A step's loss or gradient norm was not finite and no more skips were allowed
+// (optimizer.skip_nonfinite_steps). Thrown by every rank alike; not the fault of a host,
+// and a relaunch from the last checkpoint would meet it again.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
 
 struct StepStats {
   double loss = 0;  // mean over the global batch's tokens (every rank has it)
@@ -99,7 +108,7 @@ class Trainer {
   ~Trainer();
 
   RunSummary run();
-  // One optimizer step. Throws Error naming the step when its loss or gradient norm is
+  // One optimizer step. Throws NonFiniteError naming the step when its loss or gradient norm is
   // not finite and optimizer.skip_nonfinite_steps allows no more skips (every rank alike;
   // the parameters, moments and data position are as before the step, and a checkpoint
   // in flight is committed first).
@@ -153,7 +162,7 @@ class Trainer {
   void log_step(const StepStats& s);
   // A step's loss or gradient norm is not finite (every rank calls it alike): skips the
   // step (marks `st`) or, past optimizer.skip_nonfinite_steps, commits a checkpoint in
-  // flight and throws Error naming the step.
+  // flight and throws NonFiniteError naming the step.
   void skip_or_stop(StepStats& st, bool loss_finite);
   // For tests of finite-or-stop: the step (1-based, as the progress line counts) at which
   // ETR_NONFINITE_AT_STEP=S[:R] puts a NaN into this rank's gradients; -1 for none.

@@ -121,7 +121,7 @@ std::string on_last_rank(int step) {
 std::string stop_error(Trainer& t) {
   try {
     t.train_step();
-  } catch (const Error& e) {
+  } catch (const NonFiniteError& e) {
     return e.what();
   }
   return "";
