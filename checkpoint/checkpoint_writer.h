@@ -15,9 +15,10 @@
 //      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
 //      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
 //      (in a thread of its own, beside training: flush() waits for it)
-//   4. a failure on any rank (full disk, permissions) is agreed on: the partial directory
-//      is deleted, the error logged with its cause, and the previous checkpoints are
-//      untouched; training goes on (the failure is counted in stats())
+//   4. a failure on any rank (full disk, permissions, a NaN or an infinity in the state
+//      it packs: a checkpoint of non-finite state is never written) is agreed on: the
+//      partial directory is deleted, the error logged with its cause, and the previous
+//      checkpoints are untouched; training goes on (the failure is counted in stats())
 // So a checkpoint is visible only when complete. A save of a step that already exists
 // (after a rollback) moves the old directory aside to step-N.replaced-<ms>.
 //
