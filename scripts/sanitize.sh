@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds etr with sanitizers and runs tests under them, in one command:
+#   scripts/sanitize.sh asan        ASan+UBSan (build-asan/): labels unit, mpi and e2e
+#   scripts/sanitize.sh asan-unit   ASan+UBSan: only the unit tests and what they need (CI)
+#   scripts/sanitize.sh tsan        TSan (build-tsan/): the collectives and checkpoint-writer tests
+#   scripts/sanitize.sh all         asan, then tsan (the default)
+# Arguments after the mode go to ctest and narrow the mode's selection
+# (scripts/sanitize.sh asan -R config). Only the targets the selected tests run are built.
+# The sanitizer options, with the suppressions of tests/sanitizers/*.supp (each with its
+# reason), are exported here, so every test gets them: ctest's children, the ranks that
+# etr-mpirun and etr-run start (local ranks inherit mpirun's environment). Run ctest in a
+# sanitizer build by hand with the same variables (`scripts/sanitize.sh env` prints them).
+# Ends with ctest's summary and the count of sanitizer reports in the test logs; exits
+# non-zero if a test failed or a sanitizer reported anything.
+# Environment: ETR_JOBS (build jobs, default all cores; the build runs under nice -n 10),
+#              ETR_TEST_JOBS (ctest -j, default 2).
+set -euo pipefail
+
+ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SUPP="$ETR_ROOT/tests/sanitizers"
+JOBS="${ETR_JOBS:-$(nproc)}"
+
+# Sanitizer runtime options. halt_on_error: the first finding fails the test (UBSan is
+# also compiled with -fno-sanitize-recover). allocator_may_return_null: malloc and
+# aligned_alloc return null for a request beyond the sanitizer's limit, as glibc's do, and
+# etr's allocators turn that into an OutOfMemory the tests expect (runtime/host_allocator)
+# instead of ASan aborting on it. LSan runs (ASan's default) with Open MPI's own
+# allocations suppressed by name. TSan: libgomp, libmpi and OpenBLAS are not
+# instrumented, so their internal synchronisation is invisible to it;
+# ignore_noninstrumented_modules drops the reports of accesses made inside them.
+sanitizer_env() {
+  export ASAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_odr_violation=2:suppressions=$SUPP/asan.supp"
+  export LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$SUPP/ubsan.supp"
+  export TSAN_OPTIONS="halt_on_error=0:allocator_may_return_null=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$SUPP/tsan.supp"
+}
+
+# configure DIR SANITIZERS: a Release build of the library, tests and examples (no CUDA,
+# no benchmarks) with -DETR_SANITIZE.
+configure() {
+  local dir="$1" sanitizers="$2"
+  if [[ ! -f "$dir/build.ninja" ]]; then
+    mkdir -p "$dir"
+    cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DETR_WITH_CUDA=OFF \
+      -DETR_BUILD_BENCH=OFF -DETR_SANITIZE="$sanitizers" >"$dir/configure.log" 2>&1 ||
+      { cat "$dir/configure.log" >&2; exit 1; }
+  fi
+}
+
+# needed_targets DIR CTEST_ARGS...: the build outputs that the selected tests run (every
+# command-line word that ninja knows how to build, and the test's name without _npN: ctest
+# leaves out the command of a test whose program is not built yet), so a narrow run
+# builds only those.
+needed_targets() {
+  local dir="$1"
+  shift
+  (cd "$dir" && ctest --show-only=json-v1 "$@") | python3 -c '
+import json, os, re, sys
+root = sys.argv[1]
+seen = []
+for test in json.load(sys.stdin)["tests"]:
+    words = [re.sub(r"_np[0-9]+$", "", test["name"])]
+    words += [os.path.relpath(w, root) for w in test.get("command", [])
+              if w.startswith(root + "/")]
+    seen += [w for w in words if w not in seen]
+print("\n".join(seen))' "$dir" | while read -r out; do
+    if ninja -C "$dir" -t query "$out" >/dev/null 2>&1; then echo "$out"; fi
+  done
+}
+
+# report DIR: the number of sanitizer reports in the last ctest run's log.
+report() {
+  local log="$1/Testing/Temporary/LastTest.log" pattern n
+  for pattern in "ERROR: AddressSanitizer" "ERROR: LeakSanitizer" "runtime error:" \
+    "WARNING: ThreadSanitizer"; do
+    n=$(grep -c -- "$pattern" "$log" 2>/dev/null || true)
+    echo "etr sanitize: $(basename "$1"): ${n:-0} x \"$pattern\""
+    ((${n:-0} == 0)) || status=1
+  done
+}
+
+# run NAME DIR SANITIZERS CTEST_ARGS...: configure, build what the tests need, run them.
+run() {
+  local name="$1" dir="$2" sanitizers="$3"
+  shift 3
+  echo "etr sanitize: $name in $dir (-fsanitize=$sanitizers), ctest $*"
+  configure "$dir" "$sanitizers"
+  mapfile -t targets < <(needed_targets "$dir" "$@")
+  if ((${#targets[@]} == 0)); then
+    echo "etr sanitize: no test matches ctest $*" >&2
+    exit 2
+  fi
+  nice -n 10 ninja -C "$dir" -j "$JOBS" --quiet "${targets[@]}"
+  (cd "$dir" && ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@") || status=1
+  report "$dir"
+}
+
+# The TSan selection: the collectives (progress thread beside the caller), the
+# checkpoint writer (async saves, the pruner thread), and the ones that drive them.
+TSAN_TESTS='^(collectives_.*|checkpoint_(save|resume|corruption)_test_np.*|agreement_timeout_test_np.*|elastic_resize_test_np.*)$'
+
+mode="${1:-all}"
+[[ $# -gt 0 ]] && shift
+status=0
+sanitizer_env
+case "$mode" in
+  asan) run asan "$ETR_ROOT/build-asan" address,undefined -L 'unit|mpi|e2e' "$@" ;;
+  # The install test installs the whole build tree, so it needs every program: not here.
+  asan-unit) run asan-unit "$ETR_ROOT/build-asan" address,undefined -L unit -LE install "$@" ;;
+  tsan) run tsan "$ETR_ROOT/build-tsan" thread -R "$TSAN_TESTS" "$@" ;;
+  all)
+    run asan "$ETR_ROOT/build-asan" address,undefined -L 'unit|mpi|e2e' "$@"
+    run tsan "$ETR_ROOT/build-tsan" thread -R "$TSAN_TESTS" "$@"
+    ;;
+  env) env | grep -E '^(ASAN|LSAN|UBSAN|TSAN)_OPTIONS=' | sed 's/^/export /' ;;
+  *)
+    echo "usage: scripts/sanitize.sh [asan|asan-unit|tsan|all|env] [ctest arguments]" >&2
+    exit 2
+    ;;
+esac
+exit "$status"
