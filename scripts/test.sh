@@ -4,7 +4,8 @@
 # toolkit is checked on every run, and sets up the Python peers (PyTorch, transformers,
 # safetensors in .venv/, scripts/setup_python.sh) for the compatibility tests: if that
 # cannot be installed (no network), those tests are reported as skipped. Set
-# ETR_SKIP_PYTHON=1 to skip it. Extra arguments go to ctest (e.g. -L mpi).
+# ETR_SKIP_PYTHON=1 to skip it. Extra arguments go to ctest (e.g. -L mpi); without any,
+# the unit tests also run under ASan+UBSan (ETR_SKIP_SANITIZE=1 skips that).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 echo "etr test: building without CUDA in ${ETR_BUILD_DIR}-nocuda"
@@ -14,4 +15,13 @@ if [[ "${ETR_SKIP_PYTHON:-0}" != 1 ]]; then
     echo "etr test: warning: the Python peers could not be installed; the compat tests will be skipped" >&2
 fi
 cd "$ETR_BUILD_DIR"
-exec ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@"
+status=0
+ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@" || status=1
+# A full run (no ctest arguments) also runs the unit tests under ASan+UBSan
+# (scripts/sanitize.sh asan-unit, in build-asan/): ~6 min of building on 2 cores the
+# first time, seconds of running. ETR_SKIP_SANITIZE=1 skips it.
+if [[ $# -eq 0 && "${ETR_SKIP_SANITIZE:-0}" != 1 ]]; then
+  echo "etr test: the unit tests under ASan+UBSan in $ETR_ROOT/build-asan"
+  "$ETR_ROOT/scripts/sanitize.sh" asan-unit || status=1
+fi
+exit "$status"
