@@ -34,7 +34,9 @@ std::optional<uint64_t> plus(uint64_t a, uint64_t b) {
   return r;
 }
 
-std::string str(uint64_t x) { return std::to_string(x); }
+std::string str(uint64_t x) {
+  return std::to_string(x);
+}
 
 // Step, schedule, batch policy and data position agree with each other.
 std::string check_position(const ckpt::Manifest& m) {
@@ -65,9 +67,8 @@ std::string check_position(const ckpt::Manifest& m) {
     const uint64_t o_step = d.batch_origin_step(), o_samples = d.batch_origin_samples();
     if (o_step > step || o_samples > d.samples_seen() || o_samples < o_step ||
         (o_step == 0 && o_samples != 0)) {
-      return "its global batch took effect at step " + str(o_step) + ", sample " +
-             str(o_samples) + ", which step " + str(step) + " at sample " + str(d.samples_seen()) +
-             " cannot follow";
+      return "its global batch took effect at step " + str(o_step) + ", sample " + str(o_samples) +
+             ", which step " + str(step) + " at sample " + str(d.samples_seen()) + " cannot follow";
     }
     const auto expect = [&]() -> std::optional<uint64_t> {
       const auto more = times(step - o_step, static_cast<uint64_t>(gb));
@@ -83,7 +84,8 @@ std::string check_position(const ckpt::Manifest& m) {
     }
   }
   if (m.has_config() && m.config().model().seq_len() > 0) {
-    const auto tokens = times(d.samples_seen(), static_cast<uint64_t>(m.config().model().seq_len()));
+    const auto tokens =
+        times(d.samples_seen(), static_cast<uint64_t>(m.config().model().seq_len()));
     if (!tokens || *tokens != d.tokens_seen()) {
       return "it records " + str(d.tokens_seen()) + " tokens seen for " + str(d.samples_seen()) +
              " samples of " + std::to_string(m.config().model().seq_len()) + " tokens";

@@ -73,10 +73,14 @@ int64_t step_for_rank_from_env(const char* name, int rank) {
 
 // ETR_FAIL_AT_STEP=S[:R]: rank R (every rank without :R) throws at the start of step S.
 // For tests of failure handling (a rank that raises must not leave the others hanging).
-int64_t fail_at_step_from_env(int rank) { return step_for_rank_from_env("ETR_FAIL_AT_STEP", rank); }
+int64_t fail_at_step_from_env(int rank) {
+  return step_for_rank_from_env("ETR_FAIL_AT_STEP", rank);
+}
 
 // "nan", "inf" or "-inf".
-std::string nonfinite_text(double x) { return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+std::string nonfinite_text(double x) {
+  return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
 
 }  // namespace
 
@@ -290,11 +294,11 @@ void Trainer::skip_or_stop(StepStats& st, bool loss_finite) {
   const int64_t step = static_cast<int64_t>(position_.step) + 1;  // as the progress line counts
   const int dp = grid_->dp_size();
   const std::string over = dp > 1 ? " summed over the " + std::to_string(dp) + " ranks" : "";
-  const std::string what =
-      !loss_finite ? "the loss" + over + " is " + nonfinite_text(st.loss)
-                   : "the norm of the gradients" + over + " is " +
-                         (std::isfinite(st.grad_norm) ? "not finite on another rank"
-                                                      : nonfinite_text(st.grad_norm));
+  const std::string what = !loss_finite
+                               ? "the loss" + over + " is " + nonfinite_text(st.loss)
+                               : "the norm of the gradients" + over + " is " +
+                                     (std::isfinite(st.grad_norm) ? "not finite on another rank"
+                                                                  : nonfinite_text(st.grad_norm));
   const int64_t limit = config_.optimizer().skip_nonfinite_steps();
   if (skipped_steps_ < limit) {
     ++skipped_steps_;
@@ -308,11 +312,12 @@ void Trainer::skip_or_stop(StepStats& st, bool loss_finite) {
   // Every rank is here alike, so a save in flight (of the last good step) can commit.
   flush_checkpoints();
   throw NonFiniteError("step " + std::to_string(step) + ": " + what +
-              ", so training stopped before the optimizer changed the parameters" +
-              (limit > 0 ? " (" + std::to_string(limit) + " such steps were skipped already)"
-                         : std::string()) +
-              "; lower optimizer.lr or check the data, or let such steps be skipped with "
-              "optimizer.skip_nonfinite_steps.");
+                       ", so training stopped before the optimizer changed the parameters" +
+                       (limit > 0
+                            ? " (" + std::to_string(limit) + " such steps were skipped already)"
+                            : std::string()) +
+                       "; lower optimizer.lr or check the data, or let such steps be skipped with "
+                       "optimizer.skip_nonfinite_steps.");
 }
 
 double Trainer::evaluate() {
@@ -373,9 +378,9 @@ void Trainer::log_step(const StepStats& s) {
                         static_cast<long long>(position_.step), s.loss, s.lr, s.grad_norm, tps,
                         s.seconds * 1e3, gflops, format_bytes(static_cast<double>(peak)).c_str());
   if (reducer_ && n > 0 && n < static_cast<int>(sizeof line)) {
-    n += std::snprintf(line + n, sizeof line - n,
-                       " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%", s.comm.comm_seconds * 1e3,
-                       s.comm.exposed_seconds * 1e3, s.comm.hidden_fraction() * 100);
+    n += std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
+                       s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
+                       s.comm.hidden_fraction() * 100);
   }
   if (skipped_steps_ > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
     std::snprintf(line + n, sizeof line - n, " | %s%lld non-finite step(s) skipped",

@@ -148,8 +148,8 @@ void validate_optimizer(const config::OptimizerConfig& o) {
   require(o.eps() > 0, "optimizer.eps", o.eps(), "greater than 0");
   require(o.weight_decay() >= 0, "optimizer.weight_decay", o.weight_decay(), "0 or more");
   require(o.grad_clip() >= 0, "optimizer.grad_clip", o.grad_clip(), "0 (no clipping) or more");
-  require(o.skip_nonfinite_steps() >= 0, "optimizer.skip_nonfinite_steps",
-          o.skip_nonfinite_steps(), "0 (stop at the first non-finite step) or more");
+  require(o.skip_nonfinite_steps() >= 0, "optimizer.skip_nonfinite_steps", o.skip_nonfinite_steps(),
+          "0 (stop at the first non-finite step) or more");
 }
 
 void validate_schedule(const config::ScheduleConfig& s) {

@@ -274,7 +274,8 @@ TEST_F(CheckpointCorruption, ShardFileNameOutsideTheDirectory) {
 TEST_F(CheckpointCorruption, ManifestsThatPassTheirChecksumButMakeNoSense) {
   const std::string why = "passes its checksum but does not make sense";
   const auto crafted = [&](const std::function<void(ckpt::Manifest&)>& edit) {
-    return [edit](const fs::path& dir) { rewrite_manifest(dir, ckpt_format::kFormatVersion, edit); };
+    return
+        [edit](const fs::path& dir) { rewrite_manifest(dir, ckpt_format::kFormatVersion, edit); };
   };
   expect_detected("step 2^63", crafted([](ckpt::Manifest& m) {
                     m.set_step(uint64_t{1} << 63);
@@ -282,8 +283,8 @@ TEST_F(CheckpointCorruption, ManifestsThatPassTheirChecksumButMakeNoSense) {
                   }),
                   {why + ": it records step 9223372036854775808"}, ckpt_format::kManifestName);
   expect_detected("a data position one step ahead", crafted([](ckpt::Manifest& m) {
-                    m.mutable_data()->set_samples_seen(m.data().samples_seen() +
-                                                       static_cast<uint64_t>(m.batch().global_batch()));
+                    m.mutable_data()->set_samples_seen(
+                        m.data().samples_seen() + static_cast<uint64_t>(m.batch().global_batch()));
                   }),
                   {why + ": its data position is sample 50 but step 4 at a global batch of 10 "
                          "ends at sample 40"},
@@ -293,9 +294,8 @@ TEST_F(CheckpointCorruption, ManifestsThatPassTheirChecksumButMakeNoSense) {
                     e->set_file_offset(m.files(0).bytes());
                   }),
                   {why + ": tensor "}, "has an extent outside its file");
-  expect_detected("a shard file size past int64", crafted([](ckpt::Manifest& m) {
-                    m.mutable_files(0)->set_bytes(~uint64_t{0});
-                  }),
+  expect_detected("a shard file size past int64",
+                  crafted([](ckpt::Manifest& m) { m.mutable_files(0)->set_bytes(~uint64_t{0}); }),
                   {why + ": it gives the shard file"}, "more than a file offset can address");
 }
 

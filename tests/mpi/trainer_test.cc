@@ -101,8 +101,11 @@ struct Saved {
 
 Saved save_state(Trainer& t) {
   const size_t n = static_cast<size_t>(t.model().layout().numel());
-  Saved s{{t.model().params(), t.model().params() + n}, {t.adam_m(), t.adam_m() + n},
-          {t.adam_v(), t.adam_v() + n}, t.position().step, t.position().samples_seen};
+  Saved s{{t.model().params(), t.model().params() + n},
+          {t.adam_m(), t.adam_m() + n},
+          {t.adam_v(), t.adam_v() + n},
+          t.position().step,
+          t.position().samples_seen};
   return s;
 }
 
@@ -206,8 +209,8 @@ TEST(TrainerFiniteOrStop, CheckpointOfNonFiniteStateIsRefusedAndThePreviousStays
   for (const char* async : {"false", "true"}) {
     SCOPED_TRACE(std::string("checkpoint.async=") + async);
     const auto root = tmp.path() / (std::string("async-") + async);
-    Trainer t(tiny_config({"checkpoint.dir=" + root.string(), std::string("checkpoint.async=") + async,
-                           "checkpoint.keep=0"}),
+    Trainer t(tiny_config({"checkpoint.dir=" + root.string(),
+                           std::string("checkpoint.async=") + async, "checkpoint.keep=0"}),
               testing::world());
     t.train_step();
     EXPECT_TRUE(t.save_checkpoint("durable"));

@@ -346,8 +346,9 @@ std::vector<SenseCase> sense_cases() {
     };
   };
   return {
-      {"step 2^63", set_step(k2To63), "records step 9223372036854775808, more than the "
-                                      "9223372036854775806 steps"},
+      {"step 2^63", set_step(k2To63),
+       "records step 9223372036854775808, more than the "
+       "9223372036854775806 steps"},
       {"step 2^64 - 1", set_step(~uint64_t{0}), "more than the 9223372036854775806 steps"},
       {"the largest step, no batch policy",
        [&](ckpt::Manifest& m) {
@@ -368,7 +369,8 @@ std::vector<SenseCase> sense_cases() {
        "needs more samples than a 64-bit position counts"},
       {"schedule behind the step", [](ckpt::Manifest& m) { m.mutable_schedule()->set_step(7); },
        "its schedule is at step 7 but it records step 6"},
-      {"position one sample short", [](ckpt::Manifest& m) { m.mutable_data()->set_samples_seen(47); },
+      {"position one sample short",
+       [](ckpt::Manifest& m) { m.mutable_data()->set_samples_seen(47); },
        "its data position is sample 47 but step 6 at a global batch of 8 ends at sample 48"},
       {"a resume changed the batch at step 4, sample 20 (20 + 2 x 8 = 36)",
        [](ckpt::Manifest& m) {
