@@ -129,10 +129,10 @@ double BenchContext::max_over_ranks(double value) const {
 
 std::vector<CpuUse> BenchContext::gather_cpu_use(const CpuUse& mine) const {
   struct Wire {
-    double wall, cpu;
+    double wall, cpu, wait;
     cpu_set_t cpus;
   };
-  Wire w{mine.wall_seconds, mine.cpu_seconds, {}};
+  Wire w{mine.wall_seconds, mine.cpu_seconds, mine.wait_seconds, {}};
   CPU_ZERO(&w.cpus);
   for (int c : mine.cpus) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &w.cpus);
@@ -144,6 +144,7 @@ std::vector<CpuUse> BenchContext::gather_cpu_use(const CpuUse& mine) const {
   for (size_t r = 0; r < all.size(); ++r) {
     out[r].wall_seconds = all[r].wall;
     out[r].cpu_seconds = all[r].cpu;
+    out[r].wait_seconds = all[r].wait;
     for (int c = 0; c < CPU_SETSIZE; ++c) {
       if (CPU_ISSET(c, &all[r].cpus)) out[r].cpus.push_back(c);
     }

@@ -72,13 +72,14 @@ StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_b
   CpuUse use;  // the timed passes, summed
   for (int r = 0; r < reps; ++r) {
     ctx.barrier();
-    auto t0 = std::chrono::steady_clock::now();
     CpuMeter meter;
+    auto t0 = std::chrono::steady_clock::now();
     add_arrays(a, b, n);
     double t = seconds_since(t0);
     const CpuUse pass = meter.stop();
     use.wall_seconds += pass.wall_seconds;
     use.cpu_seconds += pass.cpu_seconds;
+    use.wait_seconds += pass.wait_seconds;
     use.cpus = pass.cpus;
     mine.push_back(bytes / t / 1e9);
     slowest.push_back(bytes / ctx.max_over_ranks(t) / 1e9);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -62,6 +63,7 @@ std::string CpuUse::str() const {
 }
 
 void CpuMeter::restart() {
+  wait0_ = threads_wait_seconds();
   wall0_ = clock_seconds(CLOCK_MONOTONIC);
   cpu0_ = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
 }
@@ -70,6 +72,8 @@ CpuUse CpuMeter::stop() const {
   CpuUse u;
   u.cpu_seconds = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0_;
   u.wall_seconds = clock_seconds(CLOCK_MONOTONIC) - wall0_;
+  const double wait = threads_wait_seconds();
+  u.wait_seconds = wait < 0 || wait0_ < 0 ? -1 : std::max(0.0, wait - wait0_);
   u.cpus = process_cpus();
   return u;
 }
@@ -81,6 +85,11 @@ std::string premise_failure(const Premise& p, const CpuUse& use) {
   if (p.pinned && n > p.threads) return claim + " may run on " + cpus_text(use.cpus);
   if (use.cores_busy() > p.threads * p.tolerance) {
     return cell("%.2f cores busy for ", use.cores_busy()) + claim;
+  }
+  const double waiting = use.waiting(p.threads);
+  if (p.max_waiting >= 0 && waiting > p.max_waiting) {
+    return claim + cell(" waited for a CPU %.0f%% of the time (cores shared with other work)",
+                        waiting * 100);
   }
   return "";
 }
@@ -131,6 +140,23 @@ CpuList process_cpus() {
     if (CPU_ISSET(c, &all)) out.push_back(c);
   }
   return out;
+}
+
+double threads_wait_seconds() {
+  double sum = 0;
+  bool any = false;
+  for (pid_t tid : thread_ids()) {
+    const std::string path = "/proc/self/task/" + std::to_string(tid) + "/schedstat";
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) continue;  // the thread ended, or no schedstat in this kernel
+    unsigned long long run_ns = 0, wait_ns = 0;
+    if (std::fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2) {
+      sum += static_cast<double>(wait_ns) * 1e-9;
+      any = true;
+    }
+    std::fclose(f);
+  }
+  return any ? sum : -1;
 }
 
 bool set_process_cpus(const CpuList& cpus) {

@@ -26,16 +26,24 @@ namespace etr::bench {
 struct CpuUse {
   double wall_seconds = 0;
   double cpu_seconds = 0;  // user + system time of every thread of the process
-  CpuList cpus;            // the union of the affinities of the process's threads, at the end
+  // Time its threads were ready to run but waited for a CPU (the kernel's run-queue
+  // delay, /proc/self/task/*/schedstat): other work on the same cores. < 0: unknown.
+  double wait_seconds = 0;
+  CpuList cpus;  // the union of the affinities of the process's threads, at the end
 
   // CPU / wall: the cores kept busy on average (0 for an empty region).
   double cores_busy() const { return wall_seconds > 0 ? cpu_seconds / wall_seconds : 0; }
+  // The fraction of `threads` threads' time spent waiting for a CPU (-1: unknown).
+  double waiting(int threads) const {
+    return wait_seconds < 0 || wall_seconds <= 0 ? -1 : wait_seconds / (wall_seconds * threads);
+  }
   // "1.00 cores on CPU 0", "1.93 cores on CPUs 0-1"
   std::string str() const;
 };
 
 // Measures a region of this process from construction (or restart) to stop(). CPU time
-// from clock_gettime(CLOCK_PROCESS_CPUTIME_ID), wall time from CLOCK_MONOTONIC.
+// from clock_gettime(CLOCK_PROCESS_CPUTIME_ID), wall time from CLOCK_MONOTONIC, waiting
+// from the threads' schedstat (threads that end within the region take theirs along).
 class CpuMeter {
  public:
   CpuMeter() { restart(); }
@@ -43,7 +51,7 @@ class CpuMeter {
   CpuUse stop() const;
 
  private:
-  double wall0_ = 0, cpu0_ = 0;
+  double wall0_ = 0, cpu0_ = 0, wait0_ = 0;
 };
 
 // What a row claims about one process (one rank).
@@ -55,11 +63,16 @@ struct Premise {
   // CPU / wall may exceed `threads` by this factor (helper threads: MPI's, etr's
   // progress engine, the data loader) before the row is refused.
   double tolerance = 1.15;
+  // The claimed threads may wait for a CPU this fraction of their time at most before
+  // the row is refused as run on shared cores; < 0: not checked (rows whose own threads
+  // share a core by design, e.g. a rank's progress engine beside its compute thread).
+  double max_waiting = 0.10;
 };
 
 // "" when `use` bears out `p`, else one phrase saying what does not, for the row's
 // marker: "1.55 cores busy for 1 thread", "1 thread may run on 2 CPUs (0-1)",
-// "2 threads on 1 CPU (0)".
+// "2 threads on 1 CPU (0)", "1 thread waited for a CPU 35% of the time (cores shared with
+// other work)".
 std::string premise_failure(const Premise& p, const CpuUse& use);
 
 // The check across the ranks of one host, before or after running: ranks that claim
@@ -95,6 +108,10 @@ class ScopedProcessAffinity {
  private:
   CpuList saved_;
 };
+
+// The run-queue delay of every thread of this process so far, in seconds; -1 when the
+// kernel does not keep it.
+double threads_wait_seconds();
 
 // Every thread of this process to `cpus`; false when the system refuses one.
 bool set_process_cpus(const CpuList& cpus);

@@ -111,8 +111,10 @@ TrainRow measure(BenchContext& ctx, const TrainArgs& a, TrainConfig config, int 
 }
 
 std::string row_text(const TrainRow& r) {
-  std::string s = cell("  %7d  %5s  %5.2f  ", r.threads, format_cpus(r.model_use.cpus).c_str(),
-                       r.model_use.cores_busy());
+  const double waiting = r.model_use.waiting(r.threads);
+  std::string s =
+      cell("  %7d  %5s  %5.2f  %5s  ", r.threads, format_cpus(r.model_use.cpus).c_str(),
+           r.model_use.cores_busy(), waiting < 0 ? "?" : cell("%.0f%%", waiting * 100).c_str());
   if (!r.refused.empty()) return s + refused_cell(r.refused) + "\n";
   return s + cell("%9.0f  %9.1f  %8.2f  %14.2f  %11.1f%%  %10.4f\n", r.tokens_per_s, r.ms_per_step,
                   r.gflops, r.sgemm_gflops, 100.0 * r.gflops / r.sgemm_gflops, r.loss);
@@ -123,6 +125,7 @@ nlohmann::json row_json(const TrainRow& r) {
       {"threads", r.threads},
       {"cpus", format_cpus(r.model_use.cpus)},
       {"cores_busy", r.model_use.cores_busy()},
+      {"waiting", r.model_use.waiting(r.threads)},
       {"sgemm_cores_busy", r.sgemm_use.cores_busy()},
       {"premise_failed", r.refused.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.refused)}};
   if (r.refused.empty()) {
@@ -166,9 +169,11 @@ void run(BenchContext& ctx, const TrainArgs& a) {
                 "# sgemm = OpenBLAS cblas_sgemm of the MLP's first product [%lld x %lld] x [%lld x "
                 "%lld]^T at the same thread count, best of 5, in this run\n"
                 "# each row is pinned to its first `threads` CPUs of %s; cpus = where its threads "
-                "could run, busy = CPU time / wall time of the timed steps (cores kept busy);\n"
-                "# a row whose busy exceeds threads x 1.15 (or whose threads could run elsewhere) "
-                "shows \"premise failed\" instead of its figures\n",
+                "could run, busy = CPU time / wall time of the timed steps (cores kept busy), "
+                "wait = the share of the threads' time spent waiting for a CPU (other work on "
+                "the cores);\n"
+                "# a row whose busy exceeds threads x 1.15, whose wait exceeds 10%%, or whose "
+                "threads could run elsewhere shows \"premise failed\" instead of its figures\n",
                 config.model().n_layer(), config.model().n_head(), config.model().d_model(),
                 config.model().seq_len(), config.model().vocab_size(), static_cast<long long>(B),
                 static_cast<long long>(T), config.batch().micro_batch(), a.warmup, a.steps,
@@ -177,7 +182,7 @@ void run(BenchContext& ctx, const TrainArgs& a) {
                 format_cpus(allowed).c_str());
   ctx.print(buf);
   ctx.print(
-      "# threads   cpus   busy   tokens/s    ms/step   GFLOP/s   sgemm GFLOP/s   "
+      "# threads   cpus   busy   wait   tokens/s    ms/step   GFLOP/s   sgemm GFLOP/s   "
       "model/sgemm  final loss\n");
   nlohmann::json rows = nlohmann::json::array();
   int refused = 0;

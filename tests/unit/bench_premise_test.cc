@@ -56,6 +56,23 @@ TEST(PremiseFailure, EmptyRegionHolds) {
   EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, CpuUse{.cpus = {0}}), "");
 }
 
+TEST(PremiseFailure, ThreadsWaitingForACpuAreRefused) {
+  CpuUse u = use(0.66, {0});
+  u.wait_seconds = 0.68;  // of 2 s wall: 34 % of one thread's time
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u),
+            "1 thread waited for a CPU 34% of the time (cores shared with other work)");
+  // Two threads: the same wait is 17 % of their time.
+  EXPECT_EQ(premise_failure({.threads = 2}, CpuUse{2.0, 3.0, 0.68, {0, 1}}),
+            "2 threads waited for a CPU 17% of the time (cores shared with other work)");
+  u.wait_seconds = 0.19;  // 9.5 %: within the default 10 %
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u), "");
+  u.wait_seconds = 1.5;  // not checked, or unknown
+  EXPECT_EQ(premise_failure({.threads = 1, .max_waiting = -1}, u), "");
+  u.wait_seconds = -1;
+  EXPECT_EQ(u.waiting(1), -1);
+  EXPECT_EQ(premise_failure({.threads = 1}, u), "");
+}
+
 TEST(SharedCores, RanksNeedACpuEachBetweenThem) {
   EXPECT_EQ(shared_cores_failure({{0}, {1}}, 1), "");
   EXPECT_EQ(shared_cores_failure({{0, 1}, {0, 1}}, 1), "");  // unbound, enough CPUs
@@ -169,7 +186,47 @@ TEST(ScopedProcessAffinity, PinnedProcessKeepsAtMostItsCpusBusy) {
   const CpuUse u = meter.stop();
   EXPECT_EQ(u.cpus, one);
   EXPECT_LT(u.cores_busy(), 1.05);
-  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u), "");
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true, .max_waiting = -1}, u), "");
+}
+
+TEST(CpuMeter, SeesThreadsWaitingForASharedCpu) {
+  // Two busy threads on one CPU: whenever one runs the other waits, so their waiting
+  // adds up to about the wall time (more if anything else runs there too); the verdict
+  // on "1 thread" run this way is "cores shared".
+  if (threads_wait_seconds() < 0) GTEST_SKIP() << "this kernel keeps no schedstat";
+  const CpuList one = {process_cpus().front()};
+  ScopedProcessAffinity pin(one);
+  // The threads stay alive (asleep) until the meter has read them: a thread that ends
+  // takes its schedstat with it.
+  std::mutex m;
+  std::condition_variable cv;
+  int spun = 0;
+  bool release = false;
+  CpuMeter meter;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&] {
+      spin_for_cpu(0.03);
+      std::unique_lock lock(m);
+      ++spun;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release; });
+    });
+  }
+  {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return spun == 2; });
+  }
+  const CpuUse u = meter.stop();
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : threads) t.join();
+  EXPECT_GT(u.wait_seconds, 0.3 * u.wall_seconds);
+  EXPECT_NE(premise_failure({.threads = 1, .pinned = true}, u).find("waited for a CPU"),
+            std::string::npos);
 }
 
 TEST(ScopedProcessAffinity, RefusesCpusThisProcessMayNotUse) {
