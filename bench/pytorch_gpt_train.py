@@ -12,6 +12,7 @@ from the same token file, the same thread count. PyTorch runs its fastest attent
 """
 import argparse
 import json
+import os
 import struct
 import time
 
@@ -77,6 +78,18 @@ class LeanGPT(torch.nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()  # LM head tied to wte
 
 
+def threads_wait_seconds():
+    """The run-queue delay of every thread of this process so far (bench/premise.h)."""
+    total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            pass  # the thread ended, or no schedstat in this kernel
+    return total
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tokens", required=True, help="etr token file (etr-tokenize)")
@@ -131,14 +144,21 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    t0 = time.perf_counter()
+    # The premise, measured as etr-bench measures its own (bench/premise.h): the process's
+    # CPU time over the wall time of the timed steps, and the CPUs it may run on.
+    wait0 = threads_wait_seconds()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     loss = 0.0
     for _ in range(a.steps):
         loss = step()
     secs = time.perf_counter() - t0
+    cores_busy = (time.process_time() - cpu0) / secs
+    waiting = (threads_wait_seconds() - wait0) / (secs * a.threads)
+    cpus = sorted(os.sched_getaffinity(0))
     print(json.dumps({
         "impl": a.impl, "threads": a.threads, "tokens_per_s": a.steps * a.batch * a.seq / secs,
         "ms_per_step": secs / a.steps * 1e3, "final_loss": loss,
+        "cores_busy": cores_busy, "waiting": waiting, "cpus": cpus, "torch_threads": torch.get_num_threads(),
         "parameters": sum(q.numel() for q in model.parameters()),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "blas": blas_info()}))
