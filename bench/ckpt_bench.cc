@@ -365,6 +365,8 @@ void print_header(const Bench& b, const TrainConfig& c) {
 }
 
 void run(BenchContext& ctx, const CkptArgs& a) {
+  // Ranks that share a CPU would measure the scheduler, not the disk and the stall.
+  ctx.require_own_cores("etr-bench ckpt", {.threads = 1});
   const WorkDir work(ctx, a.dir);
   const TrainConfig base = base_config(a);
   Logger& log = ctx.world().log();
