@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <limits>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -109,6 +109,7 @@ struct LaunchResult {
   bool resize_requested = false;
   bool first_step_seen = false;
   bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
+  std::string program_error;  // mpirun could not start the program (MpirunOutput)
 };
 
 // The job's environment on top of etr-run's: the ETR_RUN_* variables of runtime/elastic.h.
@@ -120,6 +121,43 @@ struct LaunchEnv {
   int64_t event_ms = 0;
 };
 
+// Why a job on `np` ranks on `hosts` should resize now that discovery reports
+// `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
+std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
+                          const std::vector<HostSlots>& now_hosts, int max_np) {
+  for (const auto& h : hosts) {
+    int avail = 0;
+    for (const auto& a : now_hosts) {
+      if (a.host == h.host) avail = a.slots;
+    }
+    if (avail < h.slots) {
+      return "discovery no longer lists all of the job's slots (now " + format_hosts(now_hosts) + ")";
+    }
+  }
+  const int have = total_slots(now_hosts);
+  if (have > np && np < max_np) {
+    return "discovery reports " + std::to_string(have) + " usable slots (" +
+           format_hosts(now_hosts) + "), the job runs on " + std::to_string(np);
+  }
+  return "";
+}
+
+// The problem with the job's program when every host is this machine and mpirun looks
+// for it in the usual places (no -wdir, --path, --app or --preload-binary among the
+// extra mpirun arguments); "" otherwise.
+std::string local_program_problem(const RunOptions& o, const std::vector<HostSlots>& hosts) {
+  for (const auto& h : hosts) {
+    if (!is_local_host(h.host)) return "";
+  }
+  for (const auto& a : o.mpi_args) {
+    for (const char* opt : {"-wdir", "--wdir", "-wd", "--wd", "-path", "--path", "--app",
+                            "-app", "-s", "--preload-binary"}) {
+      if (a == opt || a.rfind(std::string(opt) + "=", 0) == 0) return "";
+    }
+  }
+  return program_problem(o.command.front());
+}
+
 class Driver {
  public:
   explicit Driver(const RunOptions& o)
@@ -128,10 +166,16 @@ class Driver {
   int run();
 
  private:
-  // The discovered hosts without the excluded ones; nullopt (warned once in a row) when
-  // discovery fails.
-  std::optional<std::vector<HostSlots>> discover_usable();
-  // Waits until at least min_np slots are usable; nullopt when it gave up (or was stopped).
+  // The discovered hosts without the excluded ones; nullopt (warned once in a row, after
+  // a first discovery that worked) when discovery fails. A script has `timeout` and is
+  // ended when etr-run is stopped.
+  std::optional<std::vector<HostSlots>> discover_usable(std::chrono::milliseconds timeout);
+  std::optional<std::vector<HostSlots>> accept_discovery(const std::vector<HostSlots>& hosts);
+  std::optional<std::vector<HostSlots>> discovery_failed(const Error& e);
+  // The end of a discovery started while the job runs (as discover_usable()).
+  std::optional<std::vector<HostSlots>> finish_discovery(const Discovery& d);
+  // Waits until at least min_np slots are usable; nullopt when it gave up (or was
+  // stopped). A first discovery that fails is an error at once: nothing was ever usable.
   std::optional<std::vector<HostSlots>> wait_for_slots();
   LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
 
@@ -141,18 +185,38 @@ class Driver {
   std::optional<EventTail> events_;
   std::optional<ElasticReporter> events_out_;  // etr-run's own lines of the events file
   bool discovery_warned_ = false;
+  bool discovered_once_ = false;
+  std::string discovery_error_;  // the last discovery's error ("" after one that worked)
 };
 
-std::optional<std::vector<HostSlots>> Driver::discover_usable() {
+std::optional<std::vector<HostSlots>> Driver::discover_usable(std::chrono::milliseconds timeout) {
   try {
-    auto hosts = o_.hosts->discover();
-    discovery_warned_ = false;
-    return health_.usable(hosts);
+    return accept_discovery(o_.hosts->discover(timeout, [] { return g_stop_signal != 0; }));
   } catch (const Error& e) {
-    if (!discovery_warned_) say("warning: ", e.what(), "; trying again");
-    discovery_warned_ = true;
-    return std::nullopt;
+    return discovery_failed(e);
   }
+}
+
+std::optional<std::vector<HostSlots>> Driver::finish_discovery(const Discovery& d) {
+  try {
+    return accept_discovery(d.result());
+  } catch (const Error& e) {
+    return discovery_failed(e);
+  }
+}
+
+std::optional<std::vector<HostSlots>> Driver::accept_discovery(const std::vector<HostSlots>& hosts) {
+  discovered_once_ = true;
+  discovery_warned_ = false;
+  discovery_error_.clear();
+  return health_.usable(hosts);
+}
+
+std::optional<std::vector<HostSlots>> Driver::discovery_failed(const Error& e) {
+  discovery_error_ = e.what();
+  if (discovered_once_ && !discovery_warned_) say("warning: ", e.what(), "; trying again");
+  discovery_warned_ = true;
+  return std::nullopt;
 }
 
 std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
@@ -160,10 +224,24 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
   bool announced = false;
   for (;;) {
     if (g_stop_signal) return std::nullopt;
-    auto hosts = discover_usable();
+    // The script may take what is left of --min-np-timeout, at most --discovery-timeout.
+    const auto left = o_.min_np_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              Clock::now() - begin);
+    auto hosts = discover_usable(
+        std::clamp(left, std::chrono::milliseconds(100), o_.discovery_timeout));
+    if (g_stop_signal) return std::nullopt;
+    if (!hosts && !discovered_once_) {
+      say("error: ", discovery_error_);
+      return std::nullopt;
+    }
     if (hosts && total_slots(*hosts) >= o_.min_np) return hosts;
     const int have = hosts ? total_slots(*hosts) : 0;
     if (since(begin) * 1000 >= static_cast<double>(o_.min_np_timeout.count())) {
+      if (!hosts) {
+        say("error: host discovery has failed for ", seconds(since(begin)),
+            " (--min-np-timeout); giving up; the last failure: ", discovery_error_);
+        return std::nullopt;
+      }
       say("error: only ", have, " usable slot(s)", hosts && !hosts->empty() ? " (" + format_hosts(*hosts) + ")" : "",
           ", fewer than --min-np ", o_.min_np, ", for ", seconds(since(begin)),
           " (--min-np-timeout); giving up");
@@ -229,6 +307,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   bool eof = false;
   int status = 0;
   bool reaped = false;
+  std::optional<Discovery> discovery;
   while (!(eof && reaped)) {
     if (!eof) {
       pollfd p{err[0], POLLIN, 0};
@@ -269,28 +348,25 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
         r.own_error_rank = std::atoi(e.fields.at("rank").c_str());
       }
     }
-    // Discovery while the job runs: more slots (up to max_np), or fewer than it uses.
-    if (!reaped && o_.hosts->dynamic() && Clock::now() >= next_discovery) {
-      next_discovery = Clock::now() + o_.discovery_interval;
-      if (!r.resize_requested) {
-        if (auto now_hosts = discover_usable()) {
-          const int have = total_slots(*now_hosts);
-          bool lost = false;
-          for (const auto& h : hosts) {
-            int avail = 0;
-            for (const auto& a : *now_hosts) if (a.host == h.host) avail = a.slots;
-            if (avail < h.slots) lost = true;
-          }
-          if ((have > np && np < o_.max_np) || lost) {
-            resize_pending = true;
-            reason = lost ? "discovery no longer lists all of the job's slots (now " + format_hosts(*now_hosts) + ")"
-                          : "discovery reports " + std::to_string(have) + " usable slots (" +
-                                format_hosts(*now_hosts) + "), the job runs on " + std::to_string(np);
-          } else {
-            resize_pending = false;
-          }
-        }
+    // Discovery while the job runs (a script runs beside this loop): more slots (up to
+    // max_np), or fewer than it uses.
+    if (g_stop_signal || reaped) discovery.reset();  // ends a script still running
+    if (!reaped && !g_stop_signal && o_.hosts->dynamic() && !r.resize_requested && !discovery &&
+        Clock::now() >= next_discovery) {
+      try {
+        discovery.emplace(o_.hosts->start(o_.discovery_timeout));
+      } catch (const Error& e) {
+        discovery_failed(e);
+        next_discovery = Clock::now() + o_.discovery_interval;
       }
+    }
+    if (discovery && discovery->poll(std::chrono::milliseconds(0))) {
+      next_discovery = Clock::now() + o_.discovery_interval;
+      if (const auto now_hosts = finish_discovery(*discovery)) {
+        reason = resize_reason(hosts, np, *now_hosts, o_.max_np);
+        resize_pending = !reason.empty();
+      }
+      discovery.reset();
     }
     // The job's ranks handle SIGUSR1 once they have started; mpirun forwards it to them.
     if (resize_pending && started && !r.resize_requested && !reaped) {
@@ -303,6 +379,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   }
   output.flush();
   r.killed_rank = output.killed_rank();
+  r.program_error = output.program_error();
   close(err[0]);
   for (const Event& e : events_->read_new()) {
     if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" && r.own_error_rank < 0) {
@@ -339,6 +416,7 @@ int Driver::run() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
 
   LaunchEnv env;
   int failures = 0, resizes = 0, launches = 0;
@@ -353,6 +431,11 @@ int Driver::run() {
     int np = std::min(slots, o_.max_np);
     if (launches == 0 && o_.np > 0) np = std::min(np, o_.np);
     const auto assigned = take_slots(*hosts, np);
+    if (const std::string why = local_program_problem(o_, assigned); !why.empty()) {
+      say("error: ", why, "; give the job as an executable's path or a program on PATH");
+      exit_status = 1;
+      break;
+    }
     ++launches;
     say("launch ", launches, ": ", np, " rank(s) on ", format_hosts(assigned),
         env.reason == "start" ? std::string() : " (after a " + env.reason + ", relaunch " +
@@ -383,6 +466,11 @@ int Driver::run() {
       env.reason = "resize";
       say("the job stopped at step ", last_step, " to resize; relaunching");
       continue;
+    }
+    if (!r.program_error.empty()) {  // mpirun could not start it on a host
+      say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
+      exit_status = 1;
+      break;
     }
     if (launches == 1 && !r.ready_seen) {
       // A bad configuration, a missing file, a program that is not an etr job: relaunching
@@ -428,46 +516,6 @@ int Driver::run() {
 }
 
 }  // namespace
-
-void validate(RunOptions& o) {
-  if (!o.hosts) throw ConfigError("say where to run: --hosts, --hostfile or --host-discovery-script");
-  if (o.command.empty()) throw ConfigError("no job to run: put its command after --, e.g. -- etr-train --config c.pbtxt");
-  if (o.min_np < 1) throw ConfigError("--min-np must be at least 1");
-  if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
-  if (o.max_np < o.min_np) {
-    throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " + std::to_string(o.min_np));
-  }
-  if (o.np != 0 && (o.np < o.min_np || o.np > o.max_np)) {
-    throw ConfigError("--np " + std::to_string(o.np) + " is outside [--min-np, --max-np] = [" +
-                      std::to_string(o.min_np) + ", " + std::to_string(o.max_np) + "]");
-  }
-  if (o.max_restarts < 0) throw ConfigError("--max-restarts cannot be negative");
-  if (o.blacklist_after < 0) throw ConfigError("--blacklist-after cannot be negative");
-  if (o.discovery_interval.count() <= 0) throw ConfigError("--discovery-interval must be positive");
-}
-
-std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
-                                        int np, const std::vector<std::string>& env_names) {
-  std::vector<std::string> a = {o.mpirun};
-  if (geteuid() == 0) a.push_back("--allow-run-as-root");
-  bool local = true;
-  for (const auto& h : hosts) local = local && is_local_host(h.host);
-  if (local) {
-    // One machine (MPI_NOTES.md): shared memory, no transport probing, loopback only.
-    a.insert(a.end(), {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
-                       "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"});
-  }
-  // When one rank fails (or exits non-zero, as a resize does), mpirun ends the others with
-  // SIGTERM and, a second later, SIGKILL. The job's state is in its checkpoints, so the
-  // grace second only delays recovery: kill at once.
-  a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
-  a.insert(a.end(), {"-np", std::to_string(np), "--host", format_hosts(hosts)});
-  for (const auto& n : env_names) a.insert(a.end(), {"-x", n});
-  a.insert(a.end(), o.mpi_args.begin(), o.mpi_args.end());
-  a.insert(a.end(), o.command.begin(), o.command.end());
-  return a;
-}
-
 
 int run_elastic(const RunOptions& options) {
   Driver d(options);

@@ -10,6 +10,7 @@
 // Exits with the job's final status.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   etr::launcher::RunOptions o;
   o.mpirun = ETR_MPIEXEC;
   std::string hosts, hostfile, script;
-  double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1;
+  double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
   app.add_option("--np,-n", o.np, "Ranks of the first launch (default: every usable slot, up to --max-np)");
   app.add_option("--min-np", o.min_np, "Fewest ranks the job may run on; with fewer usable slots "
                  "etr-run waits (--min-np-timeout), then gives up (default 1)");
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-np-timeout", min_np_timeout_s, "Seconds to wait for --min-np usable slots "
                  "before giving up (default 600)");
   app.add_option("--discovery-interval", interval_s, "Seconds between host discoveries (default 1)");
+  app.add_option("--discovery-timeout", discovery_timeout_s, "Seconds a discovery script may run; "
+                 "then it and every process it started are ended and the discovery counts as "
+                 "failed (never longer than what is left of --min-np-timeout; default 10)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
                  "the job as ETR_RUN_CHECKPOINT_DIR; etr-train uses it as checkpoint.dir)");
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
@@ -57,7 +61,8 @@ int main(int argc, char** argv) {
       "Environment: the job gets ETR_RUN_* variables (runtime/elastic.h) and every ETR_* and\n"
       "OMP_* variable of etr-run's. A stuck worker is turned into a failure by the\n"
       "collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s).\n"
-      "Exit status: the job's final status; 1 when there were too few slots for too long.");
+      "Exit status: the job's final status; 1 when there were too few slots for too long, when\n"
+      "the first host discovery fails, or when the job's program cannot be started.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,12 +73,15 @@ int main(int argc, char** argv) {
     if (!hostfile.empty()) o.hosts.emplace(HostSource::Kind::kFile, hostfile);
     if (!script.empty()) o.hosts.emplace(HostSource::Kind::kScript, script);
     auto ms = [](double s, const char* flag) {
-      if (!(s > 0)) throw etr::ConfigError(std::string(flag) + " must be a positive number of seconds");
-      return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+      if (!(s > 0 && s <= 1e9)) {  // NaN and inf too
+        throw etr::ConfigError(std::string(flag) + " must be a positive number of seconds, at most 1e9");
+      }
+      return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(s * 1000)));
     };
     o.blacklist_cooldown = ms(cooldown_s, "--blacklist-cooldown");
     o.min_np_timeout = ms(min_np_timeout_s, "--min-np-timeout");
     o.discovery_interval = ms(interval_s, "--discovery-interval");
+    o.discovery_timeout = ms(discovery_timeout_s, "--discovery-timeout");
     etr::launcher::validate(o);
     if (o.hosts->kind() == HostSource::Kind::kList) o.hosts->discover();  // a bad list fails now
     return etr::launcher::run_elastic(o);

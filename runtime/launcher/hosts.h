@@ -3,41 +3,52 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/launcher/discovery_script.h"
+#include "runtime/launcher/host_names.h"
+
 namespace etr::launcher {
 
-struct HostSlots {
-  std::string host;
-  int slots = 1;
-  bool operator==(const HostSlots&) const = default;
-};
-
-// "h1:2,h2" (--hosts) -> {{"h1", 2}, {"h2", 1}}. Throws ConfigError.
-std::vector<HostSlots> parse_host_list(const std::string& text);
-// A hostfile or a discovery script's output: one host per line, as "host", "host:N" or
-// "host slots=N" (Open MPI's hostfile syntax); '#' starts a comment; blank lines are
-// skipped. A host named twice has its slots added. Throws ConfigError naming `source`
-// and the line.
-std::vector<HostSlots> parse_host_lines(const std::string& text, const std::string& source);
-// "h1:2,h2:1", the form mpirun's --host takes.
-std::string format_hosts(const std::vector<HostSlots>& hosts);
-int total_slots(const std::vector<HostSlots>& hosts);
 // True for names of this machine: localhost, 127.x.y.z, ::1 and this host's name.
 bool is_local_host(const std::string& host);
+
+// One discovery under way: a list or a hostfile is read at once, a script runs until
+// poll() says it is over (etr-run polls it between its other work).
+class Discovery {
+ public:
+  // True when the hosts (or the error) are known; waits for up to `wait` for that.
+  bool poll(std::chrono::milliseconds wait);
+  // The hosts; throws the discovery's error. Only after poll() returned true.
+  std::vector<HostSlots> result() const;
+
+ private:
+  friend class HostSource;
+  std::vector<HostSlots> hosts_;
+  std::exception_ptr error_;
+  std::unique_ptr<DiscoveryScript> script_;
+};
+
+inline constexpr std::chrono::milliseconds kDefaultDiscoveryTimeout{10'000};
 
 // The source of the current host list.
 class HostSource {
  public:
   enum class Kind { kList, kFile, kScript };
   HostSource(Kind kind, std::string value) : kind_(kind), value_(std::move(value)) {}
-  // The hosts now. A list is fixed; a hostfile is re-read; a script is run (up to
-  // `script_timeout`) and its standard output parsed. Throws ConfigError or IoError with
-  // a sentence on a file that cannot be read or a script that fails.
-  std::vector<HostSlots> discover(std::chrono::milliseconds script_timeout =
-                                      std::chrono::seconds(30)) const;
+  // Starts a discovery: a list is fixed; a hostfile is re-read; a script is run (for up
+  // to `script_timeout`, DiscoveryScript) and its standard output parsed.
+  Discovery start(std::chrono::milliseconds script_timeout = kDefaultDiscoveryTimeout) const;
+  // The hosts now (start() and its end). A script is ended early, with an IoError, once
+  // `cancelled` returns true. Throws ConfigError or IoError with a sentence on a file that
+  // cannot be read or a script that fails.
+  std::vector<HostSlots> discover(std::chrono::milliseconds script_timeout = kDefaultDiscoveryTimeout,
+                                  const std::function<bool()>& cancelled = {}) const;
   bool dynamic() const { return kind_ != Kind::kList; }
   Kind kind() const { return kind_; }
   std::string describe() const;

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <charconv>
 
+#include "runtime/launcher/host_names.h"  // printable
+
 namespace etr::launcher {
 namespace {
 
@@ -18,7 +20,38 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+// The value after "key" on its line of `frame`, trimmed; "" when there is none.
+std::string field(const std::string& frame, const std::string& key) {
+  const size_t at = frame.find(key);
+  if (at == std::string::npos) return "";
+  const size_t begin = frame.find_first_not_of(" \t", at + key.size());
+  const size_t end = frame.find('\n', at);
+  if (begin == std::string::npos || begin >= end) return "";
+  return frame.substr(begin, end - begin);
+}
+
 }  // namespace
+
+std::string launch_failure_in(const std::string& frame) {
+  std::string program, host, why;
+  if (frame.find("unable to find the specified executable") != std::string::npos) {
+    program = field(frame, "Executable:");
+    host = field(frame, "Node:");
+    why = "was not found";
+  } else if (frame.find("could not access") != std::string::npos &&
+             frame.find("Executable:") != std::string::npos) {
+    program = field(frame, "Executable:");
+    host = field(frame, "Node:");
+    why = "does not exist or is not executable";
+  } else if (frame.find("\"execve\" system call") != std::string::npos) {
+    program = field(frame, "Application name:");
+    host = field(frame, "Local host:");
+    why = "could not be started (" + field(frame, "Error:") + ")";
+  } else {
+    return "";
+  }
+  return "the program " + printable(program) + " " + why + " on host " + printable(host);
+}
 
 int killed_rank_in(const std::string& line) {
   const std::string key = "process rank ";
@@ -61,7 +94,15 @@ void MpirunOutput::line(const std::string& text) {
     frame_ += text + '\n';
     if (!dashes) return;
     in_frame_ = false;  // the frame closes
-    if (!(resizing_ && frame_.find("non-zero") != std::string::npos)) write_all(fd_, frame_);
+    bool drop = resizing_ && frame_.find("non-zero") != std::string::npos;
+    if (const std::string failure = launch_failure_in(frame_); !failure.empty()) {
+      if (program_error_.empty()) program_error_ = failure;
+      drop = true;
+    } else if (!program_error_.empty() &&
+               frame_.find("unable to start the specified application") != std::string::npos) {
+      drop = true;  // the generic report that follows the execve one
+    }
+    if (!drop) write_all(fd_, frame_);
     frame_.clear();
     return;
   }

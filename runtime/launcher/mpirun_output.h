@@ -12,6 +12,11 @@ namespace etr::launcher {
 // node vm exited on signal 9 (Killed)."): the rank, or -1 for any other line.
 int killed_rank_in(const std::string& mpirun_line);
 
+// mpirun's framed report that it could not start the program (not found, not
+// executable, execve failed) as one sentence naming the program and the host; "" for any
+// other text.
+std::string launch_failure_in(const std::string& mpirun_frame);
+
 class MpirunOutput {
  public:
   explicit MpirunOutput(int fd) : fd_(fd) {}
@@ -24,6 +29,9 @@ class MpirunOutput {
   void expect_resize_exit() { resizing_ = true; }
   // The first rank mpirun reported killed by a signal, or -1.
   int killed_rank() const { return killed_rank_; }
+  // mpirun could not start the program (launch_failure_in), or "". Its frames saying so
+  // are not forwarded: etr-run says it in one sentence.
+  const std::string& program_error() const { return program_error_; }
 
  private:
   void line(const std::string& text);
@@ -31,6 +39,7 @@ class MpirunOutput {
   int fd_;
   bool resizing_ = false;
   int killed_rank_ = -1;
+  std::string program_error_;
   std::string pending_;
   // mpirun frames its messages with lines of dashes; a frame is held until it closes so
   // that it can be dropped whole.

@@ -1,0 +1,94 @@
+#include "runtime/launcher/run_options.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "runtime/error.h"
+
+namespace etr::launcher {
+namespace {
+
+bool executable_file(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+void validate(RunOptions& o) {
+  if (!o.hosts)
+    throw ConfigError("say where to run: --hosts, --hostfile or --host-discovery-script");
+  if (o.command.empty())
+    throw ConfigError(
+        "no job to run: put its command after --, e.g. -- etr-train --config c.pbtxt");
+  if (o.min_np < 1) throw ConfigError("--min-np must be at least 1");
+  if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
+  if (o.max_np < o.min_np) {
+    throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " +
+                      std::to_string(o.min_np));
+  }
+  if (o.np != 0 && (o.np < o.min_np || o.np > o.max_np)) {
+    throw ConfigError("--np " + std::to_string(o.np) + " is outside [--min-np, --max-np] = [" +
+                      std::to_string(o.min_np) + ", " + std::to_string(o.max_np) + "]");
+  }
+  if (o.max_restarts < 0) throw ConfigError("--max-restarts cannot be negative");
+  if (o.blacklist_after < 0) throw ConfigError("--blacklist-after cannot be negative");
+  if (o.discovery_interval.count() <= 0) throw ConfigError("--discovery-interval must be positive");
+  if (o.discovery_timeout.count() <= 0) throw ConfigError("--discovery-timeout must be positive");
+}
+
+std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
+                                        int np, const std::vector<std::string>& env_names) {
+  std::vector<std::string> a = {o.mpirun};
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+  bool local = true;
+  for (const auto& h : hosts) local = local && is_local_host(h.host);
+  if (local) {
+    // One machine (MPI_NOTES.md): shared memory, no transport probing, loopback only.
+    a.insert(a.end(), {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
+                       "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"});
+  }
+  // When one rank fails (or exits non-zero, as a resize does), mpirun ends the others with
+  // SIGTERM and, a second later, SIGKILL. The job's state is in its checkpoints, so the
+  // grace second only delays recovery: kill at once.
+  a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  a.insert(a.end(), {"-np", std::to_string(np), "--host", format_hosts(hosts)});
+  for (const auto& n : env_names) a.insert(a.end(), {"-x", n});
+  a.insert(a.end(), o.mpi_args.begin(), o.mpi_args.end());
+  a.insert(a.end(), o.command.begin(), o.command.end());
+  return a;
+}
+
+std::string program_problem(const std::string& program) {
+  if (program.empty()) return "the job's program is an empty string";
+  if (program.find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "";
+    for (size_t begin = 0;;) {
+      const size_t colon = std::min(dirs.find(':', begin), dirs.size());
+      const std::string dir = dirs.substr(begin, colon - begin);
+      if (executable_file((dir.empty() ? "." : dir) + "/" + program)) return "";
+      if (colon == dirs.size()) break;
+      begin = colon + 1;
+    }
+    if (executable_file(program)) return "";  // mpirun also looks in the working directory
+    return "the program " + printable(program) + " is not on PATH or in the working directory";
+  }
+  struct stat st;
+  if (stat(program.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "the program " + printable(program) + " does not exist";
+    return "the program " + printable(program) + " cannot be run: " + std::strerror(errno);
+  }
+  if (!S_ISREG(st.st_mode)) return "the program " + printable(program) + " is not a file";
+  if (access(program.c_str(), X_OK) != 0) {
+    return "the program " + printable(program) + " is not executable";
+  }
+  return "";
+}
+
+}  // namespace etr::launcher

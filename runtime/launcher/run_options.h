@@ -1,0 +1,46 @@
+// etr-run's settings (its flags, etr_run.cc), their checks, and what they turn into:
+// the mpirun command line of a launch.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/launcher/hosts.h"
+
+namespace etr::launcher {
+
+struct RunOptions {
+  int np = 0;      // ranks of the first launch (0: as many as there are slots, up to max_np)
+  int min_np = 1;  // fewer usable slots than this: wait, then give up
+  int max_np = 0;  // never more ranks than this (0: no limit but the usable slots)
+  std::optional<HostSource> hosts;
+  int max_restarts = 5;     // relaunches after failures (resizes do not count)
+  int blacklist_after = 3;  // failures before a host is excluded (0: never)
+  std::chrono::milliseconds blacklist_cooldown = std::chrono::minutes(10);
+  std::chrono::milliseconds min_np_timeout = std::chrono::minutes(10);
+  std::chrono::milliseconds discovery_interval = std::chrono::seconds(1);
+  // A discovery script's time to finish (never more than what is left of min_np_timeout
+  // while etr-run waits for slots).
+  std::chrono::milliseconds discovery_timeout = kDefaultDiscoveryTimeout;
+  std::string checkpoint_dir;         // exported as ETR_RUN_CHECKPOINT_DIR
+  std::string run_dir;                // "" -> a temporary directory removed at the end
+  std::string mpirun;                 // the mpirun executable
+  std::vector<std::string> mpi_args;  // extra mpirun arguments
+  std::vector<std::string> command;   // the job: program and arguments
+};
+
+// Throws ConfigError when the options do not fit together.
+void validate(RunOptions& o);
+
+// The mpirun command line for `np` ranks on `hosts` (flags this machine needs included).
+std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
+                                        int np, const std::vector<std::string>& env_names);
+
+// Why `program` (the job's first word) cannot be started on this machine the way
+// mpirun starts it: "" when it is an executable file, given as a path (relative to the
+// working directory) or found on PATH or in the working directory, as Open MPI looks.
+std::string program_problem(const std::string& program);
+
+}  // namespace etr::launcher
