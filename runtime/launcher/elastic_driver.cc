@@ -121,43 +121,6 @@ struct LaunchEnv {
   int64_t event_ms = 0;
 };
 
-// Why a job on `np` ranks on `hosts` should resize now that discovery reports
-// `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
-std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
-                          const std::vector<HostSlots>& now_hosts, int max_np) {
-  for (const auto& h : hosts) {
-    int avail = 0;
-    for (const auto& a : now_hosts) {
-      if (a.host == h.host) avail = a.slots;
-    }
-    if (avail < h.slots) {
-      return "discovery no longer lists all of the job's slots (now " + format_hosts(now_hosts) + ")";
-    }
-  }
-  const int have = total_slots(now_hosts);
-  if (have > np && np < max_np) {
-    return "discovery reports " + std::to_string(have) + " usable slots (" +
-           format_hosts(now_hosts) + "), the job runs on " + std::to_string(np);
-  }
-  return "";
-}
-
-// The problem with the job's program when every host is this machine and mpirun looks
-// for it in the usual places (no -wdir, --path, --app or --preload-binary among the
-// extra mpirun arguments); "" otherwise.
-std::string local_program_problem(const RunOptions& o, const std::vector<HostSlots>& hosts) {
-  for (const auto& h : hosts) {
-    if (!is_local_host(h.host)) return "";
-  }
-  for (const auto& a : o.mpi_args) {
-    for (const char* opt : {"-wdir", "--wdir", "-wd", "--wd", "-path", "--path", "--app",
-                            "-app", "-s", "--preload-binary"}) {
-      if (a == opt || a.rfind(std::string(opt) + "=", 0) == 0) return "";
-    }
-  }
-  return program_problem(o.command.front());
-}
-
 class Driver {
  public:
   explicit Driver(const RunOptions& o)
@@ -424,6 +387,7 @@ int Driver::run() {
   for (;;) {
     auto hosts = wait_for_slots();
     if (!hosts) {
+      if (g_stop_signal) say("stopped by signal ", g_stop_signal, " while waiting for slots");
       exit_status = g_stop_signal ? 128 + g_stop_signal : 1;
       break;
     }

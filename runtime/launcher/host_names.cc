@@ -188,12 +188,12 @@ std::vector<HostSlots> parse_host_lines(const std::string& text, const std::stri
         continue;
       }
       const std::string_view rest = trim(line.substr(space));
-      if (rest.substr(0, 6) != "slots=") throw ConfigError("expected slots=N after the host name");
       std::string_view host = line.substr(0, space);
       if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
         host = host.substr(1, host.size() - 2);
       }
       if (const std::string why = host_name_problem(host); !why.empty()) throw ConfigError(why);
+      if (rest.substr(0, 6) != "slots=") throw ConfigError("expected slots=N after the host name");
       out.add({std::string(host), parse_slots(rest.substr(6))});
     } catch (const ConfigError& e) {
       throw ConfigError(printable(source, 200) + ", line " + std::to_string(number) + " (" +

@@ -131,4 +131,25 @@ std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np) {
   return out;
 }
 
+// Why a job on `np` ranks on `hosts` should resize now that discovery reports
+// `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
+std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
+                          const std::vector<HostSlots>& now_hosts, int max_np) {
+  for (const auto& h : hosts) {
+    int avail = 0;
+    for (const auto& a : now_hosts) {
+      if (a.host == h.host) avail = a.slots;
+    }
+    if (avail < h.slots) {
+      return "discovery no longer lists all of the job's slots (now " + format_hosts(now_hosts) + ")";
+    }
+  }
+  const int have = total_slots(now_hosts);
+  if (have > np && np < max_np) {
+    return "discovery reports " + std::to_string(have) + " usable slots (" +
+           format_hosts(now_hosts) + "), the job runs on " + std::to_string(np);
+  }
+  return "";
+}
+
 }  // namespace etr::launcher

@@ -89,4 +89,9 @@ class HostHealth {
 // host's, so rank r runs on the host whose slots cover r).
 std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np);
 
+// Why a job on `np` ranks on `hosts` should resize now that discovery reports
+// `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
+std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
+                          const std::vector<HostSlots>& now_hosts, int max_np);
+
 }  // namespace etr::launcher

@@ -91,4 +91,20 @@ std::string program_problem(const std::string& program) {
   return "";
 }
 
+// The problem with the job's program when every host is this machine and mpirun looks
+// for it in the usual places (no -wdir, --path, --app or --preload-binary among the
+// extra mpirun arguments); "" otherwise.
+std::string local_program_problem(const RunOptions& o, const std::vector<HostSlots>& hosts) {
+  for (const auto& h : hosts) {
+    if (!is_local_host(h.host)) return "";
+  }
+  for (const auto& a : o.mpi_args) {
+    for (const char* opt : {"-wdir", "--wdir", "-wd", "--wd", "-path", "--path", "--app", "-app",
+                            "-s", "--preload-binary"}) {
+      if (a == opt || a.rfind(std::string(opt) + "=", 0) == 0) return "";
+    }
+  }
+  return program_problem(o.command.front());
+}
+
 }  // namespace etr::launcher

@@ -43,4 +43,9 @@ std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<H
 // working directory) or found on PATH or in the working directory, as Open MPI looks.
 std::string program_problem(const std::string& program);
 
+// program_problem() of the job when every host of `hosts` is this machine and mpirun
+// looks for the program in the usual places (no -wdir, --path, --app or
+// --preload-binary among the extra mpirun arguments); "" otherwise.
+std::string local_program_problem(const RunOptions& o, const std::vector<HostSlots>& hosts);
+
 }  // namespace etr::launcher
