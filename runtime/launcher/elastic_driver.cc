@@ -191,7 +191,7 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
     const auto left = o_.min_np_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
                                               Clock::now() - begin);
     auto hosts = discover_usable(
-        std::clamp(left, std::chrono::milliseconds(100), o_.discovery_timeout));
+        std::min(o_.discovery_timeout, std::max(left, std::chrono::milliseconds(100))));
     if (g_stop_signal) return std::nullopt;
     if (!hosts && !discovered_once_) {
       say("error: ", discovery_error_);

@@ -1,10 +1,10 @@
 #include "runtime/launcher/hosts.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 
 #include "runtime/error.h"
@@ -26,9 +26,12 @@ namespace {
 std::vector<HostSlots> read_hostfile(const std::string& path) {
   constexpr size_t kMaxHostfileBytes = size_t{1} << 20;
   const std::string name = "the hostfile " + printable(path, 200);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw IoError(name + " is a directory; name a file of hosts");
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw IoError("cannot read " + name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw IoError(name + " is a directory; name a file of hosts");
+  if (!S_ISREG(st.st_mode)) {  // a FIFO would block, a device never end
+    throw IoError(name + " is not a regular file (etr-run re-reads it at every discovery); "
+                  "write the hosts to a file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot read " + name + ": " + std::strerror(errno));

@@ -3,7 +3,8 @@
 # meets them: each refusal is one printable sentence on stderr and exit status 1; a
 # discovery script that hangs is ended with its children (after --discovery-timeout, at
 # most what is left of --min-np-timeout, and when etr-run is stopped by a signal).
-#  7. --hosts 'local host:2'; a hostfile of random bytes; a discovery script printing them;
+#  7. --hosts 'local host:2'; a hostfile of random bytes, a FIFO as hostfile (it would
+#     block); a discovery script printing random bytes;
 #  8. a hanging discovery script (and its `sleep` child): the timeout, the --min-np-timeout
 #     bound, SIGTERM to etr-run before the first launch and while the job runs;
 # 10. a job program that does not exist, is a directory or is not executable: etr-run's
@@ -72,6 +73,9 @@ refused slots "the slot count '100000' is not a whole number from 1 to 4096"
 head -c 4096 /dev/urandom >"$work/random.hosts"
 run hostfile "$etr_run" --hostfile "$work/random.hosts" -- true
 refused hostfile "^etr-run: error: hostfile $work/random.hosts, line [0-9]+ \('.*'\): .*; write HOST, HOST:SLOTS or HOST slots=SLOTS$"
+mkfifo "$work/fifo.hosts"
+run fifo timeout 20 "$etr_run" --hostfile "$work/fifo.hosts" -- true
+refused fifo "the hostfile $work/fifo.hosts is not a regular file"
 printf '#!/bin/sh\necho localhost:1\nhead -c 2000 /dev/urandom\n' >"$work/garbage.sh"
 chmod +x "$work/garbage.sh"
 run garbage "$etr_run" --host-discovery-script "$work/garbage.sh" -- true

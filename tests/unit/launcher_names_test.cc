@@ -4,6 +4,7 @@
 // messages are written out by hand; the damaged inputs are random bytes from a fixed seed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <random>
 #include <string>
@@ -157,14 +158,22 @@ TEST(HostSourceFile, RandomBytesNameTheFileAndLine) {
   EXPECT_TRUE(all_printable(msg)) << launcher::printable(msg, 1000);
 }
 
+TEST(HostSourceFile, DevicesAndFifosAreRefusedNotReadForever) {
+  // /dev/zero never ends; a FIFO without a writer blocks the open.
+  EXPECT_THAT(io_error([&] { HostSource(HostSource::Kind::kFile, "/dev/zero").discover(); }),
+              HasSubstr("the hostfile /dev/zero is not a regular file"));
+  TempDir dir;
+  const std::string fifo = (dir.path() / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_THAT(io_error([&] { HostSource(HostSource::Kind::kFile, fifo).discover(); }),
+              HasSubstr("is not a regular file"));
+}
+
 TEST(HostSourceFile, LargerThanOneMiBIsRefused) {
   TempDir dir;
   const std::string path = dir.write("hosts", std::string((1 << 20) + 1, '\n'));
   EXPECT_THAT(io_error([&] { HostSource(HostSource::Kind::kFile, path).discover(); }),
               HasSubstr("larger than 1 MiB"));
-  // /dev/zero never ends: read up to the bound, then refused.
-  EXPECT_THAT(io_error([&] { HostSource(HostSource::Kind::kFile, "/dev/zero").discover(); }),
-              HasSubstr("the hostfile /dev/zero is larger than 1 MiB"));
   // Exactly 1 MiB of blank lines is still a (host-less) hostfile.
   dir.write("hosts", std::string(1 << 20, '\n'));
   EXPECT_TRUE(HostSource(HostSource::Kind::kFile, path).discover().empty());
