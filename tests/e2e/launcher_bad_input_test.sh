@@ -6,7 +6,8 @@
 #  7. --hosts 'local host:2'; a hostfile of random bytes, a FIFO as hostfile (it would
 #     block); a discovery script printing random bytes;
 #  8. a hanging discovery script (and its `sleep` child): the timeout, the --min-np-timeout
-#     bound, SIGTERM to etr-run before the first launch and while the job runs;
+#     bound, SIGTERM to etr-run before the first launch and while the job runs, the job
+#     ending while a discovery hangs;
 # 10. a job program that does not exist, is a directory or is not executable: etr-run's
 #     own check, mpirun's report of it (-wdir turns the check off), and etr-mpirun's,
 #     whose option parsing must not take an option's value for the program.
@@ -121,6 +122,18 @@ status=$?
 grep -q "launch 1: 1 rank(s) on localhost:1" "$work/running.err" || { cat "$work/running.err"; fail "running: the job was not launched"; }
 ended later
 echo "ok running"
+
+# The job ends while a discovery hangs: etr-run does not wait for the script (60 s) to
+# report the job's end (under `timeout 30`, which would end a blocked etr-run).
+printf '#!/bin/sh\n[ -f %s ] || { touch %s; echo localhost:1; exit 0; }\nexec %s\n' \
+  "$work/once2" "$work/once2" "$(hang_script during)" >"$work/first-then-hang2.sh"
+chmod +x "$work/first-then-hang2.sh"
+run during timeout 30 "$etr_run" --host-discovery-script "$work/first-then-hang2.sh" \
+  --discovery-timeout 60 --discovery-interval 0.1 -- sh -c 'sleep 2; exit 3'
+[ "$status" -eq 3 ] || { cat "$work/during.err"; fail "during: exit status $status, not the job's 3"; }
+[ -s "$work/during.childpid" ] || { cat "$work/during.err"; fail "during: no discovery while the job ran"; }
+ended during
+echo "ok during"
 
 echo "== 10. a program that cannot be started"
 run missing "$etr_run" --hosts localhost:2 -- /nonexistent
