@@ -57,11 +57,6 @@ std::string cpus_text(const CpuList& cpus) {
 
 }  // namespace
 
-std::string CpuUse::str() const {
-  return cell("%.2f cores on CPU%s ", cores_busy(), cpus.size() == 1 ? "" : "s") +
-         format_cpus(cpus);
-}
-
 void CpuMeter::restart() {
   wait0_ = threads_wait_seconds();
   wall0_ = clock_seconds(CLOCK_MONOTONIC);

@@ -9,10 +9,12 @@
 //   std::string why = premise_failure({.threads = 1, .pinned = true}, use);
 //   print(why.empty() ? figure : refused_cell(why));
 //
-// Why both measures: the affinity says where the threads may run, CPU / wall how many
-// cores they actually kept busy. A 1-thread row that is not pinned can use two cores
-// (OpenMP or OpenBLAS sized elsewhere: measured 1.55 cores busy on "1 thread"), which
-// CPU / wall shows; a pinned row cannot exceed its CPUs whatever it runs.
+// Why three measures: the affinity says where the threads may run, CPU / wall how many
+// cores they actually kept busy, the run-queue wait whether they had those cores to
+// themselves. A 1-thread row that is not pinned can use two cores (the kernels sized
+// elsewhere: measured 1.55 cores busy on "1 thread"), which CPU / wall shows; a pinned
+// row cannot exceed its CPUs, but other work on them (a compiler on the same 2-core
+// machine: a pinned 1-thread row waited 52 % of its time) shows only as waiting.
 #pragma once
 
 #include <string>
@@ -37,8 +39,6 @@ struct CpuUse {
   double waiting(int threads) const {
     return wait_seconds < 0 || wall_seconds <= 0 ? -1 : wait_seconds / (wall_seconds * threads);
   }
-  // "1.00 cores on CPU 0", "1.93 cores on CPUs 0-1"
-  std::string str() const;
 };
 
 // Measures a region of this process from construction (or restart) to stop(). CPU time

@@ -209,7 +209,9 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Training throughput of the example GPT-2 at 1 and 2 threads beside sgemm");
-  cmd->add_option("--threads", args->threads, "Thread counts to measure")->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "Thread counts to measure; each row runs pinned to that many CPUs")
+      ->capture_default_str();
   cmd->add_option("--steps", args->steps, "Timed optimizer steps")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   add_training_config_options(cmd, args->config, args->overrides, args->json);
