@@ -62,11 +62,12 @@ int main(int argc, char** argv) {
       "OMP_* variable of etr-run's. A stuck worker is turned into a failure by the\n"
       "collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s).\n"
       "Exit status: the job's final status; 1 when there were too few slots for too long, when\n"
-      "the first host discovery fails, or when the job's program cannot be started.");
+      "the first host discovery fails, or when the job's program cannot be started; 2 for a\n"
+      "usage error.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a usage error 2, not CLI11's 10x
   }
   try {
     if (!hosts.empty()) o.hosts.emplace(HostSource::Kind::kList, hosts);
@@ -83,7 +84,13 @@ int main(int argc, char** argv) {
     o.discovery_interval = ms(interval_s, "--discovery-interval");
     o.discovery_timeout = ms(discovery_timeout_s, "--discovery-timeout");
     etr::launcher::validate(o);
-    if (o.hosts->kind() == HostSource::Kind::kList) o.hosts->discover();  // a bad list fails now
+    if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
+      const int slots = etr::launcher::total_slots(o.hosts->discover());
+      if (slots < o.min_np) {
+        throw etr::ConfigError("--hosts gives " + std::to_string(slots) + " slot(s), fewer than --min-np " +
+                               std::to_string(o.min_np) + ", and a fixed list never grows; list more slots");
+      }
+    }
     return etr::launcher::run_elastic(o);
   } catch (const etr::Error& e) {
     std::fprintf(stderr, "etr-run: error: %s\n", e.what());

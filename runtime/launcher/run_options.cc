@@ -26,7 +26,10 @@ void validate(RunOptions& o) {
   if (o.command.empty())
     throw ConfigError(
         "no job to run: put its command after --, e.g. -- etr-train --config c.pbtxt");
-  if (o.min_np < 1) throw ConfigError("--min-np must be at least 1");
+  if (o.min_np < 1 || o.min_np > kMaxTotalSlots) {
+    throw ConfigError("--min-np must be from 1 to " + std::to_string(kMaxTotalSlots) +
+                      " (the most slots a host list may have)");
+  }
   if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
   if (o.max_np < o.min_np) {
     throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " +

@@ -71,6 +71,11 @@ run space "$etr_run" --hosts 'local host:2' -- true
 refused space "^etr-run: error: --hosts item 'local host:2': 'local host' is not a host name: ' ' is not a letter, digit, '-' or '\.'"
 run slots "$etr_run" --hosts 'node1:100000' -- true
 refused slots "the slot count '100000' is not a whole number from 1 to 4096"
+run short "$etr_run" --hosts localhost:2 --min-np 3 -- true
+refused short "^etr-run: error: --hosts gives 2 slot\(s\), fewer than --min-np 3, and a fixed list never grows; list more slots$"
+run usage "$etr_run" --np abc --hosts localhost -- true
+[ "$status" -eq 2 ] || { cat "$work/usage.err"; fail "usage: exit status $status, not 2"; }
+echo "ok usage: $(head -1 "$work/usage.err")"
 head -c 4096 /dev/urandom >"$work/random.hosts"
 run hostfile "$etr_run" --hostfile "$work/random.hosts" -- true
 refused hostfile "^etr-run: error: hostfile $work/random.hosts, line [0-9]+ \('.*'\): .*; write HOST, HOST:SLOTS or HOST slots=SLOTS$"
