@@ -48,11 +48,11 @@ std::vector<HostSlots> read_hostfile(const std::string& path) {
 
 std::string HostSource::describe() const {
   switch (kind_) {
-    case Kind::kList: return "--hosts " + value_;
-    case Kind::kFile: return "hostfile " + value_;
-    case Kind::kScript: return "discovery script " + value_;
+    case Kind::kList: return "--hosts " + printable(value_, 200);
+    case Kind::kFile: return "hostfile " + printable(value_, 200);
+    case Kind::kScript: return "discovery script " + printable(value_, 200);
   }
-  return value_;
+  return printable(value_, 200);
 }
 
 bool Discovery::poll(std::chrono::milliseconds wait) { return !script_ || script_->poll(wait); }

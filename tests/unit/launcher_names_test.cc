@@ -149,6 +149,12 @@ TEST(ParseHostLines, HostsAreCheckedInEveryForm) {
               HasSubstr("from 1 to 4096"));
 }
 
+TEST(HostSource, DescribeEscapesTheValue) {
+  EXPECT_EQ(HostSource(HostSource::Kind::kScript, "/x/\x1b[2Jd.sh").describe(),
+            "discovery script /x/\\x1b[2Jd.sh");
+  EXPECT_EQ(HostSource(HostSource::Kind::kFile, "h\nf").describe(), "hostfile h\\x0af");
+}
+
 TEST(HostSourceFile, RandomBytesNameTheFileAndLine) {
   TempDir dir;
   const std::string path = dir.write("hosts", random_bytes(4096, 7));
