@@ -1,0 +1,66 @@
+// Fuzz target: the checkpoint manifest decoder and its sense checks (checkpoint/manifest.h).
+//
+// Input: a mode byte, then bytes. Mode even: the bytes are a Manifest body, which the
+// target wraps in a valid envelope (format version 1, the body's XXH3) so that the
+// fuzzer reaches the decoder and check_manifest_sense past the checksum; mode odd: the
+// bytes are a whole manifest.pb, envelope and all. read_manifest reads it from a
+// directory in /dev/shm and must either return a manifest or throw CheckpointError; any
+// other exception, a crash or a sanitizer report is a finding. A manifest it returns
+// must pass check_manifest_sense again and its files' sizes must sum without overflow.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "checkpoint/checksum.h"
+#include "checkpoint/manifest.h"
+#include "runtime/error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A directory of this process's own in /dev/shm, removed at exit.
+struct ScratchDir {
+  fs::path path = fs::path("/dev/shm") / ("etr-fuzz-manifest-" + std::to_string(::getpid()));
+  ScratchDir() { fs::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static ScratchDir dir;
+  if (size == 0) return 0;
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  std::string file = bytes;
+  if (data[0] % 2 == 0) {
+    etr::ckpt::ManifestFile envelope;
+    envelope.set_format_version(etr::ckpt_format::kFormatVersion);
+    envelope.set_manifest(bytes);
+    envelope.set_manifest_xxh3(etr::Checksum::of(bytes.data(), bytes.size()));
+    file = envelope.SerializeAsString();
+  }
+  std::ofstream(dir.path / etr::ckpt_format::kManifestName, std::ios::binary | std::ios::trunc)
+      << file;
+  etr::ckpt::Manifest manifest;
+  try {
+    manifest = etr::read_manifest(dir.path);
+  } catch (const etr::CheckpointError&) {
+    return 0;
+  }
+  if (!etr::check_manifest_sense(manifest).empty()) std::abort();
+  uint64_t sum = 0;
+  for (const auto& f : manifest.files()) {
+    if (__builtin_add_overflow(sum, f.bytes(), &sum)) std::abort();
+  }
+  if (etr::shard_bytes(manifest) != sum) std::abort();
+  return 0;
+}
