@@ -16,14 +16,19 @@ size_t ParamLayout::add(std::string name, Shape shape, int layer, bool weight_de
   if (layer < 0) throw InvalidArgument("tensor '" + name + "' has a negative layer index");
   const int64_t offset = (numel_ + kAlignElements - 1) / kAlignElements * kAlignElements;
   entries_.push_back(TensorEntry{std::move(name), offset, shape, dtype, layer, weight_decay});
+  try {
+    index_.emplace(entries_.back().name, entries_.size() - 1);
+  } catch (...) {
+    entries_.pop_back();  // the table and its index stay in step
+    throw;
+  }
   numel_ = offset + shape.numel();
   return entries_.size() - 1;
 }
 
 const TensorEntry* ParamLayout::find(std::string_view name) const {
-  for (const TensorEntry& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 int64_t ParamLayout::param_count() const {

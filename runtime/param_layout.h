@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,9 @@ class ParamLayout {
 
  private:
   std::vector<TensorEntry> entries_;
+  // name -> index into entries_: add() and find() in O(1), so a model of 10^5 layers is
+  // laid out in linear time (a scan per add was quadratic).
+  std::unordered_map<std::string, size_t> index_;
   int64_t numel_ = 0;
 };
 

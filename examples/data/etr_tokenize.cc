@@ -7,7 +7,9 @@
 //
 // Errors are one sentence on stderr and exit status 1 (2 for a bad command line).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -23,7 +25,9 @@
 #include "examples/data/byte_tokenizer.h"
 #include "examples/data/synthetic_corpus.h"
 #include "examples/data/token_file.h"
+#include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/host_allocator.h"
 
 namespace {
 
@@ -73,6 +77,20 @@ void show(const fs::path& path, uint64_t count, bool verify) {
               ByteTokenizer::decode_for_display(first).c_str());
 }
 
+// A whole number of at least `min` that fits in uint64: CLI11 alone reads "-1" as
+// 2^64 - 1, and its number validators print a range up to 1.8e308.
+CLI::Validator count_validator(uint64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        uint64_t v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && !text.empty() && v >= min)
+          return "";
+        return text + " is not a whole number from " + std::to_string(min) + " to 2^64 - 1";
+      },
+      min == 0 ? "UINT" : "POSITIVE");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,13 +108,18 @@ int main(int argc, char** argv) {
 
   auto* input_opt = app.add_option("input", input, "text file to convert (any bytes)");
   auto* output_opt = app.add_option("-o,--output", output, "token file to write");
-  auto* synthetic_opt = app.add_option(
-      "--synthetic", synthetic, "write N tokens of the synthetic corpus instead of a text file");
-  auto* seed_opt = app.add_option("--seed", seed, "seed of the synthetic corpus (default 1)");
+  auto* synthetic_opt = app.add_option("--synthetic", synthetic,
+                                       "write N tokens of the synthetic corpus instead of a text "
+                                       "file (N at least 1; 3 N bytes "
+                                       "must fit in the available memory)")
+                            ->check(count_validator(1));
+  auto* seed_opt = app.add_option("--seed", seed, "seed of the synthetic corpus (default 1)")
+                       ->check(count_validator(0));
   auto* show_opt =
       app.add_option("--show", show_path, "print a token file's header and its first tokens");
   auto* tokens_opt =
-      app.add_option("--tokens", show_tokens, "how many tokens --show decodes (default 256)");
+      app.add_option("--tokens", show_tokens, "how many tokens --show decodes (default 256)")
+          ->check(count_validator(0));
   auto* no_verify_opt =
       app.add_flag("--no-verify", no_verify, "--show without checking the checksum");
   input_opt->excludes(synthetic_opt);
@@ -124,6 +147,16 @@ int main(int argc, char** argv) {
     if (!show_path.empty()) {
       show(show_path, show_tokens, !no_verify);
     } else if (synthetic) {
+      // Checked before allocating: the text and its tokens must fit in memory.
+      const double need = etr::data::synthetic_corpus_bytes(*synthetic);
+      const double available = static_cast<double>(etr::host_available_memory());
+      if (need > available) {
+        throw etr::OutOfMemory(
+            "--synthetic " + std::to_string(*synthetic) + " needs " + etr::format_bytes(need) +
+                " for the corpus and its tokens, more than the " + etr::format_bytes(available) +
+                " of memory available; ask for fewer tokens.",
+            static_cast<size_t>(std::min(need, 1e19)), 0, 0, static_cast<size_t>(available));
+      }
       etr::data::SyntheticCorpus corpus(seed);
       write_tokens(output, corpus.generate(*synthetic));
     } else {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <initializer_list>
 #include <numeric>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "examples/data/index_permutation.h"
+#include "runtime/bytes.h"
 #include "runtime/error.h"
 
 namespace etr::data {
@@ -221,7 +223,14 @@ std::string SyntheticCorpus::next_line(double* log_prob) {
 
 std::string SyntheticCorpus::generate(size_t bytes) {
   std::string text;
-  text.reserve(bytes + 64);
+  try {
+    text.reserve(bytes + 64);
+  } catch (const std::exception& e) {  // bad_alloc, or length_error past max_size()
+    throw OutOfMemory("cannot allocate " + format_bytes(static_cast<double>(bytes)) +
+                          " for the synthetic corpus (" + e.what() +
+                          "); ask for fewer tokens or free memory.",
+                      bytes, 0, 0, 0);
+  }
   while (text.size() < bytes) {
     text += next_line();
     text += '\n';

@@ -58,12 +58,19 @@ class SyntheticCorpus {
   // The next line, without its '\n'. When log_prob is not null, ln P(line) is added to it.
   std::string next_line(double* log_prob = nullptr);
   // Whole lines, each followed by '\n', until there are at least `bytes` bytes, cut to
-  // exactly `bytes` (the last line may be incomplete).
+  // exactly `bytes` (the last line may be incomplete). Throws OutOfMemory, naming the
+  // size, when the memory cannot be had.
   std::string generate(size_t bytes);
 
  private:
   uint64_t state_;  // splitmix64
 };
+
+// Bytes a corpus of `tokens` byte tokens holds at its peak: its text (1 byte a token)
+// and ByteTokenizer::encode's uint16 tokens (2 bytes a token). In double: never overflows.
+inline double synthetic_corpus_bytes(uint64_t tokens) {
+  return 3.0 * static_cast<double>(tokens);
+}
 
 struct SyntheticCorpusEntropy {
   double nats_per_token = 0;     // H(line) / E[tokens per line]

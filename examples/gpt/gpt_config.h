@@ -22,6 +22,22 @@ struct GptConfig {
   int64_t num_parameters() const;
   // Forward + backward FLOPs per token (6 N plus attention, as in PaLM's appendix B).
   double flops_per_token(int64_t T) const;
+  // Elements of the model's flat parameter buffer (ParamLayout::numel(): padded vocabulary
+  // rows, every tensor but the last rounded up to ParamLayout::kAlignElements), in double
+  // so that no size overflows.
+  double layout_numel() const;
+  // Bytes training holds (float): `state` = parameters, gradients and AdamW's m and v
+  // (4 x layout_numel()); `activations` = what GptModel::plan(micro_batch, seq_len)
+  // allocates with `threads` threads (activations plus the backward's scratch). Computed
+  // in double before anything is allocated: any model size gives a finite figure.
+  struct Memory {
+    double state = 0;
+    double activations = 0;
+  };
+  Memory training_memory(int64_t micro_batch, int threads) const;
+  // Throws ConfigError, one sentence naming the config fields and the budget, when
+  // training_memory(micro_batch, threads) is more than `budget` bytes.
+  void require_fits(int64_t micro_batch, int threads, double budget) const;
   // Throws ConfigError naming the first impossible value.
   void validate() const;
   std::string str() const;

@@ -10,12 +10,12 @@
 // printed once at start; a progress line every log.log_every steps; the held-out loss
 // every log.eval_every steps; a generated sample and a summary at the end.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -136,11 +136,29 @@ int main(int argc, char** argv) {
     // Tell etr-run whose fault it was: a rank that raised its own error (a full disk, a
     // bad file) may be on a bad host; a timed-out collective says nothing of this rank,
     // nor does a non-finite step (every rank stops alike).
-    const bool own = dynamic_cast<const etr::CommError*>(&e) == nullptr &&
-                     dynamic_cast<const etr::train::NonFiniteError*>(&e) == nullptr;
-    elastic.event("error rank=" + std::to_string(world->rank()) + " own=" + (own ? "1" : "0"));
+    // A non-finite step would recur after a relaunch from the same checkpoint (final=1).
+    const bool nonfinite = dynamic_cast<const etr::train::NonFiniteError*>(&e) != nullptr;
+    const bool own = dynamic_cast<const etr::CommError*>(&e) == nullptr && !nonfinite;
+    elastic.event("error rank=" + std::to_string(world->rank()) + " own=" + (own ? "1" : "0") +
+                  (nonfinite ? " final=1" : ""));
+    // Every rank stops at a non-finite step alike (the decision rides on a sum): they end
+    // normally, and one says why.
+    if (nonfinite) {
+      if (world->rank() == 0) std::fprintf(stderr, "etr-train: error: %s\n", e.what());
+      return 1;
+    }
     if (world->size() > 1) world->abort(std::string("etr-train: error: ") + e.what(), 1);
     std::fprintf(stderr, "etr-train: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc& e) {
+    // The sizes are checked against the host memory budget before the large allocations;
+    // what still fails is memory the budget did not foresee (other processes took it).
+    const std::string what =
+        std::string("etr-train: error: the operating system refused memory (") + e.what() +
+        ") although the sizes fit the host memory budget; free memory or lower "
+        "runtime.host_memory_budget, model or batch sizes.";
+    if (world->size() > 1) world->abort(what, 1);
+    std::fprintf(stderr, "%s\n", what.c_str());
     return 1;
   } catch (const std::exception& e) {
     if (world->size() > 1) world->abort(std::string("etr-train: internal error: ") + e.what(), 2);

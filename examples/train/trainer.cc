@@ -105,6 +105,10 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log,
   const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
                                                       : default_threads(group);
   cpu::set_num_threads(threads);
+  // Checked before allocating: a model or micro-batch too large for the budget is one
+  // sentence, not minutes of allocation (or an int64 overflow) before OutOfMemory.
+  model_config_.require_fits(config_.batch().micro_batch(), threads,
+                             static_cast<double>(alloc_.stats().budget));
   model_ = std::make_unique<gpt::GptModel<float>>(model_config_, alloc_);
   if (!config_.model().init_from().empty()) {
     gpt::import_hf(*model_, config_.model().init_from());
@@ -187,6 +191,17 @@ void Trainer::load_data() {
   const auto& d = config_.data();
   if (d.synthetic()) {
     const size_t bytes = parse_bytes(d.synthetic_size());
+    // Outside the allocator (a std::string and its tokens), but under the same budget.
+    const MemoryStats m = alloc_.stats();
+    const double left = static_cast<double>(m.budget - std::min(m.budget, m.in_use));
+    if (data::synthetic_corpus_bytes(bytes) > left) {
+      throw ConfigError("data.synthetic_size = " + d.synthetic_size() + " needs " +
+                        format_bytes(data::synthetic_corpus_bytes(bytes)) +
+                        " for the synthetic corpus and its tokens, more than the " +
+                        format_bytes(left) +
+                        " left of the host memory budget after the model; make it smaller or "
+                        "raise runtime.host_memory_budget.");
+    }
     synthetic_ = data::ByteTokenizer::encode(data::SyntheticCorpus(d.seed()).generate(bytes));
     tokens_ = synthetic_;
     if (leader()) log_.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
@@ -205,6 +220,14 @@ void Trainer::load_data() {
     throw ConfigError("the training data (" + std::to_string(tokens_.size()) +
                       " tokens) holds no window of seq_len + 1 = " +
                       std::to_string(model_config_.seq_len + 1) + " tokens");
+  }
+  // A step samples global_batch distinct windows: more than the corpus holds would repeat
+  // windows within one step (and 2e9 of them would take years).
+  if (static_cast<uint64_t>(config_.batch().global_batch()) > split_->train.count()) {
+    throw ConfigError("batch.global_batch = " + std::to_string(config_.batch().global_batch()) +
+                      " is more than the " + std::to_string(split_->train.count()) +
+                      " training windows of model.seq_len + 1 tokens the corpus holds; lower "
+                      "it or give more data.");
   }
   sampler_.emplace(split_->train, d.seed());
   position_.seed = d.seed();

@@ -37,6 +37,14 @@ void set_field(google::protobuf::Message& message, std::string_view path, std::s
 // Repeated fields count as unset when empty. Fields the caller set are never touched.
 void apply_field_defaults(google::protobuf::Message& message);
 
+// "<path> = inf is out of range: expected a finite number such as 0.02 or 1e-3.": the one
+// sentence for a non-finite real, whether it came from a config file or from set_field.
+std::string nonfinite_sentence(std::string_view path, double value);
+
+// Throws ConfigError (nonfinite_sentence) for the first set real (double or float) field
+// anywhere in `message` that is inf or nan; `prefix` is the path of `message` itself.
+void require_finite_reals(const google::protobuf::Message& message, const std::string& prefix = "");
+
 // Dotted paths of every field reachable through singular sub-messages, sub-messages
 // included, in declaration order: "model", "model.preset", "model.n_layer", ...
 std::vector<std::string> field_paths(const google::protobuf::Descriptor& type);

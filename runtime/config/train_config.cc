@@ -4,6 +4,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "runtime/bytes.h"
@@ -245,6 +247,14 @@ void validate_checkpoint(const config::CheckpointConfig& c) {
 
 void validate_runtime(const config::RuntimeConfig& r) {
   require(r.threads() >= 0, "runtime.threads", r.threads(), "0 (automatic) or more");
+  // Bounded by the machine's CPUs (hardware_concurrency), not by this process's affinity
+  // mask: a rank bound to fewer cores may oversubscribe them on purpose (etr-bench
+  // measures that), but threads beyond every CPU of the machine never run in parallel and
+  // tens of thousands of them crash libgomp (SIGSEGV in GOMP_parallel at 65536).
+  const int cpus = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  require(r.threads() <= cpus, "runtime.threads is " + text(r.threads()) + ", more than the " +
+                                   text(cpus) + " CPUs of this machine; set at most " + text(cpus) +
+                                   ", or 0 for automatic.");
   if (r.host_memory_budget().empty()) return;
   size_t budget = 0;
   try {
@@ -302,6 +312,7 @@ void resolve(TrainConfig& config) {
 }
 
 void validate(const TrainConfig& config) {
+  require_finite_reals(config);  // the same sentence as --set gives for inf and nan
   validate_model(config.model());
   validate_optimizer(config.optimizer());
   validate_schedule(config.schedule());

@@ -82,6 +82,20 @@ std::string check_line(const std::string& line) {
   return "matches no rule";
 }
 
+// A size no memory holds is OutOfMemory naming the corpus, not std::length_error or
+// std::bad_alloc from the string.
+TEST(SyntheticCorpus, ImpossibleSizeIsOutOfMemoryNamingTheCorpus) {
+  SyntheticCorpus corpus(1);
+  try {
+    corpus.generate(SIZE_MAX - 100);
+    FAIL() << "generate(SIZE_MAX - 100) returned";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("for the synthetic corpus"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(synthetic_corpus_bytes(1000), 3000.0);
+}
+
 TEST(SyntheticCorpus, SameSeedSameTextOtherSeedOtherText) {
   SyntheticCorpus a(1), b(1), c(2);
   const std::string ta = a.generate(20000);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "runtime/error.h"
@@ -84,6 +85,23 @@ TEST(ParamLayout, RejectsDuplicatesAndLayersOutOfOrder) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("add tensors in forward order"), std::string::npos);
   }
+}
+
+// 2 x 10^5 entries (a model of 10^4 layers has 1.2 x 10^5): the name index still finds
+// every entry and still refuses a duplicate of the first, a middle and the last name.
+TEST(ParamLayout, ManyEntriesStillRejectDuplicates) {
+  ParamLayout l;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) l.add("t." + std::to_string(i), Shape{3}, i, false);
+  ASSERT_EQ(l.entries().size(), static_cast<size_t>(n));
+  for (int i : {0, n / 2, n - 1}) {
+    const std::string name = "t." + std::to_string(i);
+    ASSERT_NE(l.find(name), nullptr);
+    EXPECT_EQ(l.find(name)->offset, int64_t{16} * i);
+    EXPECT_THROW(l.add(name, Shape{3}, n, false), InvalidArgument);
+  }
+  EXPECT_EQ(l.entries().size(), static_cast<size_t>(n));  // refused adds leave no entry
+  EXPECT_EQ(l.find("t." + std::to_string(n)), nullptr);
 }
 
 }  // namespace

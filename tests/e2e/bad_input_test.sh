@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# etr-train and etr-tokenize against bad input (issue 13 cases 1-6), as a user meets it:
+# each refusal ends with the given exit status and one sentence on stderr matching a
+# pattern - never a signal death, a hang, "internal error" or a raw std::bad_alloc.
+# Other cases are appended as more `expect_fail` lines.
+# Usage: bad_input_test.sh ETR_MPIRUN ETR_TRAIN ETR_TOKENIZE TINY_CONFIG
+set -u
+mpirun=$1 train=$2 tokenize=$3 tiny=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+n=0
+# expect_fail CODE REGEX -- COMMAND...: COMMAND (stdin /dev/null, at most 120 s) exits
+# with CODE and its stderr matches the extended regex REGEX, holds no "internal error"
+# nor "bad_alloc", and the test goes on to the next case either way.
+expect_fail() {
+  local code=$1 pattern=$2
+  shift 3
+  n=$((n + 1))
+  local err=$work/$n.err status
+  timeout 120 "$@" </dev/null >"$work/$n.out" 2>"$err"
+  status=$?
+  local why=""
+  if [ "$status" -ne "$code" ]; then
+    why="exit status $status, not $code"
+  elif grep -Eq 'internal error|bad_alloc' "$err"; then
+    why="an internal error or a raw bad_alloc"
+  elif ! grep -Eq -- "$pattern" "$err"; then
+    why="no sentence matching: $pattern"
+  fi
+  if [ -n "$why" ]; then
+    echo "FAIL $n: $*: $why"
+    sed 's/^/    /' "$err" | head -20
+    failures=$((failures + 1))
+  else
+    echo "ok $n: $* -> $(grep -E -- "$pattern" "$err" | head -1)"
+  fi
+}
+# etr-train on the tiny config, one rank under mpirun; cases add `--set` overrides.
+train_tiny=("$mpirun" -np 1 "$train" --config "$tiny")
+
+# 1. threads beyond the machine's CPUs (65536 crashed libgomp).
+expect_fail 1 'runtime\.threads is 65536, more than the [0-9]+ CPUs of this machine' -- \
+  "${train_tiny[@]}" --set runtime.threads=65536
+# 2. a model larger than the host memory budget: refused before allocating (it grew at
+#    450 MB/s), with no int64 overflow on the way; a micro-batch whose activations do not fit.
+expect_fail 1 'model\.n_layer = 2147483647.* needs .* for parameters, gradients and AdamW state, more than the .* host memory budget' -- \
+  "${train_tiny[@]}" --set model.n_layer=2147483647
+expect_fail 1 'model\.n_layer = 100000.* more than the 1 GiB host memory budget' -- \
+  "${train_tiny[@]}" --set model.n_layer=100000 --set runtime.host_memory_budget=1GiB
+expect_fail 1 'model\.d_model = 2147483646.* needs' -- \
+  "${train_tiny[@]}" --set model.d_model=2147483646 --set model.n_head=1
+expect_fail 1 'batch\.micro_batch = 100000 with model\.seq_len = 64 needs .* of activations' -- \
+  "${train_tiny[@]}" --set batch.micro_batch=100000 --set batch.global_batch=100000
+# 3. a non-finite real in a config FILE: the sentence --set gives.
+for section in "optimizer { lr: inf }" "optimizer { weight_decay: nan }" \
+  "optimizer { eps: -inf }" "optimizer { grad_clip: nan }" "model { preset: 'tiny' init_std: inf }"; do
+  cfg=$work/nonfinite.$n.pbtxt
+  printf '%s\ndata { synthetic: true synthetic_size: "64KiB" }\n' "$section" >"$cfg"
+  expect_fail 1 'is out of range: expected a finite number such as 0\.02 or 1e-3\.' -- \
+    "$mpirun" -np 1 "$train" --config "$cfg"
+done
+expect_fail 1 '^etr-train: error: optimizer\.lr = inf is out of range: expected a finite number' -- \
+  "${train_tiny[@]}" --set optimizer.lr=inf
+# 4. a global batch of more windows than the corpus holds.
+expect_fail 1 'batch\.global_batch = 2000000000 is more than the [0-9]+ training windows' -- \
+  "${train_tiny[@]}" --set batch.global_batch=2000000000
+# 5. a synthetic corpus larger than memory.
+expect_fail 1 'data\.synthetic_size = 64GiB needs .* for the synthetic corpus' -- \
+  "${train_tiny[@]}" --set data.synthetic_size=64GiB
+expect_fail 1 '^etr-tokenize: error: --synthetic 100000000000 needs .* of memory available; ask for fewer tokens\.$' -- \
+  "$tokenize" --synthetic 100000000000 -o "$work/big.tok"
+# 6. negative counts are usage errors, not 2^64 - 1.
+expect_fail 2 '--synthetic: -1 is not a whole number from 1' -- "$tokenize" --synthetic -1 -o "$work/neg.tok"
+expect_fail 2 '--synthetic: 0 is not a whole number from 1' -- "$tokenize" --synthetic 0 -o "$work/zero.tok"
+"$tokenize" --synthetic 1000 -o "$work/ok.tok" >/dev/null || { echo "FAIL: --synthetic 1000"; exit 1; }
+expect_fail 2 '--tokens: -1 is not a whole number from 0' -- "$tokenize" --show "$work/ok.tok" --tokens -1
+expect_fail 2 '--seed: -1 is not a whole number from 0' -- "$tokenize" --synthetic 10 --seed -1 -o "$work/seed.tok"
+[ ! -e "$work/neg.tok" ] || { echo "FAIL: --synthetic -1 wrote a file"; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ] || { echo "$failures of $n case(s) failed"; exit 1; }
+echo "all $n cases refused as expected"
