@@ -129,10 +129,10 @@ double BenchContext::max_over_ranks(double value) const {
 
 std::vector<CpuUse> BenchContext::gather_cpu_use(const CpuUse& mine) const {
   struct Wire {
-    double wall, cpu, wait;
+    double wall, cpu, wait, others;
     cpu_set_t cpus;
   };
-  Wire w{mine.wall_seconds, mine.cpu_seconds, mine.wait_seconds, {}};
+  Wire w{mine.wall_seconds, mine.cpu_seconds, mine.wait_seconds, mine.others_seconds, {}};
   CPU_ZERO(&w.cpus);
   for (int c : mine.cpus) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &w.cpus);
@@ -145,6 +145,7 @@ std::vector<CpuUse> BenchContext::gather_cpu_use(const CpuUse& mine) const {
     out[r].wall_seconds = all[r].wall;
     out[r].cpu_seconds = all[r].cpu;
     out[r].wait_seconds = all[r].wait;
+    out[r].others_seconds = all[r].others;
     for (int c = 0; c < CPU_SETSIZE; ++c) {
       if (CPU_ISSET(c, &all[r].cpus)) out[r].cpus.push_back(c);
     }

@@ -129,9 +129,9 @@ struct Timing {
   double time_s = 0;            // median over reps of the slowest rank's mean time per op
   int iters = 0;                // ops per repetition
   double algbw = 0, busbw = 0;  // GB/s
-  CpuUse use;                   // this rank's timed reps, summed
-  double cores_busy = 0;        // the most cores a rank kept busy over them
-  double waiting = 0;           // the largest share of that time a rank waited for a CPU
+  CpuUse use{.others_seconds = 0, .cpus = {}};  // this rank's timed reps, summed
+  double cores_busy = 0;                        // the most cores a rank kept busy over them
+  double waiting = 0;  // the largest share of that time a rank waited for a CPU
   nlohmann::json to_json() const {
     return {{"time_us", time_s * 1e6}, {"algbw", algbw},           {"busbw", busbw},
             {"iters", iters},          {"cores_busy", cores_busy}, {"waiting", waiting}};
@@ -143,10 +143,7 @@ double metered_seconds_of(int k, const Op& op, CpuUse& into) {
   CpuMeter meter;
   const double t = seconds_of(k, op);
   const CpuUse u = meter.stop();
-  into.wall_seconds += u.wall_seconds;
-  into.cpu_seconds += u.cpu_seconds;
-  into.wait_seconds += u.wait_seconds;
-  into.cpus = u.cpus;
+  accumulate(into, u);
   return t;
 }
 

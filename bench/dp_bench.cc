@@ -117,8 +117,9 @@ void check_round(const BenchContext& ctx, const RoundUse& mine, Row& row) {
     row.cpus += (row.cpus.empty() ? "" : " | ") + format_cpus(u.cpus);
   }
   // A rank's progress engine shares its core with its compute thread (bench/run_dp.sh),
-  // so waiting for the core is part of what is measured, not a sign of other work.
-  const Premise premise{.threads = threads, .pinned = true, .max_waiting = -1};
+  // so waiting for the core is part of what is measured; other processes' time on it is
+  // not (/proc/stat).
+  const Premise premise{.threads = threads, .pinned = true, .max_waiting = -1, .max_others = 0.10};
   const std::string why = ranks_premise_failure(premise, uses, hosts);
   if (row.refused.empty()) row.refused = why;
 }
@@ -196,7 +197,8 @@ void run(BenchContext& ctx, const DpArgs& a) {
       "waiting for it, hidden = 1 - exposed/comm, efficiency = tok/s / (ranks x tok/s of "
       "single)\n"
       "# cpus = each rank's CPUs, busy = the most cores a rank kept busy (CPU / wall time); a "
-      "row whose ranks used more cores than their threads shows \"premise failed\"\n",
+      "row whose ranks used more cores than their threads, or whose CPUs other processes kept more "
+      "than 0.1 cores busy per thread, shows \"premise failed\"\n",
       config.model().n_layer(), config.model().d_model(), config.model().seq_len(),
       static_cast<long long>(B), static_cast<long long>(T), config.batch().micro_batch(),
       config.runtime().threads(), ctx.machine().placement().c_str(),

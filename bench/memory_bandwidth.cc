@@ -69,7 +69,7 @@ StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_b
 
   double bytes = 3.0 * static_cast<double>(n * sizeof(float));
   std::vector<double> slowest, mine;
-  CpuUse use;  // the timed passes, summed
+  CpuUse use{.others_seconds = 0, .cpus = {}};  // the timed passes, summed
   for (int r = 0; r < reps; ++r) {
     ctx.barrier();
     CpuMeter meter;
@@ -77,10 +77,7 @@ StreamBandwidth measure_stream_bandwidth(const BenchContext& ctx, size_t array_b
     add_arrays(a, b, n);
     double t = seconds_since(t0);
     const CpuUse pass = meter.stop();
-    use.wall_seconds += pass.wall_seconds;
-    use.cpu_seconds += pass.cpu_seconds;
-    use.wait_seconds += pass.wait_seconds;
-    use.cpus = pass.cpus;
+    accumulate(use, pass);
     mine.push_back(bytes / t / 1e9);
     slowest.push_back(bytes / ctx.max_over_ranks(t) / 1e9);
   }

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sched.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -58,6 +59,7 @@ std::string cpus_text(const CpuList& cpus) {
 }  // namespace
 
 void CpuMeter::restart() {
+  busy0_ = cpu_busy_seconds();
   wait0_ = threads_wait_seconds();
   wall0_ = clock_seconds(CLOCK_MONOTONIC);
   cpu0_ = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -70,7 +72,24 @@ CpuUse CpuMeter::stop() const {
   const double wait = threads_wait_seconds();
   u.wait_seconds = wait < 0 || wait0_ < 0 ? -1 : std::max(0.0, wait - wait0_);
   u.cpus = process_cpus();
+  const std::vector<double> busy = cpu_busy_seconds();
+  if (!busy.empty() && busy.size() == busy0_.size()) {
+    double on_cpus = 0;
+    for (int c : u.cpus) {
+      if (c < static_cast<int>(busy.size())) on_cpus += busy[c] - busy0_[c];
+    }
+    u.others_seconds = std::max(0.0, on_cpus - u.cpu_seconds);
+  }
   return u;
+}
+
+void accumulate(CpuUse& into, const CpuUse& u) {
+  const auto sum = [](double a, double b) { return a < 0 || b < 0 ? -1 : a + b; };
+  into.wall_seconds += u.wall_seconds;
+  into.cpu_seconds += u.cpu_seconds;
+  into.wait_seconds = sum(into.wait_seconds, u.wait_seconds);
+  into.others_seconds = sum(into.others_seconds, u.others_seconds);
+  into.cpus = u.cpus;
 }
 
 std::string premise_failure(const Premise& p, const CpuUse& use) {
@@ -80,6 +99,12 @@ std::string premise_failure(const Premise& p, const CpuUse& use) {
   if (p.pinned && n > p.threads) return claim + " may run on " + cpus_text(use.cpus);
   if (use.cores_busy() > p.threads * p.tolerance) {
     return cell("%.2f cores busy for ", use.cores_busy()) + claim;
+  }
+  const double others = use.others_busy();
+  if (p.max_others >= 0 && use.wall_seconds >= 1.0 && others > p.max_others * p.threads) {
+    return cell("other work kept %.2f cores busy on its CPU%s (", others,
+                use.cpus.size() == 1 ? "" : "s") +
+           format_cpus(use.cpus) + ")";
   }
   const double waiting = use.waiting(p.threads);
   if (p.max_waiting >= 0 && waiting > p.max_waiting) {
@@ -134,6 +159,29 @@ CpuList process_cpus() {
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &all)) out.push_back(c);
   }
+  return out;
+}
+
+std::vector<double> cpu_busy_seconds() {
+  std::vector<double> out;
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return out;
+  const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    int cpu = -1;
+    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                       steal = 0;
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &user, &nice,
+                    &system, &idle, &iowait, &irq, &softirq, &steal) != 9 ||
+        cpu < 0 || cpu >= CPU_SETSIZE) {
+      continue;  // the "cpu " total line, or the lines after the CPUs
+    }
+    if (static_cast<size_t>(cpu) >= out.size()) out.resize(static_cast<size_t>(cpu) + 1, 0);
+    out[static_cast<size_t>(cpu)] =
+        static_cast<double>(user + nice + system + irq + softirq + steal) * tick;
+  }
+  std::fclose(f);
   return out;
 }
 

@@ -31,10 +31,17 @@ struct CpuUse {
   // Time its threads were ready to run but waited for a CPU (the kernel's run-queue
   // delay, /proc/self/task/*/schedstat): other work on the same cores. < 0: unknown.
   double wait_seconds = 0;
+  // CPU time other processes (and the hypervisor's steal) took on `cpus` over the
+  // region: their busy time in /proc/stat (10 ms ticks) minus this process's. < 0: unknown.
+  double others_seconds = -1;
   CpuList cpus;  // the union of the affinities of the process's threads, at the end
 
   // CPU / wall: the cores kept busy on average (0 for an empty region).
   double cores_busy() const { return wall_seconds > 0 ? cpu_seconds / wall_seconds : 0; }
+  // The cores other work kept busy on `cpus` on average (-1: unknown).
+  double others_busy() const {
+    return others_seconds < 0 || wall_seconds <= 0 ? -1 : others_seconds / wall_seconds;
+  }
   // The fraction of `threads` threads' time spent waiting for a CPU (-1: unknown).
   double waiting(int threads) const {
     return wait_seconds < 0 || wall_seconds <= 0 ? -1 : wait_seconds / (wall_seconds * threads);
@@ -52,7 +59,12 @@ class CpuMeter {
 
  private:
   double wall0_ = 0, cpu0_ = 0, wait0_ = 0;
+  std::vector<double> busy0_;  // [CPU number] busy seconds of every CPU, /proc/stat
 };
+
+// Adds region `u` to `into` (for a figure timed in pieces); an unknown stays unknown, so
+// start from CpuUse{.others_seconds = 0}.
+void accumulate(CpuUse& into, const CpuUse& u);
 
 // What a row claims about one process (one rank).
 struct Premise {
@@ -67,12 +79,17 @@ struct Premise {
   // the row is refused as run on shared cores; < 0: not checked (rows whose own threads
   // share a core by design, e.g. a rank's progress engine beside its compute thread).
   double max_waiting = 0.10;
+  // Other processes may keep this many cores busy per claimed thread on the row's CPUs
+  // (/proc/stat) before it is refused; < 0: not checked (rows whose CPUs are shared by
+  // design, e.g. unbound ranks). Checked for regions of a second or more only: the
+  // ticks are 10 ms.
+  double max_others = -1;
 };
 
 // "" when `use` bears out `p`, else one phrase saying what does not, for the row's
 // marker: "1.55 cores busy for 1 thread", "1 thread may run on 2 CPUs (0-1)",
-// "2 threads on 1 CPU (0)", "1 thread waited for a CPU 35% of the time (cores shared with
-// other work)".
+// "2 threads on 1 CPU (0)", "other work kept 0.45 cores busy on its CPU (0)", "1 thread waited for
+// a CPU 35% of the time (cores shared with other work)".
 std::string premise_failure(const Premise& p, const CpuUse& use);
 
 // The check across the ranks of one host, before or after running: ranks that claim
@@ -108,6 +125,10 @@ class ScopedProcessAffinity {
  private:
   CpuList saved_;
 };
+
+// Busy seconds (all but idle and iowait) of every CPU since boot, indexed by CPU number,
+// from /proc/stat; empty when it cannot be read.
+std::vector<double> cpu_busy_seconds();
 
 // The run-queue delay of every thread of this process so far, in seconds; -1 when the
 // kernel does not keep it.

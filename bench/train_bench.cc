@@ -98,7 +98,7 @@ TrainRow measure(BenchContext& ctx, const TrainArgs& a, TrainConfig config, int 
   meter.restart();
   row.sgemm_gflops = sgemm_gflops(B * T, 4 * C, C, threads);
   row.sgemm_use = meter.stop();
-  const Premise premise{.threads = threads, .pinned = true};
+  const Premise premise{.threads = threads, .pinned = true, .max_others = 0.10};
   row.refused = premise_failure(premise, row.model_use);
   if (row.refused.empty() && kernel_threads != threads) {
     row.refused = "the kernels ran " + std::to_string(kernel_threads) + " threads";
@@ -172,7 +172,8 @@ void run(BenchContext& ctx, const TrainArgs& a) {
                 "could run, busy = CPU time / wall time of the timed steps (cores kept busy), "
                 "wait = the share of the threads' time spent waiting for a CPU (other work on "
                 "the cores);\n"
-                "# a row whose busy exceeds threads x 1.15, whose wait exceeds 10%%, or whose "
+                "# a row whose busy exceeds threads x 1.15, whose wait exceeds 10%%, whose CPUs "
+                "other processes kept more than 0.1 cores per thread busy (/proc/stat), or whose "
                 "threads could run elsewhere shows \"premise failed\" instead of its figures\n",
                 config.model().n_layer(), config.model().n_head(), config.model().d_model(),
                 config.model().seq_len(), config.model().vocab_size(), static_cast<long long>(B),

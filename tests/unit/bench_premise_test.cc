@@ -3,6 +3,9 @@
 // own CPU clock, each thread's own affinity.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -62,7 +65,7 @@ TEST(PremiseFailure, ThreadsWaitingForACpuAreRefused) {
   EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u),
             "1 thread waited for a CPU 34% of the time (cores shared with other work)");
   // Two threads: the same wait is 17 % of their time.
-  EXPECT_EQ(premise_failure({.threads = 2}, CpuUse{2.0, 3.0, 0.68, {0, 1}}),
+  EXPECT_EQ(premise_failure({.threads = 2}, CpuUse{2.0, 3.0, 0.68, -1, {0, 1}}),
             "2 threads waited for a CPU 17% of the time (cores shared with other work)");
   u.wait_seconds = 0.19;  // 9.5 %: within the default 10 %
   EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u), "");
@@ -71,6 +74,36 @@ TEST(PremiseFailure, ThreadsWaitingForACpuAreRefused) {
   u.wait_seconds = -1;
   EXPECT_EQ(u.waiting(1), -1);
   EXPECT_EQ(premise_failure({.threads = 1}, u), "");
+}
+
+TEST(PremiseFailure, OtherWorkOnTheRowsCpusIsRefusedWhenChecked) {
+  CpuUse u = use(0.95, {0});
+  u.others_seconds = 0.9;  // of 2 s wall: 0.45 cores
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true, .max_others = 0.10}, u),
+            "other work kept 0.45 cores busy on its CPU (0)");
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true}, u), "");  // not checked
+  u.others_seconds = 0.18;                                            // 0.09 cores
+  EXPECT_EQ(premise_failure({.threads = 1, .pinned = true, .max_others = 0.10}, u), "");
+  // Two threads: 0.2 cores of other work is within 0.1 per thread.
+  EXPECT_EQ(premise_failure({.threads = 2, .max_others = 0.10}, CpuUse{2.0, 3.8, 0, 0.4, {0, 1}}),
+            "");
+  // Too short a region for 10 ms ticks, or unknown: not judged.
+  EXPECT_EQ(premise_failure({.threads = 1, .max_others = 0.10}, CpuUse{0.5, 0.5, 0, 0.4, {0}}), "");
+  EXPECT_EQ(premise_failure({.threads = 1, .max_others = 0.10}, CpuUse{2.0, 2.0, 0, -1, {0}}), "");
+}
+
+TEST(Accumulate, SumsPiecesAndKeepsUnknownsUnknown) {
+  CpuUse total{.others_seconds = 0, .cpus = {}};
+  accumulate(total, CpuUse{1.0, 0.9, 0.1, 0.2, {0}});
+  accumulate(total, CpuUse{2.0, 1.8, 0.2, 0.3, {0}});
+  EXPECT_DOUBLE_EQ(total.wall_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(total.cpu_seconds, 2.7);
+  EXPECT_NEAR(total.wait_seconds, 0.3, 1e-12);
+  EXPECT_DOUBLE_EQ(total.others_seconds, 0.5);
+  EXPECT_EQ(total.cpus, CpuList{0});
+  accumulate(total, CpuUse{1.0, 1.0, -1, -1, {0}});
+  EXPECT_EQ(total.wait_seconds, -1);
+  EXPECT_EQ(total.others_seconds, -1);
 }
 
 TEST(SharedCores, RanksNeedACpuEachBetweenThem) {
@@ -226,6 +259,34 @@ TEST(CpuMeter, SeesThreadsWaitingForASharedCpu) {
   for (auto& t : threads) t.join();
   EXPECT_GT(u.wait_seconds, 0.3 * u.wall_seconds);
   EXPECT_NE(premise_failure({.threads = 1, .pinned = true}, u).find("waited for a CPU"),
+            std::string::npos);
+}
+
+TEST(CpuMeter, SeesOtherProcessesOnItsCpus) {
+  // A child process spinning on this process's one CPU while it sleeps: the meter must
+  // count at least the child's CPU time (its rusage) as other work there, less the
+  // error of 10 ms ticks; more if anything else ran there too.
+  if (cpu_busy_seconds().empty()) GTEST_SKIP() << "no /proc/stat";
+  const CpuList one = {process_cpus().front()};
+  ScopedProcessAffinity pin(one);  // the child inherits it
+  CpuMeter meter;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    spin_for_cpu(1.1);  // a region of a second or more is judged
+    _exit(0);
+  }
+  int status = 0;
+  rusage ru{};
+  ASSERT_EQ(wait4(child, &status, 0, &ru), child);
+  const CpuUse u = meter.stop();
+  const double child_cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  EXPECT_GE(child_cpu, 1.1);
+  EXPECT_GE(u.others_seconds, child_cpu - 0.1);
+  EXPECT_LT(u.cpu_seconds, 0.1);  // this process slept
+  EXPECT_NE(premise_failure({.threads = 1, .pinned = true, .max_waiting = -1, .max_others = 0.1}, u)
+                .find("other work kept"),
             std::string::npos);
 }
 
