@@ -16,6 +16,9 @@
 // To etr-run (rank 0 writes, but a rank that fails writes its own "error" line):
 //   <dir>/events    one line per event, "<unix ms> <event> key=value ...", appended
 //   <dir>/progress  the last completed step, rewritten in place after every step
+// A failing rank's line is "error rank=R own=0|1 [final=1]": own=1 when the rank's own
+// error (a full disk, a bad file) may point at its host, which etr-run then charges;
+// final=1 when a relaunch would fail the same way (a non-finite step), so etr-run stops.
 // Resizing: etr-run sends SIGUSR1 to mpirun, which forwards it to every rank; the ranks
 // agree at a step boundary, save a checkpoint and exit with kResizeExitCode.
 #pragma once

@@ -106,11 +106,24 @@ struct LaunchResult {
   int status = 0;          // exit status (128 + signal when mpirun was killed)
   int killed_rank = -1;    // from mpirun's report (MpirunOutput)
   int own_error_rank = -1; // from the job's "error ... own=1" event
+  bool final_error = false;  // the job's "error ... final=1": a relaunch would fail alike
   bool resize_requested = false;
   bool first_step_seen = false;
   bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
   std::string program_error;  // mpirun could not start the program (MpirunOutput)
 };
+
+// A job's "error rank=R own=0|1 [final=1]" event: the first rank that named itself the
+// cause (own=1), and whether a relaunch would fail the same way (final=1).
+void note_error(const Event& e, LaunchResult& r) {
+  if (e.name != "error") return;
+  auto field = [&e](const char* key) {
+    const auto it = e.fields.find(key);
+    return it == e.fields.end() ? std::string() : it->second;
+  };
+  if (field("own") == "1" && r.own_error_rank < 0) r.own_error_rank = std::atoi(field("rank").c_str());
+  if (field("final") == "1") r.final_error = true;
+}
 
 // The job's environment on top of etr-run's: the ETR_RUN_* variables of runtime/elastic.h.
 struct LaunchEnv {
@@ -306,10 +319,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
               " after the last launch ended");
         }
       }
-      if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" &&
-          r.own_error_rank < 0) {
-        r.own_error_rank = std::atoi(e.fields.at("rank").c_str());
-      }
+      note_error(e, r);
     }
     // Discovery while the job runs (a script runs beside this loop): more slots (up to
     // max_np), or fewer than it uses.
@@ -344,11 +354,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   r.killed_rank = output.killed_rank();
   r.program_error = output.program_error();
   close(err[0]);
-  for (const Event& e : events_->read_new()) {
-    if (e.name == "error" && e.fields.count("own") && e.fields.at("own") == "1" && r.own_error_rank < 0) {
-      r.own_error_rank = std::atoi(e.fields.at("rank").c_str());
-    }
-  }
+  for (const Event& e : events_->read_new()) note_error(e, r);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
@@ -434,6 +440,12 @@ int Driver::run() {
     if (!r.program_error.empty()) {  // mpirun could not start it on a host
       say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
       exit_status = 1;
+      break;
+    }
+    if (r.final_error) {
+      say("error: the job stopped with an error that a relaunch would repeat (exit status ",
+          r.status, ", after step ", last_step, "); not relaunching: see its error above");
+      exit_status = r.status;
       break;
     }
     if (launches == 1 && !r.ready_seen) {

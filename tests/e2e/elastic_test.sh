@@ -13,7 +13,9 @@
 #     ends the job, which is relaunched and completes; parameters bitwise equal;
 #  d. fewer usable slots than --min-np: etr-run waits, then fails with a sentence, exit 1;
 #  e. a host whose rank fails at every launch (ETR_FAIL_AT_STEP on its rank): after
-#     --blacklist-after 2 failures it is excluded and the job completes without it.
+#     --blacklist-after 2 failures it is excluded and the job completes without it;
+#  f. a step whose gradient is not finite (ETR_NONFINITE_AT_STEP) stops the job with an
+#     error a relaunch would repeat: etr-run does not relaunch it and exits 1.
 # Usage: elastic_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4
@@ -169,4 +171,12 @@ completed e
 expect e "host 127.0.0.1 failed 2 time(s) (--blacklist-after 2): excluded" "the host was not excluded"
 expect e "launch 3: 2 rank(s) on localhost:2 (after a failure, relaunch 2)" "not relaunched without the excluded host"
 grep -q "asking the job to resize" "$work/e.out" && fail "e: asked to grow onto the excluded host"
+
+echo "== f. a non-finite step is not relaunched"
+ETR_NONFINITE_AT_STEP=3:1 start f --min-np 2 --max-np 2 --host-discovery-script "$(discovery f localhost:2)"
+finish f
+[ "$status" -eq 1 ] || { cat "$work/f.out"; fail "f: exit status $status, not 1"; }
+expect f "step 3: the norm of the gradients summed over the 2 ranks is" "no sentence naming the step"
+expect f "error: the job stopped with an error that a relaunch would repeat" "no sentence saying why it stopped"
+grep -q "launch 2" "$work/f.out" && { cat "$work/f.out"; fail "f: relaunched a job that stopped on a non-finite step"; }
 echo "PASS"
