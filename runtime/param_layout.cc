@@ -1,6 +1,7 @@
 #include "runtime/param_layout.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "runtime/error.h"
 
@@ -38,14 +39,14 @@ int64_t ParamLayout::param_count() const {
 }
 
 std::pair<int64_t, int64_t> ParamLayout::layer_range(int layer) const {
-  int64_t begin = -1, end = -1;
-  for (const TensorEntry& e : entries_) {
-    if (e.layer != layer) continue;
-    if (begin < 0) begin = e.offset;
-    end = e.offset + e.numel();
-  }
-  if (begin < 0) return {0, 0};
-  return {begin, end};
+  // Entries are in non-decreasing layer order (add() enforces it): a binary search, so
+  // asking every layer's range (the bucket reducer does) is not quadratic.
+  auto first = std::lower_bound(entries_.begin(), entries_.end(), layer,
+                                [](const TensorEntry& e, int l) { return e.layer < l; });
+  auto last = std::upper_bound(first, entries_.end(), layer,
+                               [](int l, const TensorEntry& e) { return l < e.layer; });
+  if (first == last) return {0, 0};
+  return {first->offset, std::prev(last)->offset + std::prev(last)->numel()};
 }
 
 int64_t ParamLayout::padded_numel(int n) const {

@@ -101,6 +101,11 @@ TEST(ParamLayout, ManyEntriesStillRejectDuplicates) {
     EXPECT_THROW(l.add(name, Shape{3}, n, false), InvalidArgument);
   }
   EXPECT_EQ(l.entries().size(), static_cast<size_t>(n));  // refused adds leave no entry
+  // Each layer's range by binary search, against the entries themselves.
+  for (int i : {0, 1, n / 2, n - 1}) {
+    EXPECT_EQ(l.layer_range(i), (std::pair<int64_t, int64_t>{int64_t{16} * i, 16 * i + 3}));
+  }
+  EXPECT_EQ(l.layer_range(n), (std::pair<int64_t, int64_t>{0, 0}));
   EXPECT_EQ(l.find("t." + std::to_string(n)), nullptr);
 }
 
