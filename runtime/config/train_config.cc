@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -202,11 +203,16 @@ void validate_data(const TrainConfig& c) {
               " (model.seq_len + 1); make either larger or set log.eval_every=0.");
 }
 
+// A sample is for reading in the log; each token is one forward pass of the model.
+constexpr int kMaxSampleTokens = 100000;
+
 void validate_log(const config::LogConfig& l) {
   require(l.log_every() >= 1, "log.log_every", l.log_every(), "at least 1");
   require(l.eval_every() >= 0, "log.eval_every", l.eval_every(), "0 (never) or more");
   require(l.eval_batches() >= 1, "log.eval_batches", l.eval_batches(), "at least 1");
   require(l.sample_tokens() >= 0, "log.sample_tokens", l.sample_tokens(), "0 (none) or more");
+  require(l.sample_tokens() <= kMaxSampleTokens, "log.sample_tokens", l.sample_tokens(),
+          "at most " + text(kMaxSampleTokens) + " (a sample is for reading in the log)");
   require(l.trace_steps() >= 0, "log.trace_steps", l.trace_steps(), "0 (all) or more");
   require(l.log_level() != config::LOG_LEVEL_UNSPECIFIED,
           "log.log_level is LOG_LEVEL_UNSPECIFIED; choose debug, info, warn, error or off.");
@@ -320,6 +326,12 @@ void validate(const TrainConfig& config) {
   require(b.global_batch() >= 1, "batch.global_batch", b.global_batch(), "at least 1");
   require(b.micro_batch() >= 1, "batch.micro_batch", b.micro_batch(), "at least 1");
   accumulation_steps(config, 1);
+  // The sampler counts the sequences seen in a uint64; int64 keeps a margin.
+  const int64_t max_steps = std::numeric_limits<int64_t>::max() / b.global_batch();
+  require(config.schedule().max_steps() <= max_steps,
+          "schedule.max_steps = " + text(config.schedule().max_steps()) +
+              " x batch.global_batch = " + text(b.global_batch()) +
+              " sequences overflow the sample counter; set at most " + text(max_steps) + " steps.");
   validate_data(config);
   validate_log(config.log());
   validate_runtime(config.runtime());

@@ -55,6 +55,18 @@ TEST(ConfigBounds, ThreadsAreBoundedByTheMachinesCpus) {
   EXPECT_THAT(resolve_error({"runtime.threads=65536"}), HasSubstr("runtime.threads is 65536"));
 }
 
+// Counts whose products feed the step's sample counter, and the sample's length.
+TEST(ConfigBounds, CountsAreBounded) {
+  EXPECT_EQ(resolve_error({"batch.global_batch=8", "schedule.max_steps=1152921504606846976"}),
+            "schedule.max_steps = 1152921504606846976 x batch.global_batch = 8 sequences "
+            "overflow the sample counter; set at most 1152921504606846975 steps.");
+  EXPECT_NO_THROW(resolved({"batch.global_batch=8", "schedule.max_steps=1152921504606846975"}));
+  EXPECT_EQ(resolve_error({"log.sample_tokens=2147483647"}),
+            "log.sample_tokens is 2147483647; it must be at most 100000 (a sample is for "
+            "reading in the log).");
+  EXPECT_NO_THROW(resolved({"log.sample_tokens=100000"}));
+}
+
 // The estimate against the bytes GptModel takes from its allocator: the parameter and
 // gradient buffers at construction, the activations and scratch at plan(B, T).
 TEST(ConfigBounds, TrainingMemoryIsWhatTheModelAllocates) {
