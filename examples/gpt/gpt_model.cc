@@ -37,10 +37,13 @@ GptModel<Real>::GptModel(const GptConfig& config, Allocator& alloc)
 }
 
 template <typename Real>
-void GptModel<Real>::init(uint64_t seed) {
+void GptModel<Real>::init(uint64_t seed, double std_dev) {
+  if (!(std::isfinite(std_dev) && std_dev > 0)) {
+    throw InvalidArgument("the initial weights' standard deviation is " + std::to_string(std_dev) +
+                          "; it must be a finite number greater than 0 (model.init_std).");
+  }
   std::mt19937_64 rng(seed);
-  const double std_dev = 0.02;
-  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  const double proj_std = std_dev / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
   std::memset(params(), 0, layout_.numel() * sizeof(Real));
   for (const TensorEntry& e : layout_.entries()) {
     Real* p = params() + e.offset;

@@ -38,10 +38,11 @@ class GptModel {
   Real* params() const { return static_cast<Real*>(params_.data()); }
   Real* grads() const { return static_cast<Real*>(grads_.data()); }
 
-  // GPT-2's initialisation: weights N(0, 0.02), the residual output projections
-  // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1.
+  // GPT-2's initialisation: weights N(0, std_dev), the residual output projections
+  // (attn.c_proj, mlp.c_proj) N(0, std_dev / sqrt(2 n_layer)), biases 0, LayerNorm weights
+  // 1. GPT-2's std_dev is 0.02 (model.init_std); InvalidArgument unless finite and > 0.
   // Deterministic in `seed`; the vocabulary padding rows stay 0.
-  void init(uint64_t seed);
+  void init(uint64_t seed, double std_dev = 0.02);
 
   // Bytes of activations + scratch for micro-batches of B x T (no allocation).
   size_t activation_bytes(int64_t B, int64_t T) const;

@@ -114,7 +114,7 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log,
     gpt::import_hf(*model_, config_.model().init_from());
     if (leader()) log_.info("initialised from ", config_.model().init_from());
   } else {
-    model_->init(config_.model().init_seed());
+    model_->init(config_.model().init_seed(), config_.model().init_std());
   }
   optimizer_ = std::make_unique<AdamW>(model_->layout());
   adamw_ = AdamWOptions{config_.optimizer().lr(), config_.optimizer().beta1(),

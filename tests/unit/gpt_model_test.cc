@@ -139,6 +139,36 @@ TEST(GptModel, InitialLossIsNearLogVocab) {
   EXPECT_NEAR(m.forward(b), std::log(256.0), 0.1);
 }
 
+// The sample standard deviation of the initial weights against the std asked for (the
+// trainer passes model.init_std): 8192 draws of wte give it within 3% (its sampling error
+// is 1/sqrt(2 n) = 0.8%); the output projections are scaled by 1/sqrt(2 n_layer).
+TEST(GptModel, InitialWeightsFollowTheStdAskedFor) {
+  HostAllocator alloc;
+  GptConfig c = tiny();
+  c.n_layer = 2;
+  c.vocab_size = 256;
+  c.d_model = 32;
+  auto sample_std = [](const float* p, int64_t n) {
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < n; ++i) sum += p[i], sq += double(p[i]) * p[i];
+    const double mean = sum / static_cast<double>(n);
+    return std::sqrt(sq / static_cast<double>(n) - mean * mean);
+  };
+  for (double want : {0.02, 0.05, 0.3}) {
+    GptModel<float> m(c, alloc);
+    m.init(7, want);
+    const TensorEntry* wte = m.layout().find("wte.weight");
+    const TensorEntry* proj = m.layout().find("h.1.mlp.c_proj.weight");
+    ASSERT_NE(wte, nullptr);
+    ASSERT_NE(proj, nullptr);
+    EXPECT_NEAR(sample_std(m.params() + wte->offset, c.vocab_size * c.d_model), want, 0.03 * want);
+    EXPECT_NEAR(sample_std(m.params() + proj->offset, proj->numel()), want / 2, 0.03 * want / 2);
+  }
+  GptModel<float> m(c, alloc);
+  EXPECT_THROW(m.init(1, 0.0), InvalidArgument);
+  EXPECT_THROW(m.init(1, std::nan("")), InvalidArgument);
+}
+
 TEST(GptModel, PlannedMemoryComesFromTheBudget) {
   GptConfig c = tiny();
   HostAllocator alloc;
