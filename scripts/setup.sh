@@ -22,6 +22,7 @@ ETR_PACKAGES=(
   libcli11-dev                                   # command-line parsing
   libxxhash-dev                                  # checkpoint checksums (XXH3)
   nlohmann-json3-dev                             # JSON: metrics, traces, bench output
+  clang libclang-rt-14-dev                       # libFuzzer + sanitizers: the fuzz targets (build-fuzz/)
   python3 python3-venv                           # Python peers (compat tests, PyTorch bench)
 )
 

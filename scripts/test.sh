@@ -5,7 +5,8 @@
 # safetensors in .venv/, scripts/setup_python.sh) for the compatibility tests: if that
 # cannot be installed (no network), those tests are reported as skipped. Set
 # ETR_SKIP_PYTHON=1 to skip it. Extra arguments go to ctest (e.g. -L mpi); without any,
-# the unit tests also run under ASan+UBSan (ETR_SKIP_SANITIZE=1 skips that).
+# the unit tests also run under ASan+UBSan (ETR_SKIP_SANITIZE=1 skips that) and the
+# readers' fuzz targets run briefly (ETR_SKIP_FUZZ=1 skips that).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 echo "etr test: building without CUDA in ${ETR_BUILD_DIR}-nocuda"
@@ -23,5 +24,13 @@ ctest --output-on-failure -j "${ETR_TEST_JOBS:-2}" "$@" || status=1
 if [[ $# -eq 0 && "${ETR_SKIP_SANITIZE:-0}" != 1 ]]; then
   echo "etr test: the unit tests under ASan+UBSan in $ETR_ROOT/build-asan"
   "$ETR_ROOT/scripts/sanitize.sh" asan-unit || status=1
+fi
+# A full run also fuzzes each reader for 45 s (tests/fuzz; label "fuzz" of build-fuzz/,
+# built with clang: ~2 min of building the first time, ~1.5 min of running with -j2).
+# ETR_SKIP_FUZZ=1 skips it; scripts/fuzz.sh runs longer.
+if [[ $# -eq 0 && "${ETR_SKIP_FUZZ:-0}" != 1 ]]; then
+  echo "etr test: fuzzing the readers in $ETR_ROOT/build-fuzz"
+  CC=clang CXX=clang++ etr_build "$ETR_ROOT/build-fuzz" -DETR_FUZZ=ON
+  ctest --test-dir "$ETR_ROOT/build-fuzz" -L fuzz --output-on-failure -j 2 || status=1
 fi
 exit "$status"
