@@ -65,6 +65,11 @@ expect_fail 1 '^etr-train: error: optimizer\.lr = inf is out of range: expected 
 # 4. a global batch of more windows than the corpus holds.
 expect_fail 1 'batch\.global_batch = 2000000000 is more than the [0-9]+ training windows' -- \
   "${train_tiny[@]}" --set batch.global_batch=2000000000
+# Counts: the sample counter (max_steps x global_batch) and the sample's length.
+expect_fail 1 'schedule\.max_steps = 9223372036854775807 x batch\.global_batch = 4 sequences overflow' -- \
+  "${train_tiny[@]}" --set schedule.max_steps=9223372036854775807
+expect_fail 1 'log\.sample_tokens is 2147483647; it must be at most 100000' -- \
+  "${train_tiny[@]}" --set log.sample_tokens=2147483647
 # 5. a synthetic corpus larger than memory.
 expect_fail 1 'data\.synthetic_size = 64GiB needs .* for the synthetic corpus' -- \
   "${train_tiny[@]}" --set data.synthetic_size=64GiB
