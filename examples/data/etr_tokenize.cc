@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,18 @@ std::string read_text(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     throw etr::IoError("cannot read '" + path.string() + "': it is a directory; give a text file");
+  }
+  // A regular file's size is known: it must fit in memory with its tokens (3 bytes a
+  // byte) before anything is read.
+  const uintmax_t size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : 0;
+  const double need = etr::data::synthetic_corpus_bytes(ec ? 0 : size);
+  const double available = static_cast<double>(etr::host_available_memory());
+  if (need > available) {
+    throw etr::OutOfMemory(
+        "'" + path.string() + "' (" + etr::format_bytes(static_cast<double>(size)) + ") needs " +
+            etr::format_bytes(need) + " to convert (its bytes and their tokens), more than the " +
+            etr::format_bytes(available) + " of memory available; split it into smaller files.",
+        static_cast<size_t>(std::min(need, 1e19)), 0, 0, static_cast<size_t>(available));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -162,6 +175,13 @@ int main(int argc, char** argv) {
     } else {
       write_tokens(output, read_text(input));
     }
+  } catch (const std::bad_alloc& e) {
+    // What the size checks could not foresee: input from a pipe, memory taken meanwhile.
+    std::fprintf(stderr,
+                 "etr-tokenize: error: out of memory (%s) while converting %s; give a smaller "
+                 "input or free memory.\n",
+                 e.what(), synthetic ? "the synthetic corpus" : ("'" + input + "'").c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "etr-tokenize: error: %s\n", e.what());
     return 1;

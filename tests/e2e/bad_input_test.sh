@@ -75,6 +75,10 @@ expect_fail 1 'data\.synthetic_size = 64GiB needs .* for the synthetic corpus' -
   "${train_tiny[@]}" --set data.synthetic_size=64GiB
 expect_fail 1 '^etr-tokenize: error: --synthetic 100000000000 needs .* of memory available; ask for fewer tokens\.$' -- \
   "$tokenize" --synthetic 100000000000 -o "$work/big.tok"
+# A text file larger than memory (sparse: no disk used) is refused before it is read.
+truncate -s 1T "$work/huge.txt"
+expect_fail 1 "^etr-tokenize: error: '.*huge\.txt' \(.*\) needs .* to convert .* of memory available; split it into smaller files\.\$" -- \
+  "$tokenize" "$work/huge.txt" -o "$work/huge.tok"
 # 6. negative counts are usage errors, not 2^64 - 1.
 expect_fail 2 '--synthetic: -1 is not a whole number from 1' -- "$tokenize" --synthetic -1 -o "$work/neg.tok"
 expect_fail 2 '--synthetic: 0 is not a whole number from 1' -- "$tokenize" --synthetic 0 -o "$work/zero.tok"
