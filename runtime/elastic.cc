@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -14,9 +15,16 @@
 namespace etr {
 namespace {
 
-volatile std::sig_atomic_t g_resize_requested = 0;
+// Set by the SIGUSR1 handler, read by the training thread. The handler runs on whichever
+// thread the signal lands on (a progress or writer thread, or the thread that raised it),
+// so volatile sig_atomic_t, safe only against the same thread, would be a data race (TSan
+// found it); a lock-free atomic is both signal-safe and thread-safe.
+std::atomic<int> g_resize_requested{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the SIGUSR1 handler needs a lock-free flag");
 
-extern "C" void on_resize_signal(int) { g_resize_requested = 1; }
+extern "C" void on_resize_signal(int) {
+  g_resize_requested.store(1);
+}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -107,8 +115,8 @@ void install_resize_signal_handler() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
-bool resize_requested() { return g_resize_requested != 0; }
-void clear_resize_request() { g_resize_requested = 0; }
+bool resize_requested() { return g_resize_requested.load() != 0; }
+void clear_resize_request() { g_resize_requested.store(0); }
 
 ElasticReporter::ElasticReporter(ElasticLaunch launch) : launch_(std::move(launch)) {}
 
