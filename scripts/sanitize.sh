@@ -5,7 +5,8 @@
 #   scripts/sanitize.sh tsan        TSan (build-tsan/): the collectives and checkpoint-writer tests
 #   scripts/sanitize.sh all         asan, then tsan (the default)
 # Arguments after the mode go to ctest and narrow the mode's selection
-# (scripts/sanitize.sh asan -R config). Only the targets the selected tests run are built.
+# (scripts/sanitize.sh asan -R config; with tsan, -R replaces its selection and -E narrows
+# it). Only the targets the selected tests run are built.
 # The sanitizer options, with the suppressions of tests/sanitizers/*.supp (each with its
 # reason), are exported here, so every test gets them: ctest's children, the ranks that
 # etr-mpirun and etr-run start (local ranks inherit mpirun's environment). Run ctest in a
