@@ -1,5 +1,6 @@
 #include "runtime/omp_env.h"
 
+#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,11 +8,33 @@
 
 namespace etr {
 
+const char* openblas_coretype_for(std::string_view corename, bool avx512, bool avx2_fma) {
+  if (corename != "Prescott") return nullptr;  // OpenBLAS knew the CPU
+  if (avx512) return "SkylakeX";
+  if (avx2_fma) return "Haswell";
+  return nullptr;
+}
+
 void ensure_omp_spin_limit(char** argv) {
-  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
-  setenv("GOMP_SPINCOUNT", "10000", 1);
+  bool changed = false;
+  if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY")) {
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    changed = true;
+  }
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 registers.
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const char* name = openblas_get_corename();
+    if (const char* core = openblas_coretype_for(name ? name : "", avx512, avx2_fma)) {
+      setenv("OPENBLAS_CORETYPE", core, 1);
+      changed = true;
+    }
+  }
+  if (!changed) return;
   execv("/proc/self/exe", argv);
-  // exec failed (no /proc): run on with libgomp's default, which is only slower.
+  // exec failed (no /proc): run on with the libraries' defaults, which are only slower.
 }
 
 }  // namespace etr

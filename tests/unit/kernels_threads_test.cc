@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/omp_env.h"
 #include "runtime/kernels/kernels.h"
 #include "unit/kernel_test_util.h"
 
@@ -195,3 +196,14 @@ TEST(KernelThreads, ElementwiseAndReductionKernelsAreBitwiseIdentical) {
 
 }  // namespace
 }  // namespace etr::testing
+
+// runtime/omp_env.h: OpenBLAS's generic fallback is replaced only when the CPU has the
+// wider units, and a kernel set OpenBLAS chose for a CPU it knew is kept.
+TEST(OpenblasCoretype, ReplacesOnlyTheGenericFallback) {
+  EXPECT_STREQ(etr::openblas_coretype_for("Prescott", true, true), "SkylakeX");
+  EXPECT_STREQ(etr::openblas_coretype_for("Prescott", false, true), "Haswell");
+  EXPECT_EQ(etr::openblas_coretype_for("Prescott", false, false), nullptr);
+  EXPECT_EQ(etr::openblas_coretype_for("Haswell", true, true), nullptr);
+  EXPECT_EQ(etr::openblas_coretype_for("SkylakeX", true, true), nullptr);
+  EXPECT_EQ(etr::openblas_coretype_for("", true, true), nullptr);
+}
