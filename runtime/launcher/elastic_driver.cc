@@ -117,10 +117,7 @@ struct LaunchResult {
 // cause (own=1), and whether a relaunch would fail the same way (final=1).
 void note_error(const Event& e, LaunchResult& r) {
   if (e.name != "error") return;
-  auto field = [&e](const char* key) {
-    const auto it = e.fields.find(key);
-    return it == e.fields.end() ? std::string() : it->second;
-  };
+  auto field = [&e](const char* k) { return e.fields.count(k) ? e.fields.at(k) : std::string(); };
   if (field("own") == "1" && r.own_error_rank < 0) r.own_error_rank = std::atoi(field("rank").c_str());
   if (field("final") == "1") r.final_error = true;
 }
