@@ -1,0 +1,76 @@
+#include "runtime/flat_state.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace etr {
+
+FlatState::FlatState(const ParamLayout& layout, Allocator& alloc, std::vector<HeldRange> held,
+                     DType dtype, Device device)
+    : layout_(layout), alloc_(alloc), dtype_(dtype), device_(device), held_(std::move(held)) {
+  if (held_.empty()) held_.push_back({0, layout_.numel()});
+  const int64_t limit = layout_.padded_numel(1);
+  int64_t prev_end = 0;
+  for (const HeldRange& r : held_) {
+    if (r.begin < prev_end || r.end <= r.begin || r.end > limit) {
+      throw InvalidArgument("held range [" + std::to_string(r.begin) + ", " +
+                            std::to_string(r.end) + ") is empty, overlaps the one before or "
+                            "lies outside the layout's " + std::to_string(limit) + " elements");
+    }
+    offsets_.push_back(held_numel_);
+    held_numel_ += r.numel();
+    prev_end = r.end;
+  }
+}
+
+bool FlatState::holds_all() const {
+  return held_.size() == 1 && held_[0].begin == 0 && held_[0].end >= layout_.numel();
+}
+
+void FlatState::add(std::string_view name) {
+  if (has(name)) throw InvalidArgument("the flat state '" + std::string(name) + "' exists already");
+  if (!device_.is_cpu()) {
+    throw InvalidArgument("FlatState keeps host memory only so far; got " + device_.str());
+  }
+  const size_t bytes = static_cast<size_t>(held_numel_) * dtype_size(dtype_);
+  Named n{std::string(name), Buffer(alloc_, bytes)};
+  std::memset(n.buffer.data(), 0, bytes);
+  states_.push_back(std::move(n));
+}
+
+bool FlatState::has(std::string_view name) const {
+  for (const Named& n : states_) {
+    if (n.name == name) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> FlatState::names() const {
+  std::vector<std::string> out;
+  for (const Named& n : states_) out.push_back(n.name);
+  return out;
+}
+
+void* FlatState::raw(std::string_view name, size_t element_bytes) {
+  if (element_bytes != dtype_size(dtype_)) {
+    throw InvalidArgument("the flat state '" + std::string(name) + "' holds " +
+                          std::string(dtype_name(dtype_)) + ", not elements of " +
+                          std::to_string(element_bytes) + " bytes");
+  }
+  for (Named& n : states_) {
+    if (n.name == name) return n.buffer.data();
+  }
+  throw InvalidArgument("there is no flat state '" + std::string(name) + "'");
+}
+
+void FlatState::zero(std::string_view name) {
+  std::memset(raw(name, dtype_size(dtype_)), 0,
+              static_cast<size_t>(held_numel_) * dtype_size(dtype_));
+}
+
+size_t FlatState::bytes() const {
+  return states_.size() * static_cast<size_t>(held_numel_) * dtype_size(dtype_);
+}
+
+}  // namespace etr
