@@ -42,6 +42,11 @@ int CheckpointReader::fd(const std::string& file) {
 
 void CheckpointReader::read_state(const std::string& state, const ParamLayout& layout,
                                   float* flat, int64_t begin, int64_t end) {
+  read_range(state, layout, flat + begin, begin, end);
+}
+
+void CheckpointReader::read_range(const std::string& state, const ParamLayout& layout,
+                                  float* dest, int64_t begin, int64_t end) {
   if (!has_state(state)) {
     throw CheckpointError(dir_.string() + " holds no '" + state + "' state");
   }
@@ -70,7 +75,7 @@ void CheckpointReader::read_state(const std::string& state, const ParamLayout& l
       const uint64_t a = std::max(need_lo, x.tensor_begin());
       const uint64_t b = std::min(need_hi, x.tensor_begin() + x.count());
       if (a >= b) continue;
-      char* dst = reinterpret_cast<char*>(flat + e.offset + static_cast<int64_t>(a));
+      char* dst = reinterpret_cast<char*>(dest + (e.offset + static_cast<int64_t>(a) - begin));
       size_t left = (b - a) * sizeof(float);
       off_t at = static_cast<off_t>(x.file_offset() + (a - x.tensor_begin()) * sizeof(float));
       const int f = fd(x.file());

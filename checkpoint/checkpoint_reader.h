@@ -42,6 +42,10 @@ class CheckpointReader {
   // IoError when a shard file cannot be read.
   void read_state(const std::string& state, const ParamLayout& layout, float* flat,
                   int64_t begin, int64_t end);
+  // The same into storage for the range only: dest[0] is element `begin` of the layout
+  // (a FlatState's held range, runtime/flat_state.h).
+  void read_range(const std::string& state, const ParamLayout& layout, float* dest,
+                  int64_t begin, int64_t end);
   // True when the checkpoint holds `state`.
   bool has_state(const std::string& state) const;
   // Bytes read by read_state so far.

@@ -63,9 +63,16 @@ BucketReducer::BucketReducer(const ParamLayout& layout, float* grads, Communicat
       tracer_(tracer),
       buckets_(plan_buckets(layout, sizeof(float), options)) {
   work_.resize(buckets_.size());
+  const bool scatter = options_.op == BucketOp::kReduceScatter;
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    const double bytes = static_cast<double>(buckets_[i].end - buckets_[i].begin) * sizeof(float);
-    trace_names_.push_back("allreduce bucket " + std::to_string(i) + " (" + format_bytes(bytes) +
+    const int64_t n = buckets_[i].end - buckets_[i].begin;
+    if (scatter && n % comm_.size() != 0) {
+      throw InvalidArgument("bucket " + std::to_string(i) + " holds " + std::to_string(n) +
+                            " elements, not a multiple of the " + std::to_string(comm_.size()) +
+                            " ranks its reduce-scatter splits it over");
+    }
+    const double bytes = static_cast<double>(n) * sizeof(float);
+    trace_names_.push_back(std::string(scatter ? "reduce-scatter" : "allreduce") + " bucket " + std::to_string(i) + " (" + format_bytes(bytes) +
                            ")");
   }
 }
@@ -79,8 +86,15 @@ void BucketReducer::begin_step() {
 
 void BucketReducer::launch(size_t i) {
   const Bucket& b = buckets_[i];
+  if (before_launch_) before_launch_(i, b, grads_ + b.begin);
   TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32);
-  work_[i] = comm_.allreduce(view, ReduceOp::kSum);
+  if (options_.op == BucketOp::kAllreduce) {
+    work_[i] = comm_.allreduce(view, ReduceOp::kSum);
+    return;
+  }
+  const int64_t block = (b.end - b.begin) / comm_.size();
+  TensorView mine = TensorView::flat(grads_ + b.begin + comm_.rank() * block, block, DType::kF32);
+  work_[i] = comm_.reduce_scatter(view, mine, ReduceOp::kSum);
 }
 
 void BucketReducer::layer_ready(int layer) {

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,16 @@
 
 namespace etr {
 
+// What a bucket's collective is: a sum into every rank's whole bucket (data parallel), or
+// a sum of which rank r keeps block r of n equal blocks (ZeRO-2/3: the bucket's length
+// must then be a multiple of n).
+enum class BucketOp { kAllreduce, kReduceScatter };
+
 struct BucketOptions {
   size_t first_bucket_bytes = 256 << 10;  // see docs/architecture.md for the measurement
   size_t bucket_cap_bytes = 1 << 20;
   bool overlap = true;  // false: every bucket is launched by finish(), after backward
+  BucketOp op = BucketOp::kAllreduce;
 };
 
 struct Bucket {
@@ -78,7 +85,15 @@ class BucketReducer {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const BucketOptions& options() const { return options_; }
 
+  // Called with each bucket's index and its elements just before it is launched, on the
+  // caller's thread, every rank in the same order (e.g. to read this rank's local gradient
+  // norm for a gradient-noise measurement before the sum replaces it).
+  using LaunchHook = std::function<void(size_t bucket, const Bucket& range, const float* local)>;
+  void set_before_launch(LaunchHook hook) { before_launch_ = std::move(hook); }
+
   void begin_step();
+  // Between begin_step() and finish().
+  bool armed() const { return armed_; }
   // Layer `layer`'s gradients are final. Layers must report in decreasing order between
   // begin_step() and finish(); InvalidArgument otherwise.
   void layer_ready(int layer);
@@ -100,6 +115,7 @@ class BucketReducer {
   size_t next_ = 0;                       // first bucket not launched yet
   int last_layer_ = 0;                    // the last layer reported (decreasing)
   bool armed_ = false;
+  LaunchHook before_launch_;
 };
 
 // Makes every rank's `count` parameters equal to rank 0's (broadcast), so replicas start

@@ -37,22 +37,32 @@ void update(float* p, const float* g, float* m, float* v, int64_t begin, int64_t
 
 void AdamW::step(float* params, const float* grads, float* m, float* v, int64_t begin,
                  int64_t end, int64_t t, double lr, const AdamWOptions& o) const {
+  update_range(begin, end, params + begin, grads + begin, m + begin, v + begin, t, lr, o);
+}
+
+void AdamW::update_range(int64_t begin, int64_t end, float* params, const float* grads, float* m,
+                         float* v, int64_t t, double lr, const AdamWOptions& o) const {
   const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2);
   const float c1 = static_cast<float>(1.0 - std::pow(o.beta1, static_cast<double>(t)));
   const float c2 = static_cast<float>(1.0 - std::pow(o.beta2, static_cast<double>(t)));
   const float eps = static_cast<float>(o.eps), flr = static_cast<float>(lr);
   const float wd = static_cast<float>(o.weight_decay);
+  // Layout elements [lo, hi) at the storage that starts with element `begin`.
+  auto run = [&](int64_t lo, int64_t hi, float decay) {
+    const int64_t at = lo - begin;
+    update(params + at, grads + at, m + at, v + at, 0, hi - lo, b1, b2, c1, c2, eps, flr, decay);
+  };
   // Walk [begin, end) as alternating undecayed / decayed runs.
   int64_t at = begin;
   for (const auto& [db, de] : decayed_) {
     if (de <= at) continue;
     if (db >= end) break;
     const int64_t s = std::max(db, at), e = std::min(de, end);
-    if (s > at) update(params, grads, m, v, at, s, b1, b2, c1, c2, eps, flr, 0.0f);
-    update(params, grads, m, v, s, e, b1, b2, c1, c2, eps, flr, wd);
+    if (s > at) run(at, s, 0.0f);
+    run(s, e, wd);
     at = e;
   }
-  if (at < end) update(params, grads, m, v, at, end, b1, b2, c1, c2, eps, flr, 0.0f);
+  if (at < end) run(at, end, 0.0f);
 }
 
 double grad_norm(const float* grads, int64_t n) {

@@ -35,6 +35,10 @@ class AdamW {
   // One update of elements [begin, end) at optimizer step `t` (1-based) with rate `lr`.
   void step(float* params, const float* grads, float* m, float* v, int64_t begin, int64_t end,
             int64_t t, double lr, const AdamWOptions& o) const;
+  // The same update of layout elements [begin, end), given storage for that range only:
+  // params[0] (and grads[0], m[0], v[0]) is element `begin` (a FlatState's held range).
+  void update_range(int64_t begin, int64_t end, float* params, const float* grads, float* m,
+                    float* v, int64_t t, double lr, const AdamWOptions& o) const;
 
  private:
   // [begin, end) ranges of the flat buffer that are decayed, sorted.

@@ -8,11 +8,6 @@
 
 namespace etr::data {
 
-std::string to_string(const DataPosition& position) {
-  return "step " + std::to_string(position.step) + ", samples " +
-         std::to_string(position.samples_seen) + ", seed " + std::to_string(position.seed);
-}
-
 Sampler::Sampler(WindowSpace windows, uint64_t seed)
     : windows_(windows), seed_(seed), windows_per_epoch_(windows.count()) {
   if (windows_per_epoch_ == 0) {

@@ -17,7 +17,7 @@
 // DataPosition is everything the data order needs to resume: the optimizer step, the
 // number of global samples consumed before it (samples_seen; = step * B while the global
 // batch B has not changed) and the seed. A step consumes the global samples
-// [samples_seen, samples_seen + B), split among ranks by a BatchPlan (batch_plan.h).
+// [samples_seen, samples_seen + B), split among ranks by a BatchPlan (parallel/batch_policy.h).
 // The token file and seq_len must also be the same after a restore, or the windows
 // differ; the caller checks that (e.g. with the file's checksum).
 #pragma once
@@ -27,24 +27,12 @@
 #include <string>
 
 #include "examples/data/window_space.h"
+#include "parallel/data_source.h"
 
 namespace etr::data {
 
-struct DataPosition {
-  uint64_t step = 0;          // optimizer steps completed
-  uint64_t samples_seen = 0;  // global samples consumed by those steps
-  uint64_t seed = 0;          // the Sampler's seed
-
-  // After a step of global_batch samples.
-  void advance(uint64_t global_batch) {
-    ++step;
-    samples_seen += global_batch;
-  }
-  bool operator==(const DataPosition&) const = default;
-};
-
-// "step 12, samples 384, seed 7" (for logs).
-std::string to_string(const DataPosition& position);
+// DataPosition (the step, the samples consumed, the seed) is the loop's: parallel/data_source.h.
+using ::etr::DataPosition;
 
 class Sampler {
  public:

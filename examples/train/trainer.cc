@@ -98,7 +98,7 @@ Trainer::Trainer(const TrainConfig& config, const Group& group, Logger& log,
                       " data-parallel ranks; every rank needs at least one sequence per step, "
                       "so raise it or start fewer ranks.");
   }
-  plan_.emplace(data::BatchPlan::balanced(static_cast<uint64_t>(config_.batch().global_batch()),
+  plan_.emplace(BatchPlan::balanced(static_cast<uint64_t>(config_.batch().global_batch()),
                                           dp, static_cast<uint64_t>(config_.batch().micro_batch())));
   const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
                                                       : default_threads(group);
@@ -170,7 +170,7 @@ void Trainer::setup_parallel() {
     reducer_ = std::make_unique<BucketReducer>(model_->layout(), model_->grads(), *grad_comm_, bo,
                                                &tracer_);
     if (leader()) {
-      const data::RankBatch& r0 = plan_->rank(0);
+      const RankBatch& r0 = plan_->rank(0);
       log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
                 " micro-batch(es) of ", r0.micro_batch, " of the global batch ",
                 plan_->global_batch(), "; ", reducer_->buckets().size(),
@@ -248,7 +248,7 @@ StepStats Trainer::train_step() {
                         (lg.trace_steps() == 0 || static_cast<int64_t>(position_.step) < lg.trace_steps()));
   const int64_t B = config_.batch().global_batch(), T = model_config_.seq_len;
   const int r = grid_->dp_rank();
-  const data::RankBatch& mine = plan_->rank(r);
+  const RankBatch& mine = plan_->rank(r);
   const auto& s = config_.schedule();
   StepStats st;
   st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
@@ -262,7 +262,7 @@ StepStats Trainer::train_step() {
   }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
-    const data::SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+    const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
     const int64_t b = static_cast<int64_t>(mb.count);
     {
       auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");

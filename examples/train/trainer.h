@@ -30,7 +30,7 @@
 
 #include "checkpoint/checkpoint_writer.h"
 #include "collectives/host_communicator.h"
-#include "examples/data/batch_plan.h"
+#include "parallel/batch_policy.h"
 #include "examples/data/sampler.h"
 #include "examples/data/token_file.h"
 #include "examples/data/window_space.h"
@@ -144,7 +144,7 @@ class Trainer {
   const float* adam_v() const { return static_cast<const float*>(v_.data()); }
   const data::DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
-  const data::RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
+  const RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
   // Null on one rank.
   const BucketReducer* reducer() const { return reducer_.get(); }
   Tracer& tracer() { return tracer_; }
@@ -186,7 +186,7 @@ class Trainer {
   std::span<const uint16_t> tokens_;
   std::optional<data::DataSplit> split_;
   std::optional<data::Sampler> sampler_;
-  std::optional<data::BatchPlan> plan_;
+  std::optional<BatchPlan> plan_;
   data::DataPosition position_;
   std::vector<int32_t> inputs_, targets_;  // [micro_batch, T]
   std::ofstream metrics_;

@@ -1,5 +1,5 @@
-// BatchPlan: rank-major contiguous split of a step's global samples (see batch_plan.h).
-#include "examples/data/batch_plan.h"
+// BatchPlan: rank-major contiguous split of a step's global samples (see batch_policy.h).
+#include "parallel/batch_policy.h"
 
 #include <algorithm>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "runtime/error.h"
 
-namespace etr::data {
+namespace etr {
 
 BatchPlan::BatchPlan(uint64_t global_batch, std::vector<RankBatch> ranks)
     : global_batch_(global_batch), ranks_(std::move(ranks)) {
@@ -68,6 +68,31 @@ BatchPlan BatchPlan::balanced(uint64_t global_batch, int world_size, uint64_t mi
   return BatchPlan(global_batch, std::move(ranks));
 }
 
+BatchPlan plan_data_parallel_batch(int64_t global_batch, int dp, int64_t micro_batch,
+                                   uint64_t train_samples) {
+  // Every rank needs at least one sequence (checked alike on every rank).
+  if (global_batch < dp) {
+    throw ConfigError("batch.global_batch = " + std::to_string(global_batch) +
+                      " is smaller than the " + std::to_string(dp) +
+                      " data-parallel ranks; every rank needs at least one sequence per step, "
+                      "so raise it or start fewer ranks.");
+  }
+  if (micro_batch < 1) {
+    throw ConfigError("batch.micro_batch = " + std::to_string(micro_batch) +
+                      " must be at least 1");
+  }
+  // A step samples global_batch distinct windows: more than the data holds would repeat
+  // samples within one step (and 2e9 of them would take years).
+  if (train_samples > 0 && static_cast<uint64_t>(global_batch) > train_samples) {
+    throw ConfigError("batch.global_batch = " + std::to_string(global_batch) +
+                      " is more than the " + std::to_string(train_samples) +
+                      " training windows of model.seq_len + 1 tokens the corpus holds; lower "
+                      "it or give more data.");
+  }
+  return BatchPlan::balanced(static_cast<uint64_t>(global_batch), dp,
+                             static_cast<uint64_t>(micro_batch));
+}
+
 const RankBatch& BatchPlan::rank(int r) const {
   if (r < 0 || r >= world_size()) {
     throw InvalidArgument("rank " + std::to_string(r) + " is outside the batch plan of " +
@@ -96,4 +121,4 @@ SampleRange BatchPlan::micro_batch(uint64_t step_begin, int r, uint64_t m) const
           m + 1 == rb.accumulation ? rb.last_size() : rb.micro_batch};
 }
 
-}  // namespace etr::data
+}  // namespace etr

@@ -1,3 +1,8 @@
+// The batch policy (DESIGN.md, "Adaptive batch sizing"): the one place that decides which
+// batch shapes are legal and how a step's global batch is split over the ranks. Today it
+// splits a configured global batch evenly (BatchPlan::balanced); the adaptive policy
+// (memory model, out-of-memory recovery, goodput, per-rank shares) lands here next.
+//
 // BatchPlan: which global samples each rank trains on in one optimizer step (DESIGN.md,
 // "Execution of one optimizer step": B = sum over ranks of b_r * k_r).
 //
@@ -19,7 +24,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace etr::data {
+namespace etr {
 
 struct RankBatch {
   uint64_t micro_batch = 0;   // b_r: samples per micro-batch
@@ -39,6 +44,14 @@ struct SampleRange {
   uint64_t count = 0;
   bool operator==(const SampleRange&) const = default;
 };
+
+class BatchPlan;
+
+// The plan of a data-parallel step from the configuration: ConfigError (one sentence)
+// when the global batch has fewer samples than there are ranks or more than the
+// `train_samples` distinct samples of the data (0: not checked), or micro_batch is 0.
+BatchPlan plan_data_parallel_batch(int64_t global_batch, int dp, int64_t micro_batch,
+                                   uint64_t train_samples = 0);
 
 class BatchPlan {
  public:
@@ -72,4 +85,4 @@ class BatchPlan {
   std::vector<uint64_t> offsets_;  // [world_size + 1]: o_r, and B at the end
 };
 
-}  // namespace etr::data
+}  // namespace etr

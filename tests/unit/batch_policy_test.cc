@@ -1,4 +1,4 @@
-// Tests of examples/data/batch_plan.h with the Sampler: every rank's micro-batches of a
+// Tests of parallel/batch_policy.h with the Sampler: every rank's micro-batches of a
 // step together are exactly the single-process step, for world sizes 1..5 and uneven
 // splits, and a job restored from a DataPosition (with any world size) continues with the
 // same samples as an uninterrupted one.
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "examples/data/batch_plan.h"
+#include "parallel/batch_policy.h"
 #include "examples/data/sampler.h"
 #include "examples/data/window_space.h"
 #include "runtime/error.h"

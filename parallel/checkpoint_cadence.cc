@@ -1,0 +1,148 @@
+#include "parallel/checkpoint_cadence.h"
+
+#include <chrono>
+#include <system_error>
+#include <vector>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "runtime/adamw.h"
+#include "runtime/error.h"
+
+namespace etr {
+
+CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGrid& grid,
+                                     Logger& log, int64_t seq_len)
+    : config_(config), grid_(grid), log_(log), seq_len_(seq_len) {
+  const auto& c = config_.checkpoint();
+  durable_ = CheckpointTier{c.dir(), "durable", c.keep()};
+  fast_ = CheckpointTier{c.fast_dir(), "fast", c.fast_keep()};
+  if (!c.dir().empty() || !c.fast_dir().empty()) {
+    writer_ = std::make_unique<CheckpointWriter>(grid_.dp_group(), c.async(), log_,
+                                                 c.writer_cpus() == config::WRITER_CPUS_SPARE);
+  }
+}
+
+CheckpointCadence::~CheckpointCadence() = default;
+
+std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
+  const auto& c = config_.checkpoint();
+  if (c.resume().empty()) return std::nullopt;
+  const bool latest = c.resume() == "latest";
+  std::vector<std::filesystem::path> paths;
+  if (latest) {
+    if (!c.dir().empty()) paths.emplace_back(c.dir());
+    if (!c.fast_dir().empty()) paths.emplace_back(c.fast_dir());
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::exists(c.resume(), ec)) {
+      throw ConfigError("cannot resume from " + c.resume() + ": no such file or directory");
+    }
+    paths.emplace_back(c.resume());
+  }
+  const auto found = find_resumable(paths, grid_.dp_group(), log_);
+  if (found) return found;
+  std::string where;
+  for (const auto& p : paths) where += (where.empty() ? "" : " and ") + p.string();
+  if (!latest) throw CheckpointError("nothing in " + where + " is a usable checkpoint to resume from");
+  if (grid_.dp_rank() == 0) log_.info("no checkpoint to resume from in ", where, "; starting from step 0");
+  return std::nullopt;
+}
+
+Restored CheckpointCadence::restore(const std::filesystem::path& dir, FlatState& state,
+                                    std::span<const NamedState> states) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  Restored out;
+  std::string error;
+  try {
+    CheckpointReader reader(dir);
+    for (const NamedState& s : states) {
+      for (size_t i = 0; i < state.held().size(); ++i) {
+        const HeldRange& r = state.held()[i];
+        reader.read_range(s.name, state.layout(), state.range<float>(s.name, i), r.begin, r.end);
+      }
+    }
+    out.manifest = reader.manifest();
+    out.bytes = reader.bytes_read();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  error = first_error(grid_.dp_group(), error);
+  if (!error.empty()) throw CheckpointError("cannot resume from " + dir.string() + ": " + error);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
+                                           const BatchOrigin& origin) const {
+  ckpt::Manifest m;
+  m.set_step(position.step);
+  m.mutable_data()->set_samples_seen(position.samples_seen);
+  m.mutable_data()->set_tokens_seen(position.samples_seen *
+                                    static_cast<uint64_t>(seq_len_));
+  m.mutable_data()->set_seed(position.seed);
+  m.mutable_data()->set_batch_origin_step(origin.step);
+  m.mutable_data()->set_batch_origin_samples(origin.samples);
+  // The sample order is positional: sample i is a function of (seed, i), so the seed and
+  // the sample index are the whole state of the data stream. Initialisation and sampling
+  // use fixed seeds from the config; training itself draws no random numbers.
+  ckpt::RngState* rng = m.add_rng();
+  rng->set_name("data.sampler");
+  rng->set_state("seed " + std::to_string(position.seed) + ", next sample " +
+                 std::to_string(position.samples_seen));
+  const auto& s = config_.schedule();
+  m.mutable_schedule()->set_step(position.step);
+  m.mutable_schedule()->set_next_lr(learning_rate(static_cast<int64_t>(position.step),
+                                                  config_.optimizer().lr(), s.warmup_steps(),
+                                                  s.max_steps(), s.min_lr_ratio()));
+  m.mutable_batch()->set_global_batch(config_.batch().global_batch());
+  m.mutable_batch()->set_micro_batch(config_.batch().micro_batch());
+  *m.mutable_config() = config_;
+  m.mutable_layout()->set_world_size(grid_.size());
+  m.mutable_layout()->set_dp_size(grid_.dp_size());
+  m.mutable_layout()->set_pp_size(grid_.pp_size());
+  m.mutable_layout()->set_zero_stage(0);
+  m.set_writer("etr-train");
+  return m;
+}
+
+bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta,
+                             const ParamLayout& layout, std::span<const NamedState> states) {
+  if (!writer_) throw ConfigError("no checkpoint directory is configured (checkpoint.dir)");
+  const CheckpointTier& t = tier == "fast" ? fast_ : durable_;
+  if (t.dir.empty()) throw ConfigError("the " + tier + " checkpoint tier has no directory");
+  return writer_->save(t, meta, layout, states);
+}
+
+void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
+                                const BatchOrigin& origin, const ParamLayout& layout,
+                                std::span<const NamedState> states) {
+  if (!writer_) return;
+  writer_->poll();
+  const auto& c = config_.checkpoint();
+  if (!c.dir().empty() && (last || (c.every() > 0 && step % c.every() == 0))) {
+    save("durable", manifest(position, origin), layout, states);
+  } else if (!c.fast_dir().empty() && c.fast_every() > 0 && step % c.fast_every() == 0) {
+    save("fast", manifest(position, origin), layout, states);
+  }
+}
+
+void CheckpointCadence::flush() {
+  if (writer_) writer_->flush();
+}
+
+void CheckpointCadence::wait_for_snapshot() {
+  if (writer_) writer_->wait_for_snapshot();
+}
+
+std::string CheckpointCadence::resize_tier() const {
+  return config_.checkpoint().fast_dir().empty() ? "durable" : "fast";
+}
+
+bool CheckpointCadence::saved(int64_t step) const {
+  if (!writer_ || writer_->stats().empty()) return false;
+  const SaveStats& last = writer_->stats().back();
+  return last.ok && last.step == static_cast<uint64_t>(step);
+}
+
+}  // namespace etr

@@ -1,0 +1,95 @@
+// CheckpointCadence: a training job's checkpoints (DESIGN.md, "Checkpoints"): what one
+// holds, when it is saved, and resuming from one. checkpoint/ does the writing, reading
+// and verifying; this decides when, with what metadata, and into which held ranges.
+//
+//   checkpoint.dir, every, keep           the durable tier (always saved at the last step)
+//   checkpoint.fast_dir, fast_every, ...  the fast tier (e.g. /dev/shm), between those
+//   checkpoint.resume                     "latest", a checkpoint, or a directory of them
+//
+// The metadata (manifest) records the data position, the schedule, the batch, the whole
+// configuration and the layout saved from; the states are the engine's (param, adam.m,
+// adam.v), saved without duplication by the ranks that hold them and read back, for any
+// world size, into exactly the ranges this rank holds (FlatState::held()).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/manifest.pb.h"
+#include "parallel/data_source.h"
+#include "parallel/engine.h"
+#include "parallel/process_grid.h"
+#include "runtime/config/train_config.h"
+#include "runtime/flat_state.h"
+#include "runtime/log.h"
+
+namespace etr {
+
+// Where the global batch in force took effect: (0, 0), or the step and sample at which a
+// resume with another batch.global_batch started. The manifest records it so that its
+// data position can be checked against its step (checkpoint/manifest.h).
+struct BatchOrigin {
+  uint64_t step = 0;
+  uint64_t samples = 0;
+};
+
+// What a restore brought back besides the states.
+struct Restored {
+  ckpt::Manifest manifest;
+  uint64_t bytes = 0;    // read by this rank
+  double seconds = 0;
+};
+
+class CheckpointCadence {
+ public:
+  // Collective over grid.dp_group() when a checkpoint directory is configured. `seq_len`:
+  // tokens per sample (for the manifest's token count).
+  CheckpointCadence(const TrainConfig& config, const ProcessGrid& grid, Logger& log,
+                    int64_t seq_len);
+  ~CheckpointCadence();
+
+  // Null unless checkpoint.dir or checkpoint.fast_dir is set.
+  CheckpointWriter* writer() const { return writer_.get(); }
+  // Collective: the checkpoint to resume from per checkpoint.resume (verified by
+  // find_resumable), or nothing for a fresh start. Throws ConfigError / CheckpointError
+  // when an explicitly named checkpoint is missing or unusable.
+  std::optional<std::filesystem::path> find_resume() const;
+  // Collective: reads `states` into the ranges `state` holds. Throws CheckpointError
+  // naming `dir` when any rank fails.
+  Restored restore(const std::filesystem::path& dir, FlatState& state,
+                   std::span<const NamedState> states) const;
+
+  // The manifest of a checkpoint after `position` (everything but tensors and files).
+  ckpt::Manifest manifest(const DataPosition& position, const BatchOrigin& origin) const;
+  // Collective: saves `states` (of `layout`) to the "durable" or "fast" tier, async per
+  // checkpoint.async. Returns false when the save failed (logged; training may go on).
+  bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
+            std::span<const NamedState> states);
+  // Collective, at every step boundary: commits a finished async save, and saves when
+  // `step` is due for a tier (`last`: the run's last step, always saved durably).
+  void at_step(int64_t step, bool last, const DataPosition& position, const BatchOrigin& origin,
+               const ParamLayout& layout, std::span<const NamedState> states);
+  // Collective: waits for a background save and commits it.
+  void flush();
+  // Before the states change: an async save may still be copying them.
+  void wait_for_snapshot();
+  // The tier a resize saves to: the fast one when there is one.
+  std::string resize_tier() const;
+  // The last completed save was of `step` and succeeded.
+  bool saved(int64_t step) const;
+
+ private:
+  const TrainConfig& config_;
+  const ProcessGrid& grid_;
+  Logger& log_;
+  int64_t seq_len_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  CheckpointTier durable_, fast_;
+};
+
+}  // namespace etr

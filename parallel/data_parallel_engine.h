@@ -1,0 +1,73 @@
+// DataParallelEngine: every rank holds all of the flat state (a replica) and gradients are
+// summed over the data-parallel ranks in buckets while backward runs (BucketReducer), then
+// every rank takes the same AdamW step on the same gradients, so the replicas stay equal
+// (DESIGN.md, "Execution of one optimizer step"; parallel/engine.h has the protocol).
+//
+// State (FlatState, all of the layout on every rank):
+//   param, grad, adam.m, adam.v   [layout.numel()] f32 each
+// Gradients must be scaled by 1 / (tokens in the global batch) by the loss, so that their
+// sum over the ranks is the gradient of the mean loss over the global batch.
+//
+// The gradient communicator never runs a bucket on the caller's thread (inline_bytes = 0)
+// and, while it waits for a peer, spins briefly and then sleeps rather than yields: its
+// progress thread shares the cores with backward (measured with etr-bench dp,
+// docs/architecture.md). On one rank there is no communication at all.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/comm_options.h"
+#include "collectives/host_communicator.h"
+#include "parallel/bucket_reducer.h"
+#include "parallel/engine.h"
+#include "parallel/process_grid.h"
+#include "runtime/adamw.h"
+#include "runtime/trace.h"
+
+namespace etr {
+
+struct DataParallelOptions {
+  BucketOptions buckets;
+  CommOptions comm;  // of the gradient communicator (the defaults above are filled in)
+  AdamWOptions adamw;
+};
+
+class DataParallelEngine final : public Engine {
+ public:
+  // Collective over grid.dp_group() when it has more than one rank. Allocates the state
+  // from `alloc` (OutOfMemory) and binds `stack` to it; parameters start at 0 until the
+  // caller initialises them (state().data<float>(state::kParam)) and calls
+  // broadcast_parameters().
+  DataParallelEngine(LayerStack<float>& stack, const ProcessGrid& grid, Allocator& alloc,
+                     DataParallelOptions options, Tracer* tracer = nullptr);
+  ~DataParallelEngine() override;
+
+  // Collective: every rank's parameters become rank 0's, so the replicas start equal.
+  void broadcast_parameters();
+  // Null on one rank.
+  const BucketReducer* reducer() const { return reducer_.get(); }
+
+  FlatState& state() override { return state_; }
+  std::string describe() const override;
+  void begin_step() override;
+  void begin_backward(bool last) override;
+  void layer_grads_final(int layer) override;
+  ReduceStats end_backward() override;
+  double grad_norm() override;
+  void optimizer_step(const OptimizerStep& step) override;
+  std::vector<NamedState> states() override;
+
+ private:
+  float* grads();
+  LayerStack<float>& stack_;
+  const ProcessGrid& grid_;
+  FlatState state_;
+  AdamW adamw_;
+  DataParallelOptions options_;
+  std::unique_ptr<HostCommunicator> comm_;
+  std::unique_ptr<BucketReducer> reducer_;
+};
+
+}  // namespace etr

@@ -1,0 +1,48 @@
+// ElasticSession: the job's side of etr-run (DESIGN.md, "Elasticity"; runtime/elastic.h
+// has the protocol). Rank 0 reports start-up, restore and progress to etr-run's run
+// directory and logs what a relaunch cost; when a resize is agreed on at a step boundary
+// (the request flag rides on the step's sums, so every rank sees it alike), the job saves
+// a checkpoint of that step and stops, for etr-run to relaunch it at the new size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "parallel/checkpoint_cadence.h"
+#include "parallel/process_grid.h"
+#include "runtime/elastic.h"
+#include "runtime/log.h"
+
+namespace etr {
+
+class ElasticSession {
+ public:
+  // `reporter` may be null (not launched by etr-run).
+  ElasticSession(ElasticReporter* reporter, const ProcessGrid& grid, Logger& log);
+
+  // Launched by etr-run: a resize request stops the run.
+  bool active() const { return reporter_ && reporter_->active(); }
+  // Events: the job is built and about to train from `step`; it restored `step`.
+  void ready(uint64_t step) const;
+  void restored(uint64_t step, int saved_world, double seconds);
+  // After step `step` (`first`: the first of this launch, which logs what the relaunch
+  // cost).
+  void after_step(int64_t step, bool first) const;
+  // Collective: a resize was agreed on after `step`. Returns true when the run must stop
+  // (a checkpoint of `step` was saved through `checkpoints`, or tried); false when the
+  // job is not elastic and the request is ignored. `save(tier)` saves the current state.
+  bool resize(int64_t step, CheckpointCadence& checkpoints,
+              const std::function<bool(const std::string&)>& save) const;
+
+ private:
+  bool leader() const { return grid_.dp_rank() == 0; }
+  void log_relaunch(int64_t first_step) const;
+
+  ElasticReporter* reporter_;
+  const ProcessGrid& grid_;
+  Logger& log_;
+  double restore_seconds_ = 0;
+};
+
+}  // namespace etr

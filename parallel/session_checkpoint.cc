@@ -1,0 +1,53 @@
+// TrainSession: saving and resuming (train_session.h; the cadence and the files are
+// parallel/checkpoint_cadence.h's).
+#include "checkpoint/checkpoint_reader.h"
+#include "parallel/train_session.h"
+#include "runtime/bytes.h"
+
+namespace etr {
+
+bool TrainSession::save_checkpoint(const std::string& tier) {
+  return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_origin_),
+                            model_.stack->layout(), engine_->states());
+}
+
+void TrainSession::flush_checkpoints() { checkpoints_->flush(); }
+
+void TrainSession::resume() {
+  if (const auto dir = checkpoints_->find_resume()) restore(*dir);
+}
+
+void TrainSession::restore(const std::filesystem::path& dir) {
+  const std::vector<NamedState> states = engine_->states();
+  const Restored r = checkpoints_->restore(dir, state(), states);
+  const ckpt::Manifest& m = r.manifest;
+  if (leader() && m.data().seed() != position_.seed) {
+    log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",
+              position_.seed, "; the data order from here on differs from the original run's");
+  }
+  if (m.batch().global_batch() != config_.batch().global_batch()) {
+    if (leader()) {
+      log_.warn("the global batch changed from ", m.batch().global_batch(), " to ",
+                config_.batch().global_batch(), "; training continues at sample ",
+                m.data().samples_seen(), " but not as the uninterrupted run would");
+    }
+    batch_origin_ = {m.step(), m.data().samples_seen()};
+  } else {
+    batch_origin_ = {m.data().batch_origin_step(), m.data().batch_origin_samples()};
+  }
+  // read_manifest checked that the step fits the schedule's arithmetic (int64) and that
+  // the data position agrees with it (check_manifest_sense).
+  position_.step = m.step();
+  position_.samples_seen = m.data().samples_seen();
+  resumed_from_ = dir;
+  elastic_->restored(m.step(), m.layout().world_size(), r.seconds);
+  if (leader()) {
+    log_.info("resumed from ", dir.string(), ": step ", m.step(), ", sample ",
+              m.data().samples_seen(), "; saved by ", m.layout().world_size(),
+              " rank(s), now ", grid_->size(), "; rank 0 read ",
+              format_bytes(static_cast<double>(r.bytes)), " in ",
+              std::to_string(r.seconds).substr(0, 5), " s");
+  }
+}
+
+}  // namespace etr

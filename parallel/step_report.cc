@@ -1,0 +1,78 @@
+#include "parallel/step_report.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+
+namespace etr {
+
+std::string nonfinite_text(double x) {
+  return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
+
+StepReporter::StepReporter(const TrainConfig& config, Logger& log, bool leader, bool resumed)
+    : config_(config), log_(log), leader_(leader) {
+  if (!leader_ || config_.log().metrics_file().empty()) return;
+  metrics_.open(config_.log().metrics_file(),
+                std::ios::out | (resumed ? std::ios::app : std::ios::trunc));
+  if (!metrics_) throw IoError("cannot write the metrics file " + config_.log().metrics_file());
+}
+
+void StepReporter::write_metrics(const std::string& line) {
+  if (metrics_.is_open()) metrics_ << line << '\n' << std::flush;
+}
+
+void StepReporter::step(const StepStats& s, const StepContext& c) {
+  if (!leader_) return;
+  const double tps = c.tokens / s.seconds;
+  const double gflops = c.flops_per_token * tps / 1e9;
+  char line[320];
+  int n = std::snprintf(line, sizeof line,
+                        "step %5lld | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
+                        "%6.2f GFLOP/s | peak %s",
+                        static_cast<long long>(c.step), s.loss, s.lr, s.grad_norm, tps,
+                        s.seconds * 1e3, gflops,
+                        format_bytes(static_cast<double>(c.peak_bytes)).c_str());
+  if (c.communicates && n > 0 && n < static_cast<int>(sizeof line)) {
+    n += std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
+                       s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
+                       s.comm.hidden_fraction() * 100);
+  }
+  if (c.skipped_steps > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+    std::snprintf(line + n, sizeof line - n, " | %s%lld non-finite step(s) skipped",
+                  s.skipped ? "SKIPPED, " : "", static_cast<long long>(c.skipped_steps));
+  }
+  log_.info(line);
+  nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
+                      {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
+                      {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", c.peak_bytes}};
+  if (c.skipped_steps > 0) {
+    j["skipped"] = s.skipped;
+    j["skipped_steps"] = c.skipped_steps;
+  }
+  if (c.communicates) {
+    j["comm_ms"] = s.comm.comm_seconds * 1e3;
+    j["exposed_comm_ms"] = s.comm.exposed_seconds * 1e3;
+    j["hidden_fraction"] = s.comm.hidden_fraction();
+  }
+  write_metrics(j.dump());
+}
+
+void StepReporter::held_out(uint64_t step, double loss) {
+  if (!leader_) return;
+  log_.info("step ", step, " | held-out loss ", loss);
+  write_metrics(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
+}
+
+void StepReporter::write_trace(Tracer& tracer, const Group& group) {
+  const std::string& path = config_.log().trace_file();
+  if (path.empty()) return;
+  tracer.write_merged(group, path);
+  if (leader_) log_.info("wrote the trace of ", group.size(), " rank(s) to ", path);
+}
+
+}  // namespace etr

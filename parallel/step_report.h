@@ -1,0 +1,88 @@
+// What the training loop reports (parallel/train_session.h): the progress line and the
+// metrics (JSON lines) of rank 0, and the merged Chrome trace of every rank.
+//
+//   step    12 | loss 4.1234 | lr 3.000e-04 | norm 0.912 |   21345 tok/s |   95.9 ms |
+//   12.34 GFLOP/s | peak 1.2 GiB | comm 3.1 ms, exposed 0.4 ms, hidden 87%
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "parallel/bucket_reducer.h"
+#include "runtime/config/train_config.h"
+#include "runtime/group.h"
+#include "runtime/log.h"
+#include "runtime/trace.h"
+
+namespace etr {
+
+struct StepStats {
+  double loss = 0;  // mean over the global batch's tokens (every rank has it)
+  double lr = 0;
+  double grad_norm = 0;
+  double seconds = 0;
+  // Gradient communication (nothing on one rank): see parallel/bucket_reducer.h.
+  ReduceStats comm;
+  // Some rank had a resize request (SIGUSR1 from etr-run) when the step's sums were
+  // taken: every rank sees the same value.
+  bool resize = false;
+  // The loss or gradient norm was not finite and optimizer.skip_nonfinite_steps let the
+  // step be skipped: parameters and moments are as before it (the data moved on).
+  bool skipped = false;
+};
+
+struct RunSummary {
+  int64_t start_step = 0;  // the step training started (or resumed) from
+  int64_t steps = 0;       // steps run by this run() call
+  double first_loss = 0;
+  double final_loss = 0;
+  double final_val_loss = -1;  // -1: never evaluated
+  double seconds = 0;
+  double tokens_per_second = 0;
+  size_t peak_bytes = 0;
+  // StepStats::comm summed over comm_steps steps (all but the first, which warms up).
+  ReduceStats comm;
+  int64_t comm_steps = 0;
+  int64_t skipped_steps = 0;  // StepStats::skipped in this run() call
+  std::string sample;
+  // The run stopped early for etr-run to relaunch it at another size (a checkpoint of the
+  // last step was saved); the program should exit with kResizeExitCode.
+  bool resized = false;
+};
+
+// The numbers of a step the progress line shows beside StepStats.
+struct StepContext {
+  uint64_t step = 0;            // steps completed
+  double tokens = 0;            // tokens in the global batch
+  double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
+  size_t peak_bytes = 0;        // of the host allocator
+  bool communicates = false;    // data parallel: show the gradient communication
+  int64_t skipped_steps = 0;    // non-finite steps skipped so far
+};
+
+class StepReporter {
+ public:
+  // Rank 0 (`leader`) opens log.metrics_file, appending when `resumed` (a resumed run
+  // continues the metrics of the run it resumes); IoError when it cannot.
+  StepReporter(const TrainConfig& config, Logger& log, bool leader, bool resumed);
+
+  // The progress line and its metrics record (rank 0).
+  void step(const StepStats& s, const StepContext& c);
+  // "step 12 | held-out loss 3.21" and its metrics record (rank 0).
+  void held_out(uint64_t step, double loss);
+  // Collective over `group`: writes the trace (log.trace_file) when tracing.
+  void write_trace(Tracer& tracer, const Group& group);
+  void write_metrics(const std::string& json_line);
+
+ private:
+  const TrainConfig& config_;
+  Logger& log_;
+  bool leader_;
+  std::ofstream metrics_;
+};
+
+// "nan", "inf" or "-inf".
+std::string nonfinite_text(double x);
+
+}  // namespace etr

@@ -1,0 +1,117 @@
+// TrainSession: the loop over steps and what it does between them (train_session.h):
+// progress, held-out loss, checkpoints, the elastic check, and the end of a run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "parallel/train_session.h"
+
+namespace etr {
+
+int64_t TrainSession::peak_bytes() const { return static_cast<int64_t>(alloc_.stats().peak); }
+
+void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum) {
+  const int64_t steps = config_.schedule().max_steps();
+  const int64_t step = static_cast<int64_t>(position_.step);
+  const auto& lg = config_.log();
+  if (lg.log_every() > 0 && (step % lg.log_every() == 0 || step == steps || step == 1)) {
+    StepContext c;
+    c.step = position_.step;
+    c.tokens = static_cast<double>(config_.batch().global_batch() * data_->seq_len());
+    c.flops_per_token = model_.flops_per_token;
+    c.peak_bytes = alloc_.stats().peak;
+    c.communicates = engine_->reducer() != nullptr;
+    c.skipped_steps = skipped_steps_;
+    reporter_->step(s, c);
+  }
+  if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || step == steps) {
+    sum.final_val_loss = evaluate();
+    reporter_->held_out(position_.step, sum.final_val_loss);
+  }
+  checkpoints_->at_step(step, step == steps, position_, batch_origin_, model_.stack->layout(),
+                        engine_->states());
+  elastic_->after_step(step, step - 1 == start);
+}
+
+RunSummary TrainSession::run() {
+  RunSummary sum;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t steps = config_.schedule().max_steps();
+  const int64_t start = static_cast<int64_t>(position_.step);
+  sum.start_step = start;
+  if (start >= steps && leader()) {
+    log_.info("already at step ", start, " of schedule.max_steps = ", steps, "; nothing to train");
+  }
+  for (int64_t i = start; i < steps; ++i) {
+    StepStats s = train_step();
+    if (i == start) sum.first_loss = s.loss;
+    if (s.skipped) ++sum.skipped_steps;
+    if (i > start || steps - start == 1) {
+      sum.comm += s.comm;
+      ++sum.comm_steps;
+    }
+    sum.final_loss = s.loss;
+    after_step(s, start, sum);
+    const int64_t step = static_cast<int64_t>(position_.step);
+    if (s.resize && step < steps &&
+        elastic_->resize(step, *checkpoints_, [this](const std::string& tier) {
+          return save_checkpoint(tier);
+        })) {
+      sum.resized = true;
+      sum.steps = step - start;
+      break;
+    }
+  }
+  flush_checkpoints();
+  if (!sum.resized) sum.steps = std::max<int64_t>(0, steps - start);
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  sum.tokens_per_second = static_cast<double>(sum.steps * config_.batch().global_batch() *
+                                              data_->seq_len()) / sum.seconds;
+  sum.peak_bytes = alloc_.stats().peak;
+  write_trace();
+  if (sum.resized) return sum;  // not done: the relaunched job samples and exports
+  if (leader() && config_.log().sample_tokens() > 0 && program_.sample) {
+    sum.sample = program_.sample(*this);
+  }
+  if (leader() && !config_.output().export_safetensors().empty() && program_.export_weights) {
+    program_.export_weights(*this);
+  }
+  return sum;
+}
+
+double TrainSession::evaluate() {
+  auto scope = tracer_.scope(TraceTrack::kCompute, "evaluate", "eval");
+  const uint64_t b = static_cast<uint64_t>(config_.batch().micro_batch());
+  const int64_t T = data_->seq_len();
+  // Held-out samples [0, n) in a fixed order; rank r of w takes the block
+  // [n r / w, n (r + 1) / w), in batches of b; every rank runs as many batches as the
+  // largest block needs, so that the ranks stay in step (shorter or empty batches weigh
+  // by their sample count).
+  uint64_t n = data_->eval_samples();
+  if (config_.log().eval_batches() > 0) {
+    n = std::min(n, static_cast<uint64_t>(config_.log().eval_batches()) * b);
+  }
+  const auto w = static_cast<unsigned __int128>(grid_->dp_size());
+  const auto r = static_cast<unsigned __int128>(grid_->dp_rank());
+  const auto first = static_cast<uint64_t>(n * r / w);
+  const uint64_t count = static_cast<uint64_t>(n * (r + 1) / w) - first;
+  const uint64_t largest = static_cast<uint64_t>((n + w - 1) / w);
+  const uint64_t batches = (largest + b - 1) / b;
+  double sums[2] = {0, 0};  // loss summed over samples, samples
+  for (uint64_t k = 0; k < batches; ++k) {
+    const uint64_t lo = std::min(count, k * b), hi = std::min(count, lo + b);
+    const int64_t m = static_cast<int64_t>(hi - lo);
+    if (m == 0) continue;  // this rank's share ran out; the others go on
+    data_->gather_eval(first + lo, hi - lo, std::span(inputs_).first(m * T),
+                       std::span(targets_).first(m * T));
+    sums[0] += model_.stack->forward(Batch{inputs_.data(), targets_.data(), m, T, 0}) *
+               static_cast<double>(m);
+    sums[1] += static_cast<double>(m);
+  }
+  sum_over_ranks(sums, 2);
+  return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
+}
+
+void TrainSession::write_trace() { reporter_->write_trace(tracer_, grid_->dp_group()); }
+
+}  // namespace etr

@@ -1,0 +1,256 @@
+// TrainSession: building a session and one optimizer step (train_session.h); the loop is
+// in train_loop.cc, checkpoints and resuming in session_checkpoint.cc.
+#include "parallel/train_session.h"
+
+#include <sched.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include "runtime/adamw.h"
+#include "runtime/bytes.h"
+#include "runtime/cpu_affinity.h"
+#include "runtime/kernels/cpu/threads.h"
+#include "runtime/mpi_check.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t host_budget(const TrainConfig& c) {
+  return c.runtime().host_memory_budget().empty() ? 0 : parse_bytes(c.runtime().host_memory_budget());
+}
+
+// runtime.threads = 0: this rank's share of the cores it may run on. A rank bound to
+// fewer cores than the machine has (mpirun --bind-to core) owns them; otherwise the
+// node's cores are shared by its ranks. Collective over `group`.
+int default_threads(const Group& group) {
+  const int local_size = ranks_on_this_node(group);
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = cores;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = std::max(1, CPU_COUNT(&set));
+  if (allowed < cores) return allowed;
+  return std::max(1, cores / local_size);
+}
+
+// The environment variable `name` = S[:R]: S for rank R (every rank without :R), -1 for
+// the others and when it is unset. For tests of failure handling:
+//   ETR_FAIL_AT_STEP       the rank throws at the start of step S
+//   ETR_NONFINITE_AT_STEP  a NaN in the rank's gradients at step S (1-based, as the
+//                          progress line counts)
+int64_t step_for_rank_from_env(const char* name, int rank) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  const std::string_view s(v);
+  const size_t colon = s.find(':');
+  int64_t step = -1;
+  int at_rank = rank;
+  auto number = [](std::string_view text, auto& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+  };
+  if (!number(s.substr(0, colon), step) ||
+      (colon != std::string_view::npos && !number(s.substr(colon + 1), at_rank))) {
+    throw ConfigError(std::string(name) + "='" + std::string(s) +
+                      "' is not STEP or STEP:RANK (non-negative integers)");
+  }
+  return at_rank == rank ? step : -1;
+}
+
+DataParallelOptions data_parallel_options(const TrainConfig& c) {
+  DataParallelOptions o;
+  o.buckets.first_bucket_bytes = parse_bytes(c.parallel().first_bucket_size());
+  o.buckets.bucket_cap_bytes = parse_bytes(c.parallel().bucket_size());
+  o.buckets.overlap = c.parallel().overlap();
+  o.comm = CommOptions::from_env();
+  o.adamw = AdamWOptions{c.optimizer().lr(), c.optimizer().beta1(), c.optimizer().beta2(),
+                         c.optimizer().eps(), c.optimizer().weight_decay()};
+  return o;
+}
+
+}  // namespace
+
+TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger& log,
+                           const TrainProgram& program, ElasticReporter* elastic)
+    : config_(config),
+      log_(log),
+      grid_(std::make_unique<ProcessGrid>(group, 1)),
+      alloc_(host_budget(config)),
+      program_(program) {
+  // Every rank needs at least one sequence (checked alike on every rank, before anything
+  // is built); the data is checked against the batch once it is loaded.
+  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
+                                         config_.batch().micro_batch()));
+  build(program, group);
+  setup_parallel();
+  checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
+  elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
+  resume();
+  elastic_->ready(position_.step);
+  reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
+  fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
+  nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
+}
+
+TrainSession::~TrainSession() = default;
+
+void TrainSession::build(const TrainProgram& program, const Group& group) {
+  const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
+                                                      : default_threads(group);
+  cpu::set_num_threads(threads);
+  const SessionContext ctx{config_, log_, leader(), alloc_, threads};
+  model_ = program.model(ctx);
+  if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
+  engine_ = std::make_unique<DataParallelEngine>(*model_.stack, *grid_, alloc_,
+                                                 data_parallel_options(config_), &tracer_);
+  if (model_.init) model_.init(model_.stack->layout(), state().data<float>(state::kParam));
+  const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
+  const int64_t b = static_cast<int64_t>(rank_batch().micro_batch);
+  if (leader()) {
+    log_.info("model: ", model_.description, "; activations for micro-batch ", b, " x ", T, ": ",
+              format_bytes(static_cast<double>(model_.stack->activation_bytes(b, T))));
+  }
+  model_.stack->plan(alloc_, std::max(b, micro), T);
+  inputs_.resize(static_cast<size_t>(std::max(b, micro) * T));
+  targets_.resize(inputs_.size());
+  data_ = program.data(ctx);
+  if (data_->seq_len() != T) {
+    throw ConfigError("the data source gives samples of " + std::to_string(data_->seq_len()) +
+                      " tokens but model.seq_len is " + std::to_string(T));
+  }
+  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(), micro,
+                                         data_->train_samples()));
+  position_.seed = data_->seed();
+  hooks_ = engine_->hooks();
+}
+
+void TrainSession::setup_parallel() {
+  const int dp = grid_->dp_size();
+  if (dp > 1) {
+    control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), CommOptions::from_env());
+    engine_->broadcast_parameters();
+    if (leader()) {
+      const RankBatch& r0 = plan_->rank(0);
+      log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
+                " micro-batch(es) of ", r0.micro_batch, " of the global batch ",
+                plan_->global_batch(), "; ", engine_->describe());
+    }
+  }
+  if (!config_.log().trace_file().empty()) {
+    MPI_CHECK(MPI_Barrier(grid_->dp_group().comm()));  // line the ranks' clocks up
+    tracer_.enable(Clock::now());
+    ExecContext<float> ctx = model_.stack->context();
+    ctx.tracer = &tracer_;
+    model_.stack->set_context(ctx);
+  }
+}
+
+void TrainSession::sum_over_ranks(double* values, int count) {
+  if (!control_comm_) return;
+  control_comm_->allreduce(TensorView::flat(values, count, DType::kF64), ReduceOp::kSum)->wait();
+}
+
+void TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
+  const int r = grid_->dp_rank();
+  const RankBatch& mine = plan_->rank(r);
+  for (uint64_t m = 0; m < mine.accumulation; ++m) {
+    const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+    const int64_t b = static_cast<int64_t>(mb.count);
+    {
+      auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
+      data_->gather(mb.first, mb.count, std::span(inputs_).first(b * T),
+                    std::span(targets_).first(b * T));
+    }
+    Batch batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)};
+    loss_sum += model_.stack->forward(batch, hooks_) * static_cast<double>(b) / static_cast<double>(B);
+    engine_->begin_backward(m + 1 == mine.accumulation);
+    model_.stack->backward(batch, hooks_);
+  }
+}
+
+StepStats TrainSession::train_step() {
+  const auto t0 = Clock::now();
+  if (fail_at_step_ >= 0 && static_cast<int64_t>(position_.step) == fail_at_step_) {
+    throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
+                std::to_string(fail_at_step_) +
+                " because ETR_FAIL_AT_STEP asks it to (a test of failure handling)");
+  }
+  const auto& lg = config_.log();
+  tracer_.set_recording(tracer_.enabled() &&
+                        (lg.trace_steps() == 0 || static_cast<int64_t>(position_.step) < lg.trace_steps()));
+  const int64_t B = config_.batch().global_batch(), T = data_->seq_len();
+  const auto& s = config_.schedule();
+  StepStats st;
+  st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
+                        s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
+  engine_->begin_step();
+  if (nonfinite_at_step_ == static_cast<int64_t>(position_.step) + 1) {
+    // A NaN in this rank's gradient of the last tensor (backward accumulates into it, and
+    // the engine sums it into every rank's).
+    const TensorEntry& e = model_.stack->layout().entries().back();
+    state().data<float>(state::kGrad)[e.offset] = std::nanf("");
+  }
+  double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
+  run_micro_batches(B, T, loss_sum);
+  st.comm = engine_->end_backward();
+  st.grad_norm = engine_->grad_norm();
+  // The resize flag and "my gradient norm is not finite" ride on the loss's sum: the ranks
+  // agree on them at no extra cost. The summed loss is finite on every rank or on none
+  // (a NaN or an infinity in any term makes every rank's sum one), so together with the
+  // summed flag every rank takes the same finite-or-stop decision.
+  double sums[3] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+                    std::isfinite(st.grad_norm) ? 0.0 : 1.0};
+  sum_over_ranks(sums, 3);
+  st.loss = sums[0];
+  st.resize = sums[1] > 0;
+  if (!std::isfinite(st.loss) || sums[2] > 0) {
+    skip_or_stop(st, std::isfinite(st.loss));  // throws unless the step may be skipped
+  } else {
+    checkpoints_->wait_for_snapshot();  // an async save may still be copying the state
+    auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
+    engine_->optimizer_step({static_cast<int64_t>(position_.step) + 1, st.lr, st.grad_norm,
+                             config_.optimizer().grad_clip()});
+  }
+  position_.advance(static_cast<uint64_t>(B));
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+void TrainSession::skip_or_stop(StepStats& st, bool loss_finite) {
+  const int64_t step = static_cast<int64_t>(position_.step) + 1;  // as the progress line counts
+  const int dp = grid_->dp_size();
+  const std::string over = dp > 1 ? " summed over the " + std::to_string(dp) + " ranks" : "";
+  const std::string what = !loss_finite
+                               ? "the loss" + over + " is " + nonfinite_text(st.loss)
+                               : "the norm of the gradients" + over + " is " +
+                                     (std::isfinite(st.grad_norm) ? "not finite on another rank"
+                                                                  : nonfinite_text(st.grad_norm));
+  const int64_t limit = config_.optimizer().skip_nonfinite_steps();
+  if (skipped_steps_ < limit) {
+    ++skipped_steps_;
+    st.skipped = true;
+    if (leader()) {
+      log_.warn("step ", step, ": ", what, "; skipped it (", skipped_steps_, " of at most ", limit,
+                " in this run), the parameters and optimizer moments are unchanged");
+    }
+    return;
+  }
+  // Every rank is here alike, so a save in flight (of the last good step) can commit.
+  flush_checkpoints();
+  throw NonFiniteError("step " + std::to_string(step) + ": " + what +
+                       ", so training stopped before the optimizer changed the parameters" +
+                       (limit > 0
+                            ? " (" + std::to_string(limit) + " such steps were skipped already)"
+                            : std::string()) +
+                       "; lower optimizer.lr or check the data, or let such steps be skipped with "
+                       "optimizer.skip_nonfinite_steps.");
+}
+
+}  // namespace etr

@@ -1,0 +1,177 @@
+// TrainSession: the training loop of etr, for any model built as a LayerStack, on one rank
+// or data-parallel over many (DESIGN.md, "Execution of one optimizer step").
+//
+// One optimizer step:
+//   1. the batch policy (parallel/batch_policy.h) splits the global batch B over the
+//      data-parallel ranks; rank r runs k_r micro-batches of at most micro_batch samples
+//   2. for each micro-batch: gather its samples from the DataSource (by global sample
+//      index), forward, loss, backward through the LayerStack; gradients accumulate,
+//      scaled by 1 / (B T) so that their sum over ranks is the gradient of the mean loss
+//      over the global batch's tokens. The engine (parallel/engine.h) is called at each
+//      phase: on the last micro-batch it sums each layer's final gradients over the ranks
+//      while backward goes on
+//   3. finite or stop: a loss or gradient norm that is NaN or infinite (decided alike on
+//      every rank, from the summed loss and a flag summed with it) stops the run, or skips
+//      the step (optimizer.skip_nonfinite_steps), before anything changes the parameters
+//      or moments; then global-norm clipping and AdamW at the scheduled learning rate
+//   4. progress line, metrics, trace (parallel/step_report.h); held-out loss when due;
+//      a checkpoint when due (parallel/checkpoint_cadence.h); a resize agreed on at the
+//      step boundary stops the run for etr-run (parallel/elastic_session.h)
+// Replicas start equal: rank 0's initial parameters are broadcast.
+//
+// What a model brings: a TrainProgram (a LayerStack factory with its initialisation, a
+// data source factory, and optional callbacks for a sample and an export at the end).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/host_communicator.h"
+#include "parallel/batch_policy.h"
+#include "parallel/checkpoint_cadence.h"
+#include "parallel/data_parallel_engine.h"
+#include "parallel/data_source.h"
+#include "parallel/elastic_session.h"
+#include "parallel/process_grid.h"
+#include "parallel/step_report.h"
+#include "runtime/config/train_config.h"
+#include "runtime/elastic.h"
+#include "runtime/error.h"
+#include "runtime/host_allocator.h"
+#include "runtime/layer_stack.h"
+#include "runtime/log.h"
+#include "runtime/trace.h"
+#include "runtime/world.h"
+
+namespace etr {
+
+// A step's loss or gradient norm was not finite and no more skips were allowed
+// (optimizer.skip_nonfinite_steps). Thrown by every rank alike; not the fault of a host,
+// and a relaunch from the last checkpoint would meet it again.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
+// What the factories of a TrainProgram are given.
+struct SessionContext {
+  const TrainConfig& config;
+  Logger& log;
+  bool leader;           // rank 0 of the data-parallel group: logs for the job
+  HostAllocator& alloc;  // the host memory budget (runtime.host_memory_budget)
+  int threads;           // the kernels' threads on this rank
+};
+
+// A model for the loop: its layers and how to initialise them.
+struct ModelSpec {
+  std::unique_ptr<LayerStack<float>> stack;
+  // "GPT-2 6 layers, 512 wide, ..." for the start-up log.
+  std::string description;
+  // For the progress line's GFLOP/s (0: shown as 0).
+  double flops_per_token = 0;
+  // Writes the initial parameters (a flat buffer of stack->layout()); run on every rank,
+  // then rank 0's are broadcast. Null: parameters start at 0.
+  std::function<void(const ParamLayout& layout, float* params)> init;
+};
+
+class TrainSession;
+
+struct TrainProgram {
+  std::function<ModelSpec(const SessionContext&)> model;
+  // Called after the model is built (the memory it left is in ctx.alloc).
+  std::function<std::unique_ptr<DataSource>(const SessionContext&)> data;
+  // At the end of a run that was not stopped for a resize, on rank 0 only: a text sample
+  // (log.sample_tokens > 0), and an export of the weights (output.export_safetensors).
+  std::function<std::string(TrainSession&)> sample;
+  std::function<void(TrainSession&)> export_weights;
+};
+
+class TrainSession {
+ public:
+  // `config` must be resolved (runtime/config/train_config.h). Collective over `group`:
+  // every rank of it builds a session with the same config and trains one replica (data
+  // parallel, dp = group.size()). ConfigError when the batch does not fit the ranks or
+  // the data. Under etr-run, pass its `elastic` reporter.
+  TrainSession(const TrainConfig& config, const Group& group, Logger& log,
+               const TrainProgram& program, ElasticReporter* elastic = nullptr);
+  ~TrainSession();
+
+  RunSummary run();
+  // One optimizer step. Throws NonFiniteError naming the step when its loss or gradient
+  // norm is not finite and optimizer.skip_nonfinite_steps allows no more skips (every
+  // rank alike; parameters, moments and data position as before the step, and a
+  // checkpoint in flight committed first).
+  StepStats train_step();
+  int64_t skipped_steps() const { return skipped_steps_; }
+  // Mean held-out loss per token; the held-out samples are split over the ranks
+  // (collective). NaN when the data source has none.
+  double evaluate();
+  // Collective: writes the trace (log.trace_file) when tracing; rank 0 writes the file.
+  void write_trace();
+
+  // Collective: saves the state after the steps completed so far to the "durable" or
+  // "fast" tier. Returns false when the save failed (logged; training may go on).
+  bool save_checkpoint(const std::string& tier);
+  // Collective: waits for a background save and commits it.
+  void flush_checkpoints();
+  // Collective: loads the engine's states, data position and schedule from the
+  // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
+  void restore(const std::filesystem::path& dir);
+  const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
+  const CheckpointWriter* checkpoint_writer() const { return checkpoints_->writer(); }
+
+  const TrainConfig& config() const { return config_; }
+  LayerStack<float>& stack() { return *model_.stack; }
+  Engine& engine() { return *engine_; }
+  FlatState& state() { return engine_->state(); }
+  const DataSource& data() const { return *data_; }
+  const DataPosition& position() const { return position_; }
+  const ProcessGrid& grid() const { return *grid_; }
+  const RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
+  // Null on one rank.
+  const BucketReducer* reducer() const { return engine_->reducer(); }
+  Tracer& tracer() { return tracer_; }
+  HostAllocator& allocator() { return alloc_; }
+  bool leader() const { return grid_->dp_rank() == 0; }
+  // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
+  void sum_over_ranks(double* values, int count);
+
+ private:
+  void build(const TrainProgram& program, const Group& group);
+  void setup_parallel();
+  void resume();
+  void run_micro_batches(int64_t B, int64_t T, double& loss_sum);
+  void skip_or_stop(StepStats& st, bool loss_finite);
+  void after_step(const StepStats& s, int64_t start, RunSummary& sum);
+  int64_t peak_bytes() const;
+
+  TrainConfig config_;
+  Logger& log_;
+  std::unique_ptr<ProcessGrid> grid_;
+  HostAllocator alloc_;
+  ModelSpec model_;
+  std::unique_ptr<DataSource> data_;
+  std::optional<BatchPlan> plan_;
+  DataPosition position_;
+  std::vector<int32_t> inputs_, targets_;  // [micro_batch, T]
+  Tracer tracer_;
+  std::unique_ptr<DataParallelEngine> engine_;
+  std::unique_ptr<HostCommunicator> control_comm_;  // small sums: loss, flags, evaluation
+  std::unique_ptr<CheckpointCadence> checkpoints_;
+  std::unique_ptr<ElasticSession> elastic_;
+  std::unique_ptr<StepReporter> reporter_;
+  TrainProgram program_;
+  StackHooks hooks_;  // the engine's, for the stack
+  int64_t fail_at_step_ = -1;       // ETR_FAIL_AT_STEP (tests): throw at that step
+  int64_t nonfinite_at_step_ = -1;  // ETR_NONFINITE_AT_STEP (tests): a NaN gradient
+  int64_t skipped_steps_ = 0;
+  BatchOrigin batch_origin_;
+  std::optional<std::filesystem::path> resumed_from_;
+};
+
+}  // namespace etr
