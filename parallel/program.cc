@@ -1,0 +1,188 @@
+#include "parallel/program.h"
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "runtime/bytes.h"
+#include "runtime/elastic.h"
+#include "runtime/error.h"
+#include "runtime/omp_env.h"
+#include "runtime/world.h"
+
+namespace etr {
+namespace {
+
+struct CommandLine {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string trace_path;
+  std::string resume;
+  bool print_only = false;
+};
+
+void add_options(CLI::App& app, CommandLine& c) {
+  app.add_option("--config", c.config_path, "Configuration in protobuf text format "
+                 "(runtime/config/etr_config.proto documents every field)");
+  app.add_option("--set", c.overrides, "Override one field, e.g. --set model.n_layer=2 "
+                 "(repeatable; later ones win)");
+  app.add_option("--trace", c.trace_path, "Write a Chrome trace of the first log.trace_steps steps "
+                 "of every rank to FILE (open it in ui.perfetto.dev); same as --set "
+                 "log.trace_file=FILE");
+  app.add_option("--resume", c.resume, "Resume from a checkpoint: 'latest' (the newest usable one in "
+                 "checkpoint.dir and checkpoint.fast_dir; start fresh when there is none), or a "
+                 "checkpoint directory, or a directory of them (falls back to older ones when the "
+                 "newest is corrupt); same as --set checkpoint.resume=...");
+  app.add_flag("--print-config", c.print_only, "Print the effective configuration and exit");
+}
+
+TrainConfig configure(const CommandLine& c, const ElasticLaunch& launch, const ProgramInfo& info) {
+  TrainConfig config = c.config_path.empty() ? TrainConfig() : load_config(c.config_path);
+  apply_overrides(config, c.overrides);
+  if (!c.trace_path.empty()) config.mutable_log()->set_trace_file(c.trace_path);
+  if (!c.resume.empty()) config.mutable_checkpoint()->set_resume(c.resume);
+  if (launch.active) {
+    // etr-run relaunches the job from its newest checkpoint.
+    if (!launch.checkpoint_dir.empty()) config.mutable_checkpoint()->set_dir(launch.checkpoint_dir);
+    if (launch.restart > 0) config.mutable_checkpoint()->set_resume("latest");
+    if (config.checkpoint().dir().empty() && config.checkpoint().fast_dir().empty()) {
+      throw ConfigError("etr-run relaunches a job from its checkpoints, but none are "
+                        "configured: pass --checkpoint-dir to etr-run or set checkpoint.dir");
+    }
+  }
+  if (info.complete_config) info.complete_config(config);
+  resolve(config);
+  return config;
+}
+
+// Trains and reports; the exit status of a run that raised nothing.
+int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
+          const ProgramInfo& info, const TrainProgram& program) {
+  TrainSession session(config, world.group(), world.log(), program, &elastic);
+  const RunSummary s = session.run();
+  if (s.resized) return kResizeExitCode;
+  if (!s.sample.empty()) world.log().info("sample:\n", s.sample);
+  if (world.rank() == 0) world.log().info(summary_line(s, world.size()));
+  // Periodic saves that fail are reported and training goes on; a job whose last save
+  // failed must not look successful.
+  const CheckpointWriter* writer = session.checkpoint_writer();
+  if (writer && !writer->stats().empty() && !writer->stats().back().ok) {
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "%s: error: the last checkpoint (step %llu) was not saved: %s\n",
+                   info.name.c_str(), static_cast<unsigned long long>(writer->stats().back().step),
+                   writer->stats().back().error.c_str());
+    }
+    return 1;
+  }
+  return 0;
+}
+
+// An etr::Error after the configuration: tells etr-run whose fault it was and ends the job.
+int fail(const Error& e, World& world, ElasticReporter& elastic, const std::string& name) {
+  // A rank that raised its own error (a full disk, a bad file) may be on a bad host; a
+  // timed-out collective says nothing of this rank, nor does a non-finite step (every
+  // rank stops alike, and a relaunch from the same checkpoint would meet it again).
+  const bool nonfinite = dynamic_cast<const NonFiniteError*>(&e) != nullptr;
+  const bool own = dynamic_cast<const CommError*>(&e) == nullptr && !nonfinite;
+  elastic.event("error rank=" + std::to_string(world.rank()) + " own=" + (own ? "1" : "0") +
+                (nonfinite ? " final=1" : ""));
+  if (nonfinite) {  // every rank ends normally, and one says why
+    if (world.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+  if (world.size() > 1) world.abort(name + ": error: " + e.what(), 1);
+  std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+  return 1;
+}
+
+}  // namespace
+
+std::string summary_line(const RunSummary& s, int world_size) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "done: %lld steps (from step %lld) in %.1f s | loss %.4f -> %.4f | held-out %.4f "
+                "| %.0f tok/s | peak memory %s",
+                static_cast<long long>(s.steps), static_cast<long long>(s.start_step), s.seconds,
+                s.first_loss, s.final_loss, s.final_val_loss, s.tokens_per_second,
+                format_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  std::string out = line;
+  if (world_size > 1 && s.comm_steps > 0) {
+    std::snprintf(line, sizeof line, " | gradient comm %.1f ms/step, %.0f%% hidden",
+                  s.comm.comm_seconds / static_cast<double>(s.comm_steps) * 1e3,
+                  s.comm.hidden_fraction() * 100);
+    out += line;
+  }
+  if (s.skipped_steps > 0) {
+    out += " | " + std::to_string(s.skipped_steps) + " non-finite step(s) skipped";
+  }
+  return out;
+}
+
+int run_training_program(int argc, char** argv, const ProgramInfo& info,
+                         const TrainProgram& program) {
+  ensure_omp_spin_limit(argv);  // before MPI and OpenMP start (runtime/omp_env.h)
+  // A file-size limit (ulimit -f) must fail a checkpoint write with EFBIG, which the writer
+  // reports and survives, instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
+  install_resize_signal_handler();  // etr-run's resize request may come at any time
+  std::unique_ptr<World> world;
+  ElasticLaunch launch;
+  try {
+    launch = ElasticLaunch::from_env();
+    world = std::make_unique<World>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", info.name.c_str(), e.what());
+    return 1;
+  }
+  ElasticReporter elastic(launch);
+  if (world->rank() == 0) {
+    elastic.event("started world=" + std::to_string(world->size()) + " restart=" +
+                  std::to_string(launch.restart));
+  }
+  CLI::App app{info.description, info.name};
+  CommandLine cl;
+  add_options(app, cl);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  bool configured = false;  // past the config: errors from here on may be one rank's own
+  try {
+    const TrainConfig config = configure(cl, launch, info);
+    configured = true;
+    world->log().set_level(log_level(config));
+    if (world->rank() == 0) world->log().info("configuration:\n", format_config(config));
+    if (cl.print_only) return 0;
+    return train(config, *world, elastic, info, program);
+  } catch (const Error& e) {
+    // A bad config fails alike on every rank before any communication: say it once.
+    if (!configured) {
+      if (world->rank() == 0) std::fprintf(stderr, "%s: error: %s\n", info.name.c_str(), e.what());
+      return 1;
+    }
+    return fail(e, *world, elastic, info.name);
+  } catch (const std::bad_alloc& e) {
+    // The sizes are checked against the host memory budget before the large allocations;
+    // what still fails is memory the budget did not foresee (other processes took it).
+    const std::string what = info.name + ": error: the operating system refused memory (" +
+                             e.what() + ") although the sizes fit the host memory budget; free "
+                             "memory or lower runtime.host_memory_budget, model or batch sizes.";
+    if (world->size() > 1) world->abort(what, 1);
+    std::fprintf(stderr, "%s\n", what.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    const std::string what = info.name + ": internal error: " + e.what();
+    if (world->size() > 1) world->abort(what, 2);
+    std::fprintf(stderr, "%s\n", what.c_str());
+    return 2;
+  }
+}
+
+}  // namespace etr

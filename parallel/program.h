@@ -1,0 +1,41 @@
+// The skeleton of a training program (etr-train's, or a user's own: README.md, "Using etr
+// from your own program"): command line, configuration, the session, the summary, and
+// what every error becomes.
+//
+//   int main(int argc, char** argv) {
+//     return etr::run_training_program(argc, argv, {"my-train", "Trains my model."},
+//                                      my_program());
+//   }
+//
+// Command line: --config FILE (protobuf text, runtime/config/etr_config.proto), --set
+// PATH=VALUE (repeatable), --trace FILE, --resume DIR|latest, --print-config.
+// Exit status: 0 done; 1 a user error (one sentence on stderr: bad config, missing file,
+// non-finite loss, a failed last checkpoint); 2 a command-line usage error or an internal
+// error; 75 (kResizeExitCode) stopped at a step boundary for etr-run to relaunch the job
+// at another size. Under mpirun, an error after the configuration ends the whole job
+// (MPI_Abort) so that no peer waits for the communication timeout.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "parallel/train_session.h"
+#include "runtime/config/train_config.h"
+
+namespace etr {
+
+struct ProgramInfo {
+  std::string name;         // "etr-train": the prefix of its messages
+  std::string description;  // one line for --help
+  // Fills what the user left unset from names the program knows (model presets); called
+  // before resolve(). Null: nothing.
+  std::function<void(TrainConfig&)> complete_config;
+};
+
+int run_training_program(int argc, char** argv, const ProgramInfo& info,
+                         const TrainProgram& program);
+
+// The summary line of a run: "done: 6 steps (from step 0) in 1.2 s | loss ... ".
+std::string summary_line(const RunSummary& s, int world_size);
+
+}  // namespace etr
