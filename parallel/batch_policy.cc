@@ -68,6 +68,28 @@ BatchPlan BatchPlan::balanced(uint64_t global_batch, int world_size, uint64_t mi
   return BatchPlan(global_batch, std::move(ranks));
 }
 
+EvalShare eval_share(uint64_t samples, uint64_t batch, uint64_t max_samples, int rank,
+                     int world) {
+  if (batch == 0) throw InvalidArgument("the evaluation batch size must be at least 1");
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw InvalidArgument("rank " + std::to_string(rank) + " is not in a world of " +
+                          std::to_string(world) + " ranks");
+  }
+  const uint64_t n = max_samples != 0 ? std::min(samples, max_samples) : samples;
+  // n r / w without overflow for any n < 2^64.
+  auto block_start = [n, world](uint64_t r) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(n) * r /
+                                 static_cast<uint64_t>(world));
+  };
+  EvalShare s;
+  s.first = block_start(static_cast<uint64_t>(rank));
+  s.count = block_start(static_cast<uint64_t>(rank) + 1) - s.first;
+  const uint64_t w = static_cast<uint64_t>(world);
+  const uint64_t largest_block = n / w + (n % w != 0 ? 1 : 0);
+  s.batches = largest_block / batch + (largest_block % batch != 0 ? 1 : 0);
+  return s;
+}
+
 BatchPlan plan_data_parallel_batch(int64_t global_batch, int dp, int64_t micro_batch,
                                    uint64_t train_samples) {
   // Every rank needs at least one sequence (checked alike on every rank).

@@ -47,6 +47,19 @@ struct SampleRange {
 
 class BatchPlan;
 
+// A rank's share of an evaluation over held-out samples [0, n), n = samples or
+// max_samples when that is smaller and not 0: rank r of w takes the contiguous block
+// [n r / w, n (r + 1) / w) in batches of `batch`; every rank runs `batches` batches (as
+// many as the largest block needs), so ranks that sum per batch stay in step, and a rank
+// whose block ran out gets shorter or empty ones. InvalidArgument when batch is 0 or
+// rank is not in [0, world).
+struct EvalShare {
+  uint64_t first = 0;    // this rank's first sample
+  uint64_t count = 0;    // this rank's samples
+  uint64_t batches = 0;  // batches every rank runs
+};
+EvalShare eval_share(uint64_t samples, uint64_t batch, uint64_t max_samples, int rank, int world);
+
 // The plan of a data-parallel step from the configuration: ConfigError (one sentence)
 // when the global batch has fewer samples than there are ranks or more than the
 // `train_samples` distinct samples of the data (0: not checked), or micro_batch is 0.

@@ -83,26 +83,15 @@ double TrainSession::evaluate() {
   auto scope = tracer_.scope(TraceTrack::kCompute, "evaluate", "eval");
   const uint64_t b = static_cast<uint64_t>(config_.batch().micro_batch());
   const int64_t T = data_->seq_len();
-  // Held-out samples [0, n) in a fixed order; rank r of w takes the block
-  // [n r / w, n (r + 1) / w), in batches of b; every rank runs as many batches as the
-  // largest block needs, so that the ranks stay in step (shorter or empty batches weigh
-  // by their sample count).
-  uint64_t n = data_->eval_samples();
-  if (config_.log().eval_batches() > 0) {
-    n = std::min(n, static_cast<uint64_t>(config_.log().eval_batches()) * b);
-  }
-  const auto w = static_cast<unsigned __int128>(grid_->dp_size());
-  const auto r = static_cast<unsigned __int128>(grid_->dp_rank());
-  const auto first = static_cast<uint64_t>(n * r / w);
-  const uint64_t count = static_cast<uint64_t>(n * (r + 1) / w) - first;
-  const uint64_t largest = static_cast<uint64_t>((n + w - 1) / w);
-  const uint64_t batches = (largest + b - 1) / b;
+  const uint64_t max = static_cast<uint64_t>(config_.log().eval_batches()) * b;
+  const EvalShare share = eval_share(data_->eval_samples(), b, max, grid_->dp_rank(),
+                                     grid_->dp_size());
   double sums[2] = {0, 0};  // loss summed over samples, samples
-  for (uint64_t k = 0; k < batches; ++k) {
-    const uint64_t lo = std::min(count, k * b), hi = std::min(count, lo + b);
+  for (uint64_t k = 0; k < share.batches; ++k) {
+    const uint64_t lo = std::min(share.count, k * b), hi = std::min(share.count, lo + b);
     const int64_t m = static_cast<int64_t>(hi - lo);
     if (m == 0) continue;  // this rank's share ran out; the others go on
-    data_->gather_eval(first + lo, hi - lo, std::span(inputs_).first(m * T),
+    data_->gather_eval(share.first + lo, hi - lo, std::span(inputs_).first(m * T),
                        std::span(targets_).first(m * T));
     sums[0] += model_.stack->forward(Batch{inputs_.data(), targets_.data(), m, T, 0}) *
                static_cast<double>(m);

@@ -137,6 +137,7 @@ class TrainSession {
   const BucketReducer* reducer() const { return engine_->reducer(); }
   Tracer& tracer() { return tracer_; }
   HostAllocator& allocator() { return alloc_; }
+  Logger& log() { return log_; }
   bool leader() const { return grid_->dp_rank() == 0; }
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);

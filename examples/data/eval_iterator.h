@@ -1,4 +1,5 @@
-// EvalIterator: the held-out windows in a fixed order, in batches, optionally split among
+// EvalIterator: the held-out windows in a fixed order (eval_share in
+// parallel/batch_policy.h splits them), in batches, optionally split among
 // the ranks of a data-parallel job, for measuring validation loss.
 //
 //   EvalIterator it(split.val, /*batch_size=*/8, /*max_windows=*/64, rank, world_size);
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "examples/data/window_space.h"
+#include "parallel/batch_policy.h"
 
 namespace etr::data {
 
