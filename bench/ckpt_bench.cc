@@ -22,6 +22,7 @@
 #include "examples/train/trainer.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "runtime/state_names.h"
 #include "runtime/mpi_check.h"
 
 namespace etr::bench {
@@ -31,7 +32,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 // The states Trainer::save_checkpoint saves, in its order.
-const std::vector<std::string> kStates = {"param", "adam.m", "adam.v"};
+const std::vector<std::string> kStates = {std::string(state::kParam), std::string(state::kAdamM),
+                                          std::string(state::kAdamV)};
 
 struct CkptArgs {
   std::string dir = ".";

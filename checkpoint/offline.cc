@@ -13,6 +13,7 @@
 #include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_sink.h"
+#include "runtime/state_names.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -184,13 +185,13 @@ void copy_checked(const fs::path& src, const fs::path& dst, const ckpt::ShardFil
 }  // namespace
 
 ParamLayout layout_from_manifest(const ckpt::Manifest& manifest) {
-  std::string state = "param";
+  std::string name(state::kParam);
   bool has_param = false;
-  for (const auto& s : manifest.states()) has_param = has_param || s == "param";
-  if (!has_param && manifest.states_size() > 0) state = manifest.states(0);
+  for (const auto& s : manifest.states()) has_param = has_param || s == state::kParam;
+  if (!has_param && manifest.states_size() > 0) name = manifest.states(0);
   ParamLayout layout;
   for (const auto& t : manifest.tensors()) {
-    if (t.state() != state) continue;
+    if (t.state() != name) continue;
     if (t.dtype() != "f32") {
       throw CheckpointError("tensor " + t.name() + " is " + t.dtype() +
                             "; only f32 checkpoints can be read into a layout");
@@ -199,7 +200,7 @@ ParamLayout layout_from_manifest(const ckpt::Manifest& manifest) {
   }
   if (layout.entries().empty()) {
     throw CheckpointError("the checkpoint of step " + std::to_string(manifest.step()) +
-                          " holds no tensors of a '" + state + "' state");
+                          " holds no tensors of a '" + name + "' state");
   }
   return layout;
 }

@@ -12,6 +12,7 @@
 #include "examples/gpt/hf_weights.h"
 #include "runtime/bytes.h"
 #include "runtime/config/train_config.h"
+#include "runtime/state_names.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
 
@@ -95,7 +96,8 @@ int run_export(const ExportOptions& o) {
                           "; it was not saved by etr-train");
   }
   CheckpointReader reader(src);
-  reader.read_state("param", model.layout(), model.params(), 0, model.layout().numel());
+  reader.read_state(std::string(state::kParam), model.layout(), model.params(), 0,
+                    model.layout().numel());
   // A directory (existing, or named with a trailing '/') gets what from_pretrained loads;
   // anything else is the weights file itself.
   std::error_code ec;
