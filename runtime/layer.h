@@ -8,7 +8,9 @@
 //   - states how much activation memory it keeps from forward to backward, and how much
 //     scratch its backward needs, for a micro-batch of B x T, so peak memory is planned
 //     from the configuration before a step, never discovered;
-//   - computes on views it is given: it allocates nothing.
+//   - computes on views it is given: it allocates nothing;
+//   - computes through the execution context its stack gives it (context()): its kernels
+//     come from context().kernels, the device dispatch, never from cpu:: directly.
 // The template parameter is the element type: float for training, double for the
 // gradient checks against finite differences.
 #pragma once
@@ -16,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/exec_context.h"
+#include "runtime/kernels/dispatch.h"
 #include "runtime/param_layout.h"
 
 namespace etr {
@@ -42,6 +46,9 @@ class Layer {
   // Points the layer at the flat parameter and gradient buffers (both in `layout`).
   virtual void bind(const ParamLayout& layout, Real* params, Real* grads) = 0;
 
+  // Elements of output() for a micro-batch of B x T (the gradient the next layer's backward
+  // hands back has as many).
+  virtual int64_t output_numel(int64_t B, int64_t T) const = 0;
   // Elements kept from forward to backward for micro-batches of up to B x T, output
   // included.
   virtual int64_t activation_numel(int64_t B, int64_t T) const = 0;
@@ -59,6 +66,18 @@ class Layer {
   // gradients are accumulated (+=) into the bound gradient buffer.
   virtual void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                         const Batch& batch) = 0;
+
+  // Where the layer computes; LayerStack sets it. A layer built alone computes on the CPU.
+  void set_context(const ExecContext<Real>& context) { context_ = context; }
+  const ExecContext<Real>& context() const { return context_; }
+
+ protected:
+  // The kernels of the layer's device.
+  const KernelSet<Real>& k() const { return *context_.kernels; }
+
+ private:
+  ExecContext<Real> context_{Device::cpu(), nullptr, nullptr, nullptr,
+                             &kernels_for<Real>(Device::cpu())};
 };
 
 }  // namespace etr

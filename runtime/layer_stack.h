@@ -92,6 +92,8 @@ class LayerStack {
 
  private:
   struct Impl;
+  void select(int slot) const;  // points the layers at slot `slot`'s activations
+  void check_fits(const Batch& batch) const;
   std::vector<std::unique_ptr<Layer<Real>>> layers_;
   ParamLayout layout_;
   std::vector<SharedParam> shared_;

@@ -1,7 +1,5 @@
 #include "examples/gpt/embedding_layer.h"
 
-#include "runtime/kernels/cpu/encoder.h"
-
 namespace etr::gpt {
 
 template <typename Real>
@@ -21,13 +19,13 @@ void EmbeddingLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* g
 
 template <typename Real>
 void EmbeddingLayer<Real>::forward(const Real*, const Batch& b) {
-  cpu::encoder_forward(out_, b.tokens, wte_, wpe_, b.B, b.T, c_.d_model, c_.vocab_size);
+  this->k().encoder_forward(out_, b.tokens, wte_, wpe_, b.B, b.T, c_.d_model, c_.vocab_size);
 }
 
 template <typename Real>
 void EmbeddingLayer<Real>::backward(const Real*, const Real* dout, Real*, Real*,
                                     const Batch& b) {
-  cpu::encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
+  this->k().encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
 }
 
 template class EmbeddingLayer<float>;

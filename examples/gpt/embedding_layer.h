@@ -16,6 +16,7 @@ class EmbeddingLayer final : public Layer<Real> {
   std::string name() const override { return "embedding"; }
   void declare(ParamLayout& layout, int index) override;
   void bind(const ParamLayout& layout, Real* params, Real* grads) override;
+  int64_t output_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
   int64_t activation_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
   int64_t scratch_numel(int64_t, int64_t) const override { return 0; }
   void plan(Real* activations, int64_t, int64_t) override { out_ = activations; }

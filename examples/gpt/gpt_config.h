@@ -8,6 +8,9 @@
 
 namespace etr::gpt {
 
+// GPT-2's LayerNorm epsilon (Hugging Face's layer_norm_epsilon).
+inline constexpr double kLayerNormEps = 1e-5;
+
 struct GptConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;

@@ -1,11 +1,5 @@
 #include "examples/gpt/head_layer.h"
 
-#include <algorithm>
-
-#include "runtime/kernels/cpu/layernorm.h"
-#include "runtime/kernels/cpu/matmul.h"
-#include "runtime/kernels/cpu/softmax_xent.h"
-
 namespace etr::gpt {
 
 template <typename Real>
@@ -45,14 +39,15 @@ void HeadLayer<Real>::plan(Real* p, int64_t B, int64_t T) {
 template <typename Real>
 void HeadLayer<Real>::forward(const Real* x, const Batch& b) {
   const int64_t N = b.B * b.T, C = c_.d_model, V = c_.vocab_size, Vp = c_.padded_vocab();
-  cpu::layernorm_forward(lnf_, mean_, rstd_, x, w_, b_, N, C);
-  cpu::matmul_forward(logits_, lnf_, wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  const auto& k = this->k();
+  k.layernorm_forward(lnf_, mean_, rstd_, x, w_, b_, N, C, kLayerNormEps);
+  k.matmul_forward(logits_, lnf_, wte_, static_cast<const Real*>(nullptr), N, C, Vp);
   if (!b.targets) return;
   if (b.dloss != 0) {
-    cpu::softmax_xent_forward_backward(losses_, logits_, logits_, b.targets,
+    k.softmax_xent_forward_backward(losses_, logits_, logits_, b.targets,
                                        static_cast<Real>(b.dloss), N, V, Vp);
   } else {
-    cpu::softmax_xent_forward(losses_, logits_, b.targets, N, V, Vp);
+    k.softmax_xent_forward(losses_, logits_, b.targets, N, V, Vp);
   }
 }
 
@@ -61,10 +56,11 @@ void HeadLayer<Real>::backward(const Real* x, const Real*, Real* din, Real* scra
                                const Batch& b) {
   const int64_t N = b.B * b.T, C = c_.d_model;
   Real* dlnf = scratch;
-  std::fill(dlnf, dlnf + N * C, Real(0));
-  cpu::matmul_backward(dlnf, dwte_, static_cast<Real*>(nullptr), logits_, lnf_, wte_, N, C,
+  const auto& k = this->k();
+  k.fill(dlnf, Real(0), N * C);
+  k.matmul_backward(dlnf, dwte_, static_cast<Real*>(nullptr), logits_, lnf_, wte_, N, C,
                        c_.padded_vocab());
-  cpu::layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
+  k.layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
 }
 
 template class HeadLayer<float>;

@@ -24,6 +24,7 @@ class HeadLayer final : public Layer<Real> {
   int64_t activation_numel(int64_t B, int64_t T) const override;
   int64_t scratch_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
   void plan(Real* activations, int64_t B, int64_t T) override;
+  int64_t output_numel(int64_t B, int64_t T) const override { return B * T; }
   const Real* output() const override { return losses_; }
   const Real* logits() const { return logits_; }  // [N, Vp], after a forward without targets
   void forward(const Real* in, const Batch& batch) override;

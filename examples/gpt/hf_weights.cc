@@ -67,21 +67,22 @@ std::string config_json(const GptConfig& c) {
 
 }  // namespace
 
-void export_hf(const GptModel<float>& model, const std::filesystem::path& dir) {
+void export_hf(const GptConfig& config, const ParamLayout& layout, const float* params,
+               const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError("cannot create the export directory " + dir.string() + ": " + ec.message());
-  write_hf_safetensors(model, dir / "model.safetensors");
-  const std::string json = config_json(model.config());
+  write_hf_safetensors(config, layout, params, dir / "model.safetensors");
+  const std::string json = config_json(config);
   write_file_durably(dir / "config.json", json.data(), json.size());
 }
 
-void write_hf_safetensors(const GptModel<float>& model, const std::filesystem::path& file) {
-  const GptConfig& c = model.config();
+void write_hf_safetensors(const GptConfig& c, const ParamLayout& layout, const float* params,
+                          const std::filesystem::path& file) {
   std::vector<std::vector<float>> transposed;  // keeps the transposed copies alive
   std::vector<SafetensorsTensorRef> refs;
-  for (const TensorEntry& e : model.layout().entries()) {
-    const float* data = model.params() + e.offset;
+  for (const TensorEntry& e : layout.entries()) {
+    const float* data = params + e.offset;
     if (is_conv1d(e.name)) {
       transposed.emplace_back(e.numel());
       transpose(data, transposed.back().data(), e.shape[0], e.shape[1]);
@@ -92,11 +93,11 @@ void write_hf_safetensors(const GptModel<float>& model, const std::filesystem::p
   write_safetensors(file, refs, {{"format", "pt"}});
 }
 
-void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
+void import_hf(const GptConfig& c, const ParamLayout& layout, float* params,
+               const std::filesystem::path& path) {
   const std::filesystem::path file =
       std::filesystem::is_directory(path) ? path / "model.safetensors" : path;
   SafetensorsFile f(file);
-  const GptConfig& c = model.config();
   // etr name -> the file's tensor, after stripping the prefix.
   std::map<std::string, const SafetensorsTensor*> by_name;
   const SafetensorsTensor* lm_head = nullptr;
@@ -110,7 +111,7 @@ void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
     if (name.size() > 10 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) {
       continue;  // the causal-mask buffers of older checkpoints
     }
-    if (!model.layout().find(name)) {
+    if (!layout.find(name)) {
       throw IoError(file.string() + " holds tensor '" + t.name +
                     "', which this GPT-2 does not have; see docs/gpt2_weights.md");
     }
@@ -119,16 +120,16 @@ void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
                     kPrefix + "' prefix; it is ambiguous which to load");
     }
   }
-  std::memset(model.params(), 0, model.layout().numel() * sizeof(float));
+  std::memset(params, 0, layout.numel() * sizeof(float));
   std::vector<float> tmp;
-  for (const TensorEntry& e : model.layout().entries()) {
+  for (const TensorEntry& e : layout.entries()) {
     auto it = by_name.find(e.name);
     if (it == by_name.end()) {
       throw IoError(file.string() + " has no tensor '" + e.name + "' (nor '" + kPrefix + e.name +
                     "'); the model needs every tensor of docs/gpt2_weights.md");
     }
     const std::vector<int64_t> shape = file_shape(e, c);
-    float* dst = model.params() + e.offset;
+    float* dst = params + e.offset;
     if (is_conv1d(e.name)) {
       tmp.resize(e.numel());
       f.read_into(it->second->name, tmp.data(), SafetensorsDType::kF32, shape);
@@ -138,7 +139,7 @@ void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
     }
   }
   if (lm_head) {
-    const float* wte = model.params() + model.layout().find("wte.weight")->offset;
+    const float* wte = params + layout.find("wte.weight")->offset;
     tmp.resize(c.vocab_size * c.d_model);
     f.read_into(lm_head->name, tmp.data(), SafetensorsDType::kF32, {c.vocab_size, c.d_model});
     if (std::memcmp(tmp.data(), wte, tmp.size() * sizeof(float)) != 0) {

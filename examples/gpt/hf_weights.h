@@ -2,7 +2,7 @@
 // contract): names prefixed "transformer.", the four Conv1D weights of each block
 // transposed to [in, out], the tied lm_head omitted, F32.
 //
-//   export_hf(model, "out/gpt")   writes out/gpt/model.safetensors + out/gpt/config.json,
+//   export_hf(config, layout, params, "out/gpt")  (or export_hf(model, ...)) writes out/gpt/model.safetensors + out/gpt/config.json,
 //                                 a directory GPT2LMHeadModel.from_pretrained loads
 //   write_hf_safetensors(model, f)  just the weights, to the file f (etr-ckpt export)
 //   import_hf(model, path)        path: a .safetensors file, or a directory holding
@@ -16,14 +16,28 @@
 
 namespace etr::gpt {
 
-void export_hf(const GptModel<float>& model, const std::filesystem::path& dir);
+// The weights `params` (in `layout`, the GPT-2 of `config`) as a Hugging Face directory.
+void export_hf(const GptConfig& config, const ParamLayout& layout, const float* params,
+               const std::filesystem::path& dir);
 
 // Only the weights file of export_hf, at `file` (durably; the directory must exist).
 // The same parameters give the same bytes.
-void write_hf_safetensors(const GptModel<float>& model, const std::filesystem::path& file);
+void write_hf_safetensors(const GptConfig& config, const ParamLayout& layout,
+                          const float* params, const std::filesystem::path& file);
 
 // Overwrites every parameter; throws IoError naming the tensor for a missing, unknown,
 // ambiguous or mis-shaped tensor, or an lm_head that is not tied to wte.
-void import_hf(GptModel<float>& model, const std::filesystem::path& path);
+void import_hf(const GptConfig& config, const ParamLayout& layout, float* params,
+               const std::filesystem::path& path);
+
+inline void export_hf(const GptModel<float>& model, const std::filesystem::path& dir) {
+  export_hf(model.config(), model.layout(), model.params(), dir);
+}
+inline void write_hf_safetensors(const GptModel<float>& model, const std::filesystem::path& file) {
+  write_hf_safetensors(model.config(), model.layout(), model.params(), file);
+}
+inline void import_hf(GptModel<float>& model, const std::filesystem::path& path) {
+  import_hf(model.config(), model.layout(), model.params(), path);
+}
 
 }  // namespace etr::gpt

@@ -1,15 +1,5 @@
 #include "examples/gpt/transformer_block.h"
 
-#include <algorithm>
-#include <cstring>
-
-#include "runtime/kernels/cpu/attention.h"
-#include "runtime/kernels/cpu/gelu.h"
-#include "runtime/kernels/cpu/layernorm.h"
-#include "runtime/kernels/cpu/matmul.h"
-#include "runtime/kernels/cpu/residual.h"
-#include "runtime/kernels/cpu/threads.h"
-
 namespace etr::gpt {
 
 template <typename Real>
@@ -52,7 +42,7 @@ int64_t TransformerBlock<Real>::activation_numel(int64_t B, int64_t T) const {
 template <typename Real>
 int64_t TransformerBlock<Real>::scratch_numel(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = c_.d_model;
-  return 15 * N * C + cpu::attention_backward_scratch_size(T, cpu::num_threads());
+  return 15 * N * C + this->k().attention_backward_scratch_size(T);
 }
 
 template <typename Real>
@@ -81,17 +71,20 @@ void TransformerBlock<Real>::plan(Real* p, int64_t B, int64_t T) {
 template <typename Real>
 void TransformerBlock<Real>::forward(const Real* x, const Batch& b) {
   const int64_t N = b.B * b.T, C = c_.d_model;
-  cpu::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x, p_[kLn1W], p_[kLn1B], N, C);
-  cpu::matmul_forward(a_.qkv, a_.ln1, p_[kQkvW], p_[kQkvB], N, C, 3 * C);
-  cpu::attention_forward(a_.atty, a_.att, a_.qkv, b.B, b.T, C, c_.n_head);
+  const auto& k = this->k();
+  k.layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x, p_[kLn1W], p_[kLn1B], N, C,
+                      kLayerNormEps);
+  k.matmul_forward(a_.qkv, a_.ln1, p_[kQkvW], p_[kQkvB], N, C, 3 * C);
+  k.attention_forward(a_.atty, a_.att, a_.qkv, b.B, b.T, C, c_.n_head);
   // The attention projection lands in `out` for a moment, then x1 = x + it.
-  cpu::matmul_forward(a_.out, a_.atty, p_[kProjW], p_[kProjB], N, C, C);
-  cpu::residual_forward(a_.x1, x, a_.out, N * C);
-  cpu::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x1, p_[kLn2W], p_[kLn2B], N, C);
-  cpu::matmul_forward(a_.fch, a_.ln2, p_[kFcW], p_[kFcB], N, C, 4 * C);
-  cpu::gelu_forward(a_.fch_gelu, a_.fch, N * 4 * C);
-  cpu::matmul_forward(a_.out, a_.fch_gelu, p_[kFcProjW], p_[kFcProjB], N, 4 * C, C);
-  cpu::residual_forward(a_.out, a_.x1, a_.out, N * C);
+  k.matmul_forward(a_.out, a_.atty, p_[kProjW], p_[kProjB], N, C, C);
+  k.residual_forward(a_.x1, x, a_.out, N * C);
+  k.layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x1, p_[kLn2W], p_[kLn2B], N, C,
+                      kLayerNormEps);
+  k.matmul_forward(a_.fch, a_.ln2, p_[kFcW], p_[kFcB], N, C, 4 * C);
+  k.gelu_forward(a_.fch_gelu, a_.fch, N * 4 * C);
+  k.matmul_forward(a_.out, a_.fch_gelu, p_[kFcProjW], p_[kFcProjB], N, 4 * C, C);
+  k.residual_forward(a_.out, a_.x1, a_.out, N * C);
 }
 
 template <typename Real>
@@ -108,24 +101,25 @@ void TransformerBlock<Real>::backward(const Real* x, const Real* dout, Real* din
   Real* attn_scratch = dln1 + N * C;
   const int64_t attn_scratch_size =
       scratch_numel(b.B, b.T) - 15 * N * C;
-  std::fill(dln2, attn_scratch, Real(0));
+  const auto& k = this->k();
+  k.fill(dln2, Real(0), attn_scratch - dln2);
 
   // y = x1 + mlp(x1): the MLP branch gets dout as it is; dx1 = dout + its LN path.
-  cpu::matmul_backward(dfch_gelu, g_[kFcProjW], g_[kFcProjB], dout, a_.fch_gelu, p_[kFcProjW], N,
+  k.matmul_backward(dfch_gelu, g_[kFcProjW], g_[kFcProjB], dout, a_.fch_gelu, p_[kFcProjW], N,
                        4 * C, C);
-  cpu::gelu_backward(dfch, a_.fch, dfch_gelu, N * 4 * C);
-  cpu::matmul_backward(dln2, g_[kFcW], g_[kFcB], dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
-  std::copy(dout, dout + N * C, dx1);
-  cpu::layernorm_backward(dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
+  k.gelu_backward(dfch, a_.fch, dfch_gelu, N * 4 * C);
+  k.matmul_backward(dln2, g_[kFcW], g_[kFcB], dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
+  k.copy(dx1, dout, N * C);
+  k.layernorm_backward(dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
                           a_.ln2_rstd, N, C);
   // x1 = x + proj(attention(qkv(ln_1(x)))): the same split.
-  cpu::matmul_backward(datty, g_[kProjW], g_[kProjB], dx1, a_.atty, p_[kProjW], N, C, C);
-  cpu::attention_backward(dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B, b.T,
+  k.matmul_backward(datty, g_[kProjW], g_[kProjB], dx1, a_.atty, p_[kProjW], N, C, C);
+  k.attention_backward(dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B, b.T,
                           C, c_.n_head);
-  cpu::matmul_backward(dln1, g_[kQkvW], g_[kQkvB], dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
-  cpu::layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean,
+  k.matmul_backward(dln1, g_[kQkvW], g_[kQkvB], dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
+  k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean,
                           a_.ln1_rstd, N, C);
-  for (int64_t i = 0; i < N * C; ++i) din[i] += dx1[i];
+  k.add_inplace(din, dx1, N * C);
 }
 
 template class TransformerBlock<float>;

@@ -31,6 +31,7 @@ class TransformerBlock final : public Layer<Real> {
   int64_t activation_numel(int64_t B, int64_t T) const override;
   int64_t scratch_numel(int64_t B, int64_t T) const override;
   void plan(Real* activations, int64_t B, int64_t T) override;
+  int64_t output_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
   const Real* output() const override { return a_.out; }
   void forward(const Real* in, const Batch& batch) override;
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,

@@ -74,7 +74,7 @@ TEST(Trainer, ExportedWeightsReloadIntoAnIdenticalModel) {
   Trainer a(tiny_config({"schedule.max_steps=20"}), testing::world());
   a.run();
   const auto dir = std::filesystem::temp_directory_path() / "etr_trainer_export";
-  gpt::export_hf(a.model(), dir);
+  gpt::export_hf(a.model().config(), a.model().layout(), a.model().params(), dir);
   Trainer b(tiny_config({"model.init_from=" + dir.string()}), testing::world());
   EXPECT_EQ(std::memcmp(a.model().params(), b.model().params(),
                         a.model().layout().numel() * sizeof(float)),

@@ -1,0 +1,98 @@
+#include "examples/train/gpt_program.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "examples/data/byte_tokenizer.h"
+#include "examples/data/token_data_source.h"
+#include "examples/gpt/gpt_model.h"
+#include "examples/gpt/head_layer.h"
+#include "examples/gpt/hf_weights.h"
+#include "runtime/state_names.h"
+
+namespace etr::gpt {
+namespace {
+
+ModelSpec build_model(const SessionContext& ctx) {
+  const GptConfig g = GptConfig::from(ctx.config.model());
+  // Checked before allocating: a model or micro-batch too large for the budget is one
+  // sentence, not minutes of allocation (or an int64 overflow) before OutOfMemory.
+  g.require_fits(ctx.config.batch().micro_batch(), ctx.threads,
+                 static_cast<double>(ctx.alloc.stats().budget));
+  ModelSpec m;
+  m.stack = build_stack<float>(g);
+  m.description = g.str();
+  m.flops_per_token = g.flops_per_token(g.seq_len);
+  const std::string from = ctx.config.model().init_from();
+  const uint64_t seed = ctx.config.model().init_seed();
+  const double std_dev = ctx.config.model().init_std();
+  Logger* log = ctx.leader ? &ctx.log : nullptr;
+  m.init = [g, from, seed, std_dev, log](const ParamLayout& layout, float* params) {
+    if (from.empty()) {
+      init_params(g, layout, params, seed, std_dev);
+      return;
+    }
+    import_hf(g, layout, params, from);
+    if (log) log->info("initialised from ", from);
+  };
+  return m;
+}
+
+std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
+  const GptConfig g = GptConfig::from(ctx.config.model());
+  return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,
+                                                 ctx.log, ctx.leader);
+}
+
+}  // namespace
+
+std::string generate(LayerStack<float>& stack, const GptConfig& c, const std::string& prompt,
+                     int count, uint64_t seed) {
+  std::vector<uint16_t> tokens = data::ByteTokenizer::encode(prompt.empty() ? "\n" : prompt);
+  const int64_t Vp = c.padded_vocab(), V = c.vocab_size;
+  const auto& head = dynamic_cast<const HeadLayer<float>&>(stack.layer(stack.size() - 1));
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> context;
+  std::vector<double> probs(V);
+  for (int i = 0; i < count; ++i) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), c.seq_len);
+    context.assign(tokens.end() - T, tokens.end());
+    stack.forward(Batch{context.data(), nullptr, 1, T, 0});
+    const float* logits = head.logits() + (T - 1) * Vp;
+    const double top = *std::max_element(logits, logits + V);
+    for (int64_t v = 0; v < V; ++v) probs[v] = std::exp(static_cast<double>(logits[v]) - top);
+    std::discrete_distribution<int64_t> pick(probs.begin(), probs.end());
+    tokens.push_back(static_cast<uint16_t>(pick(rng)));
+  }
+  return data::ByteTokenizer::decode_for_display(tokens);
+}
+
+TrainProgram training_program() {
+  TrainProgram p;
+  p.model = build_model;
+  p.data = load_data;
+  p.sample = [](TrainSession& s) {
+    const auto& lg = s.config().log();
+    return generate(s.stack(), GptConfig::from(s.config().model()), lg.sample_prompt(),
+                    lg.sample_tokens(), s.config().model().init_seed());
+  };
+  p.export_weights = [](TrainSession& s) {
+    const std::string& path = s.config().output().export_safetensors();
+    export_hf(GptConfig::from(s.config().model()), s.stack().layout(),
+              s.state().data<float>(state::kParam), path);
+    s.log().info("exported weights to ", path);
+  };
+  return p;
+}
+
+ProgramInfo training_program_info() {
+  ProgramInfo info;
+  info.name = "etr-train";
+  info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
+  return info;
+}
+
+}  // namespace etr::gpt

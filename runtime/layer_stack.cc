@@ -1,0 +1,236 @@
+#include "runtime/layer_stack.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/error.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+
+// Activations: `in_flight` slots back to back, each holding every layer's activations
+// (layer i at offsets[i] within the slot). Layers keep pointers into the slot they were
+// last planned on; select(s) re-points them at slot s (pointer arithmetic only).
+// Scratch: two buffers for the gradient flowing between layers (the largest output but
+// the last layer's: the loss layer's output gradient is never formed), then the largest
+// scratch of any layer's backward.
+template <typename Real>
+struct LayerStack<Real>::Impl {
+  Buffer activations, scratch;
+  int64_t B = 0, T = 0;
+  int in_flight = 0;
+  int64_t slot_numel = 0;
+  std::vector<int64_t> offsets;  // per layer, within a slot
+  int64_t grad_numel = 0;        // one of the two inter-layer gradient buffers
+  int current = -1;              // the slot the layers point into
+  std::vector<std::string> forward_names, backward_names;
+
+  Real* slot(int s) const {
+    return static_cast<Real*>(activations.data()) + static_cast<int64_t>(s) * slot_numel;
+  }
+};
+
+namespace {
+
+template <typename Real>
+struct Sizes {
+  int64_t slot = 0, grad = 0, scratch = 0;
+};
+
+template <typename Real>
+Sizes<Real> sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, int64_t B,
+                     int64_t T) {
+  Sizes<Real> s;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    s.slot += layers[i]->activation_numel(B, T);
+    s.scratch = std::max(s.scratch, layers[i]->scratch_numel(B, T));
+    if (i + 1 < layers.size()) s.grad = std::max(s.grad, layers[i]->output_numel(B, T));
+  }
+  return s;
+}
+
+void check_in_flight(int in_flight) {
+  if (in_flight < 1) {
+    throw InvalidArgument("a layer stack needs at least 1 micro-batch in flight, not " +
+                          std::to_string(in_flight));
+  }
+}
+
+}  // namespace
+
+template <typename Real>
+LayerStack<Real>::LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers)
+    : layers_(std::move(layers)), impl_(std::make_unique<Impl>()) {
+  if (layers_.empty()) throw InvalidArgument("a layer stack needs at least one layer");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]) throw InvalidArgument("layer " + std::to_string(i) + " of the stack is null");
+    layers_[i]->declare(layout_, static_cast<int>(i));
+    impl_->forward_names.push_back("forward " + layers_[i]->name());
+    impl_->backward_names.push_back("backward " + layers_[i]->name());
+  }
+  set_context(ExecContext<Real>{});
+}
+
+template <typename Real>
+LayerStack<Real>::~LayerStack() = default;
+
+template <typename Real>
+void LayerStack<Real>::share(const std::string& name, int owner, int user) {
+  const TensorEntry* e = layout_.find(name);
+  if (!e) throw InvalidArgument("the layer stack has no tensor '" + name + "' to share");
+  if (e->layer != owner) {
+    throw InvalidArgument("tensor '" + name + "' belongs to layer " + std::to_string(e->layer) +
+                          ", not to layer " + std::to_string(owner));
+  }
+  if (user <= owner || user >= size()) {
+    throw InvalidArgument("tensor '" + name + "' can be shared with a later layer of the " +
+                          "stack only, not with layer " + std::to_string(user));
+  }
+  shared_.push_back(SharedParam{name, owner, user});
+}
+
+template <typename Real>
+void LayerStack<Real>::bind(FlatState& state) {
+  if (&state.layout() != &layout_ && state.layout().numel() != layout_.numel()) {
+    throw InvalidArgument("the state's layout is not the layer stack's");
+  }
+  if (!state.holds_all()) {
+    throw InvalidArgument("layers bind to a state that holds the whole layout; this one holds " +
+                          std::to_string(state.held_numel()) + " of " +
+                          std::to_string(layout_.numel()) + " elements");
+  }
+  bind(state.data<Real>(state::kParam), state.data<Real>(state::kGrad));
+}
+
+template <typename Real>
+void LayerStack<Real>::bind(Real* params, Real* grads) {
+  for (auto& layer : layers_) layer->bind(layout_, params, grads);
+}
+
+template <typename Real>
+void LayerStack<Real>::set_context(const ExecContext<Real>& context) {
+  context_ = context;
+  if (!context_.kernels) context_.kernels = &kernels_for<Real>(context_.device);
+  for (auto& layer : layers_) layer->set_context(context_);
+}
+
+template <typename Real>
+size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight) const {
+  check_in_flight(in_flight);
+  const Sizes<Real> s = sizes_of(layers_, B, T);
+  const int64_t numel = s.slot * in_flight + 2 * s.grad + s.scratch;
+  return static_cast<size_t>(numel) * sizeof(Real);
+}
+
+template <typename Real>
+void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_flight) {
+  check_in_flight(in_flight);
+  if (B < 1 || T < 1) {
+    throw InvalidArgument("a micro-batch of " + std::to_string(B) + " x " + std::to_string(T) +
+                          " has no positions");
+  }
+  const Sizes<Real> s = sizes_of(layers_, B, T);
+  Impl& m = *impl_;
+  m.activations.reset();
+  m.scratch.reset();
+  m.B = m.T = 0;
+  m.activations = Buffer(alloc, static_cast<size_t>(s.slot * in_flight) * sizeof(Real));
+  m.scratch = Buffer(alloc, static_cast<size_t>(2 * s.grad + s.scratch) * sizeof(Real));
+  m.offsets.clear();
+  int64_t offset = 0;
+  for (auto& layer : layers_) {
+    m.offsets.push_back(offset);
+    offset += layer->activation_numel(B, T);
+  }
+  m.B = B;
+  m.T = T;
+  m.in_flight = in_flight;
+  m.slot_numel = s.slot;
+  m.grad_numel = s.grad;
+  m.current = -1;
+  select(0);
+}
+
+template <typename Real>
+int LayerStack<Real>::in_flight() const {
+  return impl_->in_flight;
+}
+
+template <typename Real>
+void LayerStack<Real>::select(int slot) const {
+  Impl& m = *impl_;
+  if (slot < 0 || slot >= m.in_flight) {
+    throw InvalidArgument("activation slot " + std::to_string(slot) + " is not one of the " +
+                          std::to_string(m.in_flight) + " planned");
+  }
+  if (m.current == slot) return;
+  Real* base = m.slot(slot);
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(base + m.offsets[i], m.B, m.T);
+  m.current = slot;
+}
+
+template <typename Real>
+void LayerStack<Real>::check_fits(const Batch& b) const {
+  const Impl& m = *impl_;
+  if (b.B < 1 || b.T < 1 || b.B > m.B || b.T > m.T || b.B * b.T > m.B * m.T) {
+    throw InvalidArgument("a micro-batch of " + std::to_string(b.B) + " x " + std::to_string(b.T) +
+                          " does not fit the planned " + std::to_string(m.B) + " x " +
+                          std::to_string(m.T) + "; call plan() first");
+  }
+}
+
+template <typename Real>
+double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot) {
+  check_fits(b);
+  select(slot);
+  Tracer* tracer = context_.tracer;
+  const Real* in = nullptr;
+  for (int i = 0; i < size(); ++i) {
+    if (hooks.before_forward) hooks.before_forward(i);
+    auto scope = tracer ? tracer->scope(TraceTrack::kCompute, impl_->forward_names[i], "forward")
+                        : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+    layers_[i]->forward(in, b);
+    in = layers_[i]->output();
+  }
+  if (!b.targets) return 0;
+  const Layer<Real>& last = *layers_.back();
+  return context_.kernels->sum(in, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
+}
+
+template <typename Real>
+void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slot) {
+  check_fits(b);
+  select(slot);
+  Impl& m = *impl_;
+  Tracer* tracer = context_.tracer;
+  const KernelSet<Real>& k = *context_.kernels;
+  Real* scratch = static_cast<Real*>(m.scratch.data());
+  Real* dcur = scratch;                // gradient of the current layer's output
+  Real* dnext = scratch + m.grad_numel;  // gradient of its input, accumulated by the layer
+  Real* layer_scratch = scratch + 2 * m.grad_numel;
+  const int last = size() - 1;
+  for (int i = last; i >= 0; --i) {
+    if (hooks.before_backward) hooks.before_backward(i);
+    const Real* in = i > 0 ? layers_[i - 1]->output() : nullptr;
+    Real* din = i > 0 ? dnext : nullptr;
+    {
+      auto scope = tracer ? tracer->scope(TraceTrack::kCompute, m.backward_names[i], "backward")
+                          : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+      if (din) k.fill(din, Real(0), layers_[i - 1]->output_numel(b.B, b.T));
+      layers_[i]->backward(in, i == last ? nullptr : dcur, din, layer_scratch, b);
+    }
+    if (hooks.after_backward) hooks.after_backward(i);
+    std::swap(dcur, dnext);
+  }
+}
+
+template <typename Real>
+const Real* LayerStack<Real>::output(int slot) const {
+  select(slot);
+  return layers_.back()->output();
+}
+
+template class LayerStack<float>;
+template class LayerStack<double>;
+
+}  // namespace etr
