@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -70,6 +71,42 @@ TEST(AdamW, UpdatingInRangesEqualsOneUpdate) {
   }
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);
+}
+
+TEST(AdamW, UpdateRangeWithStorageForTheRangeOnlyEqualsAFullStepBitwise) {
+  // The storage a FlatState gives for a held range: element 0 is layout element `begin`.
+  // The pieces cut through decayed and undecayed tensors and through padding.
+  ParamLayout layout;
+  layout.add("w", Shape{9, 5}, 0, true);
+  layout.add("b", Shape{7}, 0, false);
+  layout.add("w2", Shape{6, 6}, 1, true);
+  layout.add("ln", Shape{3}, 1, false);
+  const int64_t n = layout.numel();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p(n), g(n), m(n, 0), v(n, 0);
+  for (int64_t i = 0; i < n; ++i) p[i] = normal(rng);
+  std::vector<float> p_full = p, m_full = m, v_full = v;
+  AdamW opt(layout);
+  AdamWOptions o;
+  const std::vector<int64_t> cuts = {0, 13, 44, 45, 52, 70, n};
+  for (int t = 1; t <= 3; ++t) {
+    for (int64_t i = 0; i < n; ++i) g[i] = normal(rng);
+    opt.step(p_full.data(), g.data(), m_full.data(), v_full.data(), 0, n, t, 1e-2, o);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const int64_t b = cuts[c], e = cuts[c + 1];
+      std::vector<float> ps(p.begin() + b, p.begin() + e), gs(g.begin() + b, g.begin() + e),
+          ms(m.begin() + b, m.begin() + e), vs(v.begin() + b, v.begin() + e);
+      opt.update_range(b, e, ps.data(), gs.data(), ms.data(), vs.data(), t, 1e-2, o);
+      std::copy(ps.begin(), ps.end(), p.begin() + b);
+      std::copy(ms.begin(), ms.end(), m.begin() + b);
+      std::copy(vs.begin(), vs.end(), v.begin() + b);
+    }
+  }
+  EXPECT_EQ(p, p_full);
+  EXPECT_EQ(m, m_full);
+  EXPECT_EQ(v, v_full);
+  EXPECT_NE(p_full[0], 0.0f);
 }
 
 TEST(GradClip, NormAndClipping) {
