@@ -72,8 +72,9 @@ BucketReducer::BucketReducer(const ParamLayout& layout, float* grads, Communicat
                             " ranks its reduce-scatter splits it over");
     }
     const double bytes = static_cast<double>(n) * sizeof(float);
-    trace_names_.push_back(std::string(scatter ? "reduce-scatter" : "allreduce") + " bucket " + std::to_string(i) + " (" + format_bytes(bytes) +
-                           ")");
+    std::string name = scatter ? "reduce-scatter" : "allreduce";
+    name += " bucket " + std::to_string(i) + " (" + format_bytes(bytes) + ")";
+    trace_names_.push_back(std::move(name));
   }
 }
 
