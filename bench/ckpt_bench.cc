@@ -24,6 +24,7 @@
 #include "runtime/error.h"
 #include "runtime/state_names.h"
 #include "runtime/mpi_check.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::bench {
 namespace {
@@ -71,7 +72,7 @@ TrainConfig trainer_config(TrainConfig c, const fs::path& dir, bool async,
   ck->set_fast_dir("");
   ck->set_fast_every(0);
   ck->set_resume("");
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

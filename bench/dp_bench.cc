@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/mpi_check.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::bench {
 namespace {
@@ -43,7 +44,7 @@ TrainConfig bench_config(const DpArgs& a) {
   TrainConfig c = bench_train_config(R"(model { preset: "small" }
                                         batch { global_batch: 8 micro_batch: 4 })",
                                      1, "etr-bench dp", a.config, a.overrides);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

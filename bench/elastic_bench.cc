@@ -18,6 +18,7 @@
 #include "runtime/config/train_config.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::bench {
 namespace {
@@ -326,7 +327,7 @@ void run(BenchContext& ctx, ElasticArgs a) {
   resolve_paths(a);
   TrainConfig config = load_config(a.config);
   apply_overrides(config, job_overrides(a));
-  resolve(config);
+  resolve(config, gpt::model_presets());
   WorkDir work{fs::absolute(a.dir) / ("etr-bench-elastic-" + std::to_string(::getpid())), a.keep};
   std::error_code ec;
   work.made_parent = !fs::exists(a.dir, ec);

@@ -19,6 +19,7 @@
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
 #include "bench/train_bench.h"
+#include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
 #include "runtime/omp_env.h"
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
       world->log().set_level(etr::parse_log_level(log_level));
       setenv("ETR_LOG_LEVEL", log_level.c_str(), 1);  // for loggers made after this point
     }
+    if (root) world->log().info(etr::env_settings_line());
     etr::bench::BenchContext ctx(*world);
     for (auto& sub : subcommands) {
       if (sub.cli->parsed()) sub.run(ctx);

@@ -17,6 +17,7 @@
 #include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::bench {
 namespace {
@@ -39,7 +40,7 @@ TrainConfig bench_config(const TrainArgs& a) {
   TrainConfig c = bench_train_config(R"(model { preset: "small" }
                                         batch { global_batch: 8 micro_batch: 8 })",
                                      0, "etr-bench train", a.config, a.overrides);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

@@ -1,12 +1,13 @@
 #include "collectives/comm_options.h"
 
-#include <cstdlib>
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <string>
 
 #include "runtime/bytes.h"
 #include "runtime/error.h"
-#include "runtime/mpi_wait.h"
+#include "runtime/config/settings.h"
 
 namespace etr {
 
@@ -28,57 +29,23 @@ const char* allreduce_algo_name(AllreduceAlgo algo) {
   return "?";
 }
 
-namespace {
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
-long parse_positive(const char* name, const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(v > 0)) {
-    throw ConfigError(std::string(name) + "='" + text + "' is not a positive number");
-  }
-  return static_cast<long>(v);
-}
-
-}  // namespace
-
-CommOptions CommOptions::from_env() {
+CommOptions CommOptions::from_config(const config::CommConfig& c) {
   CommOptions o;
-  o.timeout = collective_timeout();  // ETR_COMM_TIMEOUT_S, read in one place
-  if (const char* v = env("ETR_ALLREDUCE_ALGO")) o.allreduce_algo = parse_allreduce_algo(v);
-  if (const char* v = env("ETR_ALLREDUCE_SMALL_BYTES")) o.small_bytes = parse_bytes(v);
-  if (const char* v = env("ETR_RING_CHUNK_BYTES")) {
-    o.chunk_bytes = parse_bytes(v);
-    if (o.chunk_bytes < 64) throw ConfigError("ETR_RING_CHUNK_BYTES must be at least 64 bytes");
-  }
-  if (const char* v = env("ETR_RING_DEPTH")) o.depth = static_cast<int>(parse_positive("ETR_RING_DEPTH", v));
-  if (const char* v = env("ETR_INLINE_BYTES")) o.inline_bytes = parse_bytes(v);
-  if (const char* v = env("ETR_SPIN_POLLS")) {
-    char* end = nullptr;
-    long polls = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || polls < 0) {
-      throw ConfigError(std::string("ETR_SPIN_POLLS='") + v + "' is not a count of polls (>= 0)");
-    }
-    o.spin_polls = static_cast<int>(polls);
-  }
-  if (const char* v = env("ETR_YIELD_POLLS")) {
-    char* end = nullptr;
-    long polls = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || polls < 0) {
-      throw ConfigError(std::string("ETR_YIELD_POLLS='") + v + "' is not a count of polls (>= 0)");
-    }
-    o.yield_polls = static_cast<int>(polls);
-  }
-  if (const char* v = env("ETR_MAX_IDLE_SLEEP_US")) {
-    o.max_idle_sleep = std::chrono::microseconds(
-        static_cast<long long>(parse_positive("ETR_MAX_IDLE_SLEEP_US", v)));
-  }
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s() * 1000));
+  o.allreduce_algo = parse_allreduce_algo(c.allreduce_algo());
+  o.small_bytes = parse_bytes(c.allreduce_small_bytes());
+  o.chunk_bytes = parse_bytes(c.ring_chunk_bytes());
+  if (o.chunk_bytes < 64) throw ConfigError("comm.ring_chunk_bytes must be at least 64 bytes");
+  o.depth = c.ring_depth();
+  if (o.depth < 1) throw ConfigError("comm.ring_depth must be at least 1");
+  o.inline_bytes = parse_bytes(c.inline_bytes());
+  o.spin_polls = std::max(-1, c.spin_polls());
+  o.yield_polls = std::max(-1, c.yield_polls());
+  o.max_idle_sleep = std::chrono::microseconds(c.max_idle_sleep_us() > 0 ? c.max_idle_sleep_us() : -1);
   return o;
 }
+
+CommOptions CommOptions::from_env() { return from_config(comm_config_from_env()); }
 
 std::string CommOptions::str() const {
   std::ostringstream s;

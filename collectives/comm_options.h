@@ -1,5 +1,7 @@
-// CommOptions: every tunable of the collectives in one place (STYLE.md, 10), each
-// overridable by an environment variable:
+// CommOptions: every tunable of the collectives in one place (STYLE.md, 10): the `comm`
+// section of the config (runtime/config/etr_config.proto, CommConfig), each field
+// overridable by an environment variable through the settings registry
+// (runtime/config/settings.h):
 //
 //   ETR_COMM_TIMEOUT_S          seconds before a stuck collective fails (default 300)
 //   ETR_ALLREDUCE_ALGO          auto | ring | rd (recursive doubling) | mpi (default auto)
@@ -26,6 +28,8 @@
 #include <cstddef>
 #include <string>
 
+#include "runtime/config/etr_config.pb.h"
+
 namespace etr {
 
 enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling, kMpi };
@@ -44,7 +48,10 @@ struct CommOptions {
   int yield_polls = -1;  // -1: OpContext::kDefaultYieldPolls
   std::chrono::microseconds max_idle_sleep{-1};  // negative: IdlePolicy's default (50 us)
 
-  // Defaults overridden by the ETR_* variables above; throws ConfigError on bad values.
+  // From a resolved config's comm section (ConfigError on values resolve() would refuse).
+  static CommOptions from_config(const config::CommConfig& comm);
+  // The defaults overridden by the ETR_* variables above, through the settings registry
+  // (programs without a config file); ConfigError naming the variable on a bad value.
   static CommOptions from_env();
   // One line listing the effective values, for the start-up log.
   std::string str() const;

@@ -1,7 +1,9 @@
 #include "parallel/program.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -11,8 +13,10 @@
 #include <vector>
 
 #include "runtime/bytes.h"
+#include "runtime/config/settings.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
+#include "runtime/mpi_wait.h"
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
 
@@ -44,6 +48,7 @@ void add_options(CLI::App& app, CommandLine& c) {
 
 TrainConfig configure(const CommandLine& c, const ElasticLaunch& launch, const ProgramInfo& info) {
   TrainConfig config = c.config_path.empty() ? TrainConfig() : load_config(c.config_path);
+  apply_env_settings(config);  // the settings registry: ETR_COMM_TIMEOUT_S, ...
   apply_overrides(config, c.overrides);
   if (!c.trace_path.empty()) config.mutable_log()->set_trace_file(c.trace_path);
   if (!c.resume.empty()) config.mutable_checkpoint()->set_resume(c.resume);
@@ -57,7 +62,7 @@ TrainConfig configure(const CommandLine& c, const ElasticLaunch& launch, const P
     }
   }
   if (info.complete_config) info.complete_config(config);
-  resolve(config);
+  resolve(config, info.model_presets);
   return config;
 }
 
@@ -157,8 +162,14 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   try {
     const TrainConfig config = configure(cl, launch, info);
     configured = true;
+    // The one process-wide setting: every wait of this process uses the resolved timeout.
+    set_collective_timeout(
+        std::chrono::milliseconds(static_cast<int64_t>(config.comm().timeout_s() * 1000)));
     world->log().set_level(log_level(config));
-    if (world->rank() == 0) world->log().info("configuration:\n", format_config(config));
+    if (world->rank() == 0) {
+      world->log().info("configuration:\n", format_config(config));
+      world->log().info(env_settings_line());
+    }
     if (cl.print_only) return 0;
     return train(config, *world, elastic, info, program);
   } catch (const Error& e) {

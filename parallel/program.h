@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 
 #include "parallel/train_session.h"
@@ -30,6 +31,8 @@ struct ProgramInfo {
   // Fills what the user left unset from names the program knows (model presets); called
   // before resolve(). Null: nothing.
   std::function<void(TrainConfig&)> complete_config;
+  // The program's model presets (model.preset; resolve() in runtime/config). Empty: none.
+  std::span<const ModelPreset> model_presets;
 };
 
 int run_training_program(int argc, char** argv, const ProgramInfo& info,

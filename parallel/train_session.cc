@@ -69,7 +69,7 @@ DataParallelOptions data_parallel_options(const TrainConfig& c) {
   o.buckets.first_bucket_bytes = parse_bytes(c.parallel().first_bucket_size());
   o.buckets.bucket_cap_bytes = parse_bytes(c.parallel().bucket_size());
   o.buckets.overlap = c.parallel().overlap();
-  o.comm = CommOptions::from_env();
+  o.comm = CommOptions::from_config(c.comm());
   o.adamw = AdamWOptions{c.optimizer().lr(), c.optimizer().beta1(), c.optimizer().beta2(),
                          c.optimizer().eps(), c.optimizer().weight_decay()};
   return o;
@@ -134,7 +134,8 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
 void TrainSession::setup_parallel() {
   const int dp = grid_->dp_size();
   if (dp > 1) {
-    control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(), CommOptions::from_env());
+    control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(),
+                                                       CommOptions::from_config(config_.comm()));
     engine_->broadcast_parameters();
     if (leader()) {
       const RankBatch& r0 = plan_->rank(0);

@@ -1,11 +1,15 @@
 #include "runtime/mpi_wait.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 
+#include "runtime/config/config_fields.h"
+#include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 
@@ -22,16 +26,23 @@ constexpr auto kMaxSleep = std::chrono::microseconds(1000);
 
 }  // namespace
 
+// The resolved timeout in ms, -1 until a program sets it: the one setting kept process-wide
+// (every waiting MPI call and communicator of the process uses it).
+namespace {
+std::atomic<int64_t> resolved_timeout_ms{-1};
+}  // namespace
+
 std::chrono::milliseconds collective_timeout() {
-  const char* v = std::getenv("ETR_COMM_TIMEOUT_S");
-  if (!v || !*v) return std::chrono::milliseconds(300'000);
-  char* end = nullptr;
-  double s = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(s > 0)) {
-    throw ConfigError(std::string("ETR_COMM_TIMEOUT_S='") + v +
-                      "' is not a positive number of seconds");
-  }
-  return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  const int64_t set = resolved_timeout_ms.load(std::memory_order_relaxed);
+  if (set >= 0) return std::chrono::milliseconds(set);
+  config::TrainConfig config;
+  apply_env_settings(config, "comm.timeout_s");
+  apply_field_defaults(*config.mutable_comm());
+  return std::chrono::milliseconds(static_cast<int64_t>(config.comm().timeout_s() * 1000));
+}
+
+void set_collective_timeout(std::chrono::milliseconds timeout) {
+  resolved_timeout_ms.store(timeout.count(), std::memory_order_relaxed);
 }
 
 void wait_with_timeout(MPI_Request& request, const char* what) {

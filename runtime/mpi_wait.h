@@ -11,10 +11,14 @@
 
 namespace etr {
 
-// The limit on one collective: ETR_COMM_TIMEOUT_S seconds (a positive number, fractions
-// allowed), 300 s when unset or empty. Read on every call; throws ConfigError on a bad
-// value. CommOptions::from_env() takes its timeout from here.
+// The limit on one collective: the process's resolved comm.timeout_s once a program has
+// set it (set_collective_timeout, at start, from its config: the config file, then
+// ETR_COMM_TIMEOUT_S, then --set); before that, ETR_COMM_TIMEOUT_S seconds (a positive
+// number, fractions allowed; 300 s when unset or empty) through the settings registry
+// (runtime/config/settings.h), re-read on each call; ConfigError on a bad value.
 std::chrono::milliseconds collective_timeout();
+// Fixes the process's collective timeout (a program's resolved setting).
+void set_collective_timeout(std::chrono::milliseconds timeout);
 
 // Waits for `request` (set to MPI_REQUEST_NULL once complete) by polling MPI_Test: it
 // spins for a short while, then sleeps between polls (50 us doubling to 1 ms) so that a

@@ -13,7 +13,8 @@
 //   etr-run --hosts localhost:2 --checkpoint-dir ck -- own_model --set schedule.max_steps=80
 //
 // Sizes come from the config's model fields: model.vocab_size (V), model.d_model (C),
-// model.n_layer (blocks), model.seq_len (T); model.n_head is not used.
+// model.n_layer (blocks), model.seq_len (T), defaults 256, 64, 2, 64; model.n_head and
+// model.preset are not used.
 #include <memory>
 
 #include "mlp_model.h"
@@ -58,9 +59,17 @@ int main(int argc, char** argv) {
   etr::ProgramInfo info;
   info.name = "own_model";
   info.description = "own_model: an MLP language model trained by the etr library.";
-  // The data is this program's own: etr's corpus settings (data.train_file) do not apply,
-  // and the configuration's check that one corpus is named is met by marking it synthetic.
+  // Before etr completes and checks the config: this program's own default sizes (it has
+  // no named presets), and its own data (etr's corpus settings, data.train_file, do not
+  // apply; the check that one corpus is named is met by marking it synthetic).
   info.complete_config = [](etr::TrainConfig& config) {
+    etr::config::ModelConfig& m = *config.mutable_model();
+    m.set_preset("");
+    if (!m.has_vocab_size()) m.set_vocab_size(256);
+    if (!m.has_d_model()) m.set_d_model(64);
+    if (!m.has_n_layer()) m.set_n_layer(2);
+    if (!m.has_seq_len()) m.set_seq_len(64);
+    if (!m.has_n_head()) m.set_n_head(1);  // not used by this model
     if (config.data().train_file().empty()) config.mutable_data()->set_synthetic(true);
   };
   etr::TrainProgram program;

@@ -12,6 +12,7 @@
 #include "examples/gpt/head_layer.h"
 #include "examples/gpt/hf_weights.h"
 #include "runtime/state_names.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::gpt {
 namespace {
@@ -92,6 +93,7 @@ ProgramInfo training_program_info() {
   ProgramInfo info;
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
+  info.model_presets = model_presets();
   return info;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/config/train_config.h"
 
+#include "runtime/config/settings.h"
+
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -22,16 +24,6 @@
 
 namespace etr {
 namespace {
-
-constexpr std::array<ModelPreset, 7> kPresets = {{
-    {"tiny", 2, 2, 64, 64, 256, "unit tests and quick checks"},
-    {"small", 4, 4, 256, 128, 256, "the CPU benchmark"},
-    {"medium-cpu", 6, 6, 384, 256, 256, "a longer CPU run"},
-    {"gpt2-124m", 12, 12, 768, 1024, 50257, "GPT-2 small"},
-    {"gpt2-350m", 24, 16, 1024, 1024, 50257, "GPT-2 medium"},
-    {"gpt2-774m", 36, 20, 1280, 1024, 50257, "GPT-2 large"},
-    {"gpt2-1558m", 48, 25, 1600, 1024, 50257, "GPT-2 XL"},
-}};
 
 // Keeps the parser's first error; later ones are usually consequences of it.
 class FirstError : public google::protobuf::io::ErrorCollector {
@@ -96,14 +88,15 @@ void require(bool ok, std::string_view path, T value, std::string_view rule) {
   require(ok, std::string(path) + " is " + text(value) + "; it must be " + std::string(rule) + ".");
 }
 
-std::string preset_names() {
+std::string preset_names(std::span<const ModelPreset> presets) {
   std::string names;
-  for (const ModelPreset& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const ModelPreset& p : presets) names += (names.empty() ? "" : ", ") + std::string(p.name);
   return names;
 }
 
-// Fills the sizes the user left unset from model.preset ("" = no preset: all given).
-void apply_preset(config::ModelConfig& model) {
+// Fills the sizes the user left unset from model.preset ("" = no preset: all given),
+// looked up in the program's `presets`.
+void apply_preset(config::ModelConfig& model, std::span<const ModelPreset> presets) {
   if (model.preset().empty()) {
     const char* missing = !model.has_n_layer()      ? "model.n_layer"
                           : !model.has_n_head()     ? "model.n_head"
@@ -111,19 +104,28 @@ void apply_preset(config::ModelConfig& model) {
                           : !model.has_seq_len()    ? "model.seq_len"
                           : !model.has_vocab_size() ? "model.vocab_size"
                                                     : nullptr;
+    const std::string choice =
+        presets.empty() ? "give" : "name a preset (" + preset_names(presets) + ") or give";
     require(missing == nullptr, std::string(missing ? missing : "") +
-                                    " is not set and model.preset is empty; name a preset (" +
-                                    preset_names() + ") or give all five model sizes.");
+                                    " is not set and model.preset is empty; " + choice +
+                                    " all five model sizes.");
     return;
   }
-  const ModelPreset* p = find_model_preset(model.preset());
+  if (presets.empty()) {
+    throw ConfigError("model.preset \"" + model.preset() + "\" names a model preset, but this "
+                      "program has none; set model.preset to \"\" and give all five model sizes.");
+  }
+  const ModelPreset* p = nullptr;
+  for (const ModelPreset& q : presets) {
+    if (q.name == model.preset()) p = &q;
+  }
   if (p == nullptr) {
     std::vector<std::string> names;
-    for (const ModelPreset& q : kPresets) names.emplace_back(q.name);
+    for (const ModelPreset& q : presets) names.emplace_back(q.name);
     std::vector<std::string> close = closest_matches(model.preset(), names);
     throw ConfigError("model.preset \"" + model.preset() + "\" is not a preset" +
                       (close.empty() ? "" : " (did you mean " + close.front() + "?)") +
-                      "; the presets are " + preset_names() + ", or \"\" for none.");
+                      "; the presets are " + preset_names(presets) + ", or \"\" for none.");
   }
   if (!model.has_n_layer()) model.set_n_layer(p->n_layer);
   if (!model.has_n_head()) model.set_n_head(p->n_head);
@@ -311,9 +313,9 @@ void apply_overrides(TrainConfig& config, const std::vector<std::string>& overri
   }
 }
 
-void resolve(TrainConfig& config) {
+void resolve(TrainConfig& config, std::span<const ModelPreset> presets) {
   apply_field_defaults(config);
-  apply_preset(*config.mutable_model());
+  apply_preset(*config.mutable_model(), presets);
   validate(config);
 }
 
@@ -322,6 +324,7 @@ void validate(const TrainConfig& config) {
   validate_model(config.model());
   validate_optimizer(config.optimizer());
   validate_schedule(config.schedule());
+  validate_env_settings(config);  // the comm section (runtime/config/settings.h)
   const config::BatchConfig& b = config.batch();
   require(b.global_batch() >= 1, "batch.global_batch", b.global_batch(), "at least 1");
   require(b.micro_batch() >= 1, "batch.micro_batch", b.micro_batch(), "at least 1");
@@ -345,16 +348,6 @@ std::string format_config(const TrainConfig& config) {
   std::string out;
   printer.PrintToString(config, &out);
   return out;
-}
-
-std::span<const ModelPreset> model_presets() {
-  return kPresets;
-}
-
-const ModelPreset* find_model_preset(std::string_view name) {
-  for (const ModelPreset& p : kPresets)
-    if (p.name == name) return &p;
-  return nullptr;
 }
 
 int accumulation_steps(const TrainConfig& config, int data_parallel_ranks) {

@@ -4,7 +4,7 @@
 //
 //   TrainConfig config = load_config("configs/demo.pbtxt");
 //   apply_overrides(config, {"model.n_layer=4", "optimizer.lr=1e-3"});
-//   resolve(config);  // defaults, preset sizes, validation
+//   resolve(config, gpt::model_presets());  // defaults, preset sizes, validation
 //   logger.info("config:\n", format_config(config));
 //
 // Override syntax: each override is one `path=value` string. The path is the dotted
@@ -41,9 +41,23 @@ TrainConfig parse_config(std::string_view text, std::string_view source = "<conf
 // of the wrong type; overrides before the bad one stay applied.
 void apply_overrides(TrainConfig& config, const std::vector<std::string>& overrides);
 
+// A named model size (model.preset). The library has no table of its own: a program
+// passes its presets to resolve().
+struct ModelPreset {
+  std::string_view name;
+  int n_layer;
+  int n_head;
+  int d_model;
+  int seq_len;
+  int vocab_size;
+  std::string_view purpose;
+};
+
 // Completes and checks `config`: unset fields take their `(default_value)`, unset model
-// sizes take the preset's, then validate(). Afterwards every field is set. Idempotent.
-void resolve(TrainConfig& config);
+// sizes take those of the preset model.preset names among `presets` (the program's own
+// table: etr-train's are GPT-2's, examples/gpt/model_presets.h), then validate().
+// Afterwards every field is set. Idempotent.
+void resolve(TrainConfig& config, std::span<const ModelPreset> presets = {});
 
 // Throws ConfigError, one sentence naming the field(s) and value(s), for the first
 // setting that cannot be used: sizes that are not positive, d_model not a multiple of
@@ -55,24 +69,6 @@ void validate(const TrainConfig& config);
 // The config in protobuf text format, one field per line, for the start-up log;
 // parse_config(format_config(c)) equals c.
 std::string format_config(const TrainConfig& config);
-
-// A named model size (the table in etr_config.proto, ModelConfig).
-struct ModelPreset {
-  std::string_view name;
-  int n_layer;
-  int n_head;
-  int d_model;
-  int seq_len;
-  int vocab_size;
-  std::string_view purpose;
-};
-
-// Every preset: tiny, small, medium-cpu (vocabulary 256) and gpt2-124m, gpt2-350m,
-// gpt2-774m, gpt2-1558m (GPT-2's sizes, context 1024, vocabulary 50257).
-std::span<const ModelPreset> model_presets();
-
-// The preset called `name`, or nullptr.
-const ModelPreset* find_model_preset(std::string_view name);
 
 // Micro-batches each rank accumulates per optimizer step: global_batch / (micro_batch *
 // data_parallel_ranks). Throws ConfigError when that does not divide evenly.

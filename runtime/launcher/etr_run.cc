@@ -11,42 +11,46 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/launcher/elastic_driver.h"
 
-int main(int argc, char** argv) {
-  using etr::launcher::HostSource;
-  CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
-               "checkpoint when a worker fails and resizes it when slots come or go.",
-               "etr-run"};
-  etr::launcher::RunOptions o;
-  o.mpirun = ETR_MPIEXEC;
+namespace {
+
+// The flags that are not RunOptions fields as they are given.
+struct Flags {
   std::string hosts, hostfile, script;
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
+};
+
+void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--np,-n", o.np, "Ranks of the first launch (default: every usable slot, up to --max-np)");
   app.add_option("--min-np", o.min_np, "Fewest ranks the job may run on; with fewer usable slots "
                  "etr-run waits (--min-np-timeout), then gives up (default 1)");
   app.add_option("--max-np", o.max_np, "Most ranks the job may grow to (default: every usable slot)");
-  auto* h = app.add_option("--hosts,-H", hosts, "Fixed hosts and slots, e.g. h1:2,h2:2 (a host "
+  auto* list = app.add_option("--hosts,-H", f.hosts, "Fixed hosts and slots, e.g. h1:2,h2:2 (a host "
                            "without :N has one slot)");
-  auto* f = app.add_option("--hostfile", hostfile, "File of hosts, one per line as HOST, HOST:N or "
+  auto* file = app.add_option("--hostfile", f.hostfile, "File of hosts, one per line as HOST, HOST:N or "
                            "HOST slots=N ('#' comments); re-read at every discovery");
-  auto* s = app.add_option("--host-discovery-script", script, "Executable printing the usable hosts "
+  auto* script = app.add_option("--host-discovery-script", f.script, "Executable printing the usable hosts "
                            "in the hostfile syntax; run every --discovery-interval");
-  h->excludes(f, s);
-  f->excludes(s);
+  list->excludes(file, script);
+  file->excludes(script);
   app.add_option("--max-restarts", o.max_restarts, "Relaunches after failures before etr-run gives up "
                  "(resizes do not count; default 5)");
   app.add_option("--blacklist-after", o.blacklist_after, "Failures of one host before it is excluded "
                  "for --blacklist-cooldown (0: never; default 3)");
-  app.add_option("--blacklist-cooldown", cooldown_s, "Seconds an excluded host stays excluded (default 600)");
-  app.add_option("--min-np-timeout", min_np_timeout_s, "Seconds to wait for --min-np usable slots "
+  app.add_option("--blacklist-cooldown", f.cooldown_s, "Seconds an excluded host stays excluded (default 600)");
+  app.add_option("--min-np-timeout", f.min_np_timeout_s, "Seconds to wait for --min-np usable slots "
                  "before giving up (default 600)");
-  app.add_option("--discovery-interval", interval_s, "Seconds between host discoveries (default 1)");
-  app.add_option("--discovery-timeout", discovery_timeout_s, "Seconds a discovery script may run; "
+  app.add_option("--discovery-interval", f.interval_s, "Seconds between host discoveries (default 1)");
+  app.add_option("--discovery-timeout", f.discovery_timeout_s, "Seconds a discovery script may run; "
                  "then it and every process it started are ended and the discovery counts as "
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
@@ -64,34 +68,56 @@ int main(int argc, char** argv) {
       "Exit status: the job's final status; 1 when there were too few slots for too long, when\n"
       "the first host discovery fails, or when the job's program cannot be started; 2 for a\n"
       "usage error.");
+}
+
+// Checks the options and runs the job; throws etr::Error.
+int run(etr::launcher::RunOptions& o, const Flags& f) {
+  using etr::launcher::HostSource;
+  if (!f.hosts.empty()) o.hosts.emplace(HostSource::Kind::kList, f.hosts);
+  if (!f.hostfile.empty()) o.hosts.emplace(HostSource::Kind::kFile, f.hostfile);
+  if (!f.script.empty()) o.hosts.emplace(HostSource::Kind::kScript, f.script);
+  auto ms = [](double s, const char* flag) {
+    if (!(s > 0 && s <= 1e9)) {  // NaN and inf too
+      throw etr::ConfigError(std::string(flag) + " must be a positive number of seconds, at most 1e9");
+    }
+    return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(s * 1000)));
+  };
+  o.blacklist_cooldown = ms(f.cooldown_s, "--blacklist-cooldown");
+  o.min_np_timeout = ms(f.min_np_timeout_s, "--min-np-timeout");
+  o.discovery_interval = ms(f.interval_s, "--discovery-interval");
+  o.discovery_timeout = ms(f.discovery_timeout_s, "--discovery-timeout");
+  etr::launcher::validate(o);
+  if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
+    const int slots = etr::launcher::total_slots(o.hosts->discover());
+    if (slots < o.min_np) {
+      throw etr::ConfigError("--hosts gives " + std::to_string(slots) + " slot(s), fewer than --min-np " +
+                             std::to_string(o.min_np) + ", and a fixed list never grows; list more slots");
+    }
+  }
+  // The job inherits the environment: say which settings it carries (runtime/config/settings.h).
+  // (On stdout: stderr carries etr-run's errors, one sentence each.)
+  std::printf("etr-run: %s\n", etr::env_settings_line().c_str());
+  std::fflush(stdout);
+  return etr::launcher::run_elastic(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
+               "checkpoint when a worker fails and resizes it when slots come or go.",
+               "etr-run"};
+  etr::launcher::RunOptions o;
+  o.mpirun = ETR_MPIEXEC;
+  Flags f;
+  add_options(app, o, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a usage error 2, not CLI11's 10x
   }
   try {
-    if (!hosts.empty()) o.hosts.emplace(HostSource::Kind::kList, hosts);
-    if (!hostfile.empty()) o.hosts.emplace(HostSource::Kind::kFile, hostfile);
-    if (!script.empty()) o.hosts.emplace(HostSource::Kind::kScript, script);
-    auto ms = [](double s, const char* flag) {
-      if (!(s > 0 && s <= 1e9)) {  // NaN and inf too
-        throw etr::ConfigError(std::string(flag) + " must be a positive number of seconds, at most 1e9");
-      }
-      return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(s * 1000)));
-    };
-    o.blacklist_cooldown = ms(cooldown_s, "--blacklist-cooldown");
-    o.min_np_timeout = ms(min_np_timeout_s, "--min-np-timeout");
-    o.discovery_interval = ms(interval_s, "--discovery-interval");
-    o.discovery_timeout = ms(discovery_timeout_s, "--discovery-timeout");
-    etr::launcher::validate(o);
-    if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
-      const int slots = etr::launcher::total_slots(o.hosts->discover());
-      if (slots < o.min_np) {
-        throw etr::ConfigError("--hosts gives " + std::to_string(slots) + " slot(s), fewer than --min-np " +
-                               std::to_string(o.min_np) + ", and a fixed list never grows; list more slots");
-      }
-    }
-    return etr::launcher::run_elastic(o);
+    return run(o, f);
   } catch (const etr::Error& e) {
     std::fprintf(stderr, "etr-run: error: %s\n", e.what());
     return 1;

@@ -30,6 +30,8 @@ set(ETR_FUZZ_SOURCES
   runtime/log.cc
   runtime/config/config_fields.cc
   runtime/config/train_config.cc
+  runtime/config/settings.cc
+  examples/gpt/model_presets.cc
   checkpoint/checksum.cc
   checkpoint/durable_file.cc
   checkpoint/manifest.cc

@@ -16,6 +16,7 @@
 
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "examples/gpt/model_presets.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     config = etr::parse_config(text, "<fuzz>");
     etr::apply_overrides(config, overrides);
-    etr::resolve(config);
+    etr::resolve(config, etr::gpt::model_presets());
   } catch (const etr::ConfigError&) {
     return 0;
   }

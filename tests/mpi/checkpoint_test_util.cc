@@ -16,6 +16,7 @@
 #include "mpi/mpi_test_main.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::testing {
 namespace fs = std::filesystem;
@@ -37,7 +38,7 @@ TrainConfig tiny_config(const std::vector<std::string>& overrides) {
     runtime { threads: 1 }
   )");
   apply_overrides(c, overrides);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

@@ -24,6 +24,7 @@
 #include "mpi/mpi_test_main.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::train {
 namespace {
@@ -41,7 +42,7 @@ TrainConfig config(std::vector<std::string> extra) {
     runtime { threads: 1 }
   )");
   apply_overrides(c, extra);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

@@ -25,6 +25,7 @@
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "unit/scoped_env.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::train {
 namespace {
@@ -40,7 +41,7 @@ TrainConfig tiny_config(std::vector<std::string> extra = {}) {
     runtime { threads: 1 }
   )");
   apply_overrides(c, extra);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 

@@ -15,6 +15,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "runtime/host_allocator.h"
 #include "runtime/kernels/cpu/threads.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::config_testing {
 namespace {
@@ -35,7 +36,7 @@ TEST(ConfigBounds, NonFiniteRealsAreRefusedAlikeFromFileAndFlag) {
         TrainConfig c = parse_config(section == "data" ? "data { synthetic: true " + item + " }"
                                                        : "data { synthetic: true } " + section +
                                                              " { " + item + " }");
-        resolve(c);
+        resolve(c, gpt::model_presets());
       });
       const std::string from_flag = resolve_error({path + "=" + value});
       EXPECT_EQ(from_file, path + " = " + value +

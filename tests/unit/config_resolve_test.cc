@@ -57,7 +57,7 @@ TEST(Defaults, ExplicitValuesAreKeptEvenWhenZero) {
 TEST(Defaults, ResolveIsIdempotent) {
   TrainConfig once = resolved({"model.preset=small"});
   TrainConfig twice = once;
-  resolve(twice);
+  resolve(twice, gpt::model_presets());
   EXPECT_TRUE(MessageDifferencer::Equals(once, twice));
 }
 
@@ -90,20 +90,20 @@ TEST(Presets, ResolveToTheStatedSizes) {
     EXPECT_EQ(c.model().vocab_size(), w.vocab_size);
   }
   // Every preset in the table resolves and is a valid model.
-  for (const ModelPreset& p : model_presets()) {
+  for (const ModelPreset& p : gpt::model_presets()) {
     SCOPED_TRACE(std::string(p.name));
     TrainConfig c = resolved({"model.preset=" + std::string(p.name), "data.synthetic_size=8MiB"});
     EXPECT_EQ(c.model().d_model() % c.model().n_head(), 0);
-    EXPECT_EQ(find_model_preset(p.name), &p);
+    EXPECT_EQ(gpt::find_model_preset(p.name), &p);
   }
-  EXPECT_NE(find_model_preset("medium-cpu"), nullptr);
-  EXPECT_EQ(find_model_preset("gpt2"), nullptr);
+  EXPECT_NE(gpt::find_model_preset("medium-cpu"), nullptr);
+  EXPECT_EQ(gpt::find_model_preset("gpt2"), nullptr);
 }
 
 TEST(Presets, ExplicitSizesBeatThePreset) {
   TrainConfig c = parse_config("model { preset: \"gpt2-124m\" n_layer: 2 }");
   apply_overrides(c, {"model.seq_len=256", "data.synthetic=true"});
-  resolve(c);
+  resolve(c, gpt::model_presets());
   EXPECT_EQ(c.model().n_layer(), 2);
   EXPECT_EQ(c.model().seq_len(), 256);
   EXPECT_EQ(c.model().d_model(), 768);
@@ -236,7 +236,7 @@ TEST(Format, RoundTripsThroughTheParser) {
   for (const auto& file : example_configs()) {
     configs.push_back(load_config(file.string()));
     configs.push_back(configs.back());
-    resolve(configs.back());
+    resolve(configs.back(), gpt::model_presets());
   }
   TrainConfig tricky =
       resolved({"optimizer.lr=0.1", "optimizer.eps=1e-300", "model.init_std=0.30000000000000004"});

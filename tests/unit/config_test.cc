@@ -2,6 +2,7 @@
 // type, with their errors. Defaults, presets, validation and the text round-trip are in
 // config_resolve_test.cc.
 #include "unit/config_test_util.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr {
 namespace {
@@ -15,7 +16,7 @@ TEST(ConfigFiles, EveryExampleLoadsAndResolves) {
     SCOPED_TRACE(file.string());
     names.insert(file.filename().string());
     TrainConfig c = load_config(file.string());
-    EXPECT_NO_THROW(resolve(c));
+    EXPECT_NO_THROW(resolve(c, gpt::model_presets()));
     std::vector<std::string> unset;
     collect_unset(c, "", unset);
     EXPECT_TRUE(unset.empty()) << "unset after resolve: " << unset.front();
@@ -27,12 +28,12 @@ TEST(ConfigFiles, EveryExampleLoadsAndResolves) {
 
 TEST(ConfigFiles, TinyAndSmallAreTheirPresets) {
   TrainConfig tiny = load_config(std::string(ETR_CONFIGS_DIR) + "/tiny.pbtxt");
-  resolve(tiny);
+  resolve(tiny, gpt::model_presets());
   EXPECT_EQ(tiny.model().n_layer(), 2);
   EXPECT_EQ(tiny.model().d_model(), 64);
   EXPECT_EQ(tiny.model().seq_len(), 64);
   TrainConfig small = load_config(std::string(ETR_CONFIGS_DIR) + "/small.pbtxt");
-  resolve(small);
+  resolve(small, gpt::model_presets());
   EXPECT_EQ(small.model().n_layer(), 4);
   EXPECT_EQ(small.model().n_head(), 4);
   EXPECT_EQ(small.model().d_model(), 256);

@@ -23,6 +23,7 @@
 #include "runtime/config/config_fields.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "examples/gpt/model_presets.h"
 
 namespace etr::config_testing {
 
@@ -52,7 +53,7 @@ inline std::string config_error(const std::function<void()>& f) {
 inline TrainConfig resolved(const std::vector<std::string>& overrides = {}) {
   TrainConfig c = parse_config("data { synthetic: true }");
   apply_overrides(c, overrides);
-  resolve(c);
+  resolve(c, gpt::model_presets());
   return c;
 }
 
