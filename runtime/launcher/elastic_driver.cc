@@ -21,9 +21,10 @@
 
 #include "runtime/elastic.h"
 #include "runtime/error.h"
+#include "runtime/launcher/job_events.h"
+#include "runtime/launcher/job_process.h"
 #include "runtime/launcher/mpirun_output.h"
 
-extern char** environ;
 
 namespace etr::launcher {
 namespace {
@@ -51,55 +52,6 @@ std::string seconds(double s) {
 }
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// One parsed line of <run dir>/events: "<unix ms> <event> key=value ...".
-struct Event {
-  int64_t ms = 0;
-  std::string name;
-  std::map<std::string, std::string> fields;
-};
-
-std::optional<Event> parse_event(const std::string& line) {
-  std::istringstream in(line);
-  Event e;
-  if (!(in >> e.ms >> e.name)) return std::nullopt;
-  std::string kv;
-  while (in >> kv) {
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) e.fields[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return e;
-}
-
-// Follows the events file as the job appends to it.
-class EventTail {
- public:
-  explicit EventTail(fs::path path) : path_(std::move(path)) {}
-  std::vector<Event> read_new() {
-    std::vector<Event> out;
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) return out;
-    in.seekg(static_cast<std::streamoff>(offset_));
-    std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t start = 0;
-    for (size_t nl; (nl = chunk.find('\n', start)) != std::string::npos; start = nl + 1) {
-      if (auto e = parse_event(chunk.substr(start, nl - start))) out.push_back(*e);
-    }
-    offset_ += start;
-    return out;
-  }
-
- private:
-  fs::path path_;
-  size_t offset_ = 0;
-};
-
-int64_t read_progress(const fs::path& path) {
-  std::ifstream in(path);
-  long long step = -1;
-  if (in >> step) return step;
-  return -1;
-}
 
 // What one launch of the job did.
 struct LaunchResult {
@@ -131,6 +83,44 @@ struct LaunchEnv {
   int64_t event_ms = 0;
 };
 
+// What etr-run follows of one running launch.
+struct Watch {
+  explicit Watch(const JobProcess& job) : pid(job.pid), stderr_fd(job.stderr_fd) {}
+  pid_t pid;
+  int stderr_fd;
+  MpirunOutput output{STDERR_FILENO};
+  Clock::time_point next_discovery;
+  bool eof = false, reaped = false, started = false, stop_forwarded = false;
+  bool resize_pending = false;
+  int status = 0;
+  std::string reason;  // why a resize is pending
+  std::optional<Discovery> discovery;
+};
+
+// Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits, and
+// forwards etr-run's stop signal to it once.
+void pump(Watch& w) {
+  if (!w.eof) {
+    pollfd p{w.stderr_fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[65536];
+      const ssize_t n = read(w.stderr_fd, buf, sizeof buf);
+      if (n > 0) {
+        w.output.feed(buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        w.eof = true;
+      }
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.reaped = true;
+  if (g_stop_signal && !w.stop_forwarded && !w.reaped) {
+    kill(w.pid, SIGTERM);
+    w.stop_forwarded = true;
+  }
+}
+
 class Driver {
  public:
   explicit Driver(const RunOptions& o)
@@ -151,6 +141,17 @@ class Driver {
   // stopped). A first discovery that fails is an error at once: nothing was ever usable.
   std::optional<std::vector<HostSlots>> wait_for_slots();
   LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
+  // The pieces of launch()'s loop: the job's events, discovery while it runs.
+  void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
+  void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);
+  // After a launch that did not complete: the exit status to end with, or nullopt to
+  // relaunch (env, counts updated).
+  std::optional<int> after_launch(const LaunchResult& r, const std::vector<HostSlots>& assigned,
+                                  int64_t last_step, LaunchEnv& env);
+  // A failed launch: names the culprit, may exclude its host; true to give up.
+  bool after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
+                     int64_t last_step);
+  void prepare_run_dir();
 
   const RunOptions& o_;
   HostHealth health_;
@@ -160,6 +161,7 @@ class Driver {
   bool discovery_warned_ = false;
   bool discovered_once_ = false;
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
+  int launches_ = 0, failures_ = 0, resizes_ = 0;
 };
 
 std::optional<std::vector<HostSlots>> Driver::discover_usable(std::chrono::milliseconds timeout) {
@@ -231,8 +233,7 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
 
 LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env) {
   LaunchResult r;
-  // The job's environment: ETR_RUN_* plus whatever etr-run was given.
-  std::map<std::string, std::string> vars = {
+  std::map<std::string, std::string> vars = {  // runtime/elastic.h
       {"ETR_RUN_DIR", run_dir_.string()},
       {"ETR_RUN_RESTART", std::to_string(env.restart)},
       {"ETR_RUN_REASON", env.reason},
@@ -242,125 +243,78 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
       {"ETR_RUN_HOSTS", format_hosts(hosts)},
   };
   if (!o_.checkpoint_dir.empty()) vars["ETR_RUN_CHECKPOINT_DIR"] = o_.checkpoint_dir;
-  if (!std::getenv("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
-  std::vector<std::string> names;
-  for (const auto& [k, v] : vars) names.push_back(k);
-  for (char** e = environ; *e; ++e) {
-    const std::string kv(*e);
-    const std::string name = kv.substr(0, kv.find('='));
-    const bool ours = name.rfind("ETR_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
-                      name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS";
-    if (ours && !vars.count(name)) names.push_back(name);
+  const JobEnvironment job_env = job_environment(std::move(vars));
+  Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward), job_env.vars));
+  w.next_discovery = Clock::now() + o_.discovery_interval;
+  while (!(w.eof && w.reaped)) {
+    pump(w);
+    read_events(w, r, env, np);
+    watch_discovery(w, hosts, np, r);
   }
-  const std::vector<std::string> argv_s = mpirun_command(o_, hosts, np, names);
-
-  int err[2];
-  if (pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("pipe failed: ") + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    dup2(err[1], STDERR_FILENO);
-    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    std::vector<char*> argv;
-    for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "etr-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(err[1]);
-
-  const auto start = Clock::now();
-  auto next_discovery = start + o_.discovery_interval;
-  bool started = false, stop_forwarded = false, resize_pending = false;
-  std::string reason;
-  MpirunOutput output(STDERR_FILENO);
-  bool eof = false;
-  int status = 0;
-  bool reaped = false;
-  std::optional<Discovery> discovery;
-  while (!(eof && reaped)) {
-    if (!eof) {
-      pollfd p{err[0], POLLIN, 0};
-      const int pr = poll(&p, 1, 100);
-      if (pr > 0) {
-        char buf[65536];
-        const ssize_t n = read(err[0], buf, sizeof buf);
-        if (n > 0) {
-          output.feed(buf, static_cast<size_t>(n));
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          eof = true;
-        }
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!reaped) {
-      const pid_t w = waitpid(pid, &status, WNOHANG);
-      if (w == pid) reaped = true;
-    }
-    if (g_stop_signal && !stop_forwarded && !reaped) {
-      kill(pid, SIGTERM);
-      stop_forwarded = true;
-    }
-    for (const Event& e : events_->read_new()) {
-      if (e.name == "started") started = true;
-      if (e.name == "ready") r.ready_seen = true;
-      if (e.name == "first-step" && !r.first_step_seen) {
-        r.first_step_seen = true;
-        if (env.reason != "start" && env.event_ms > 0) {
-          say("recovered: step ", e.fields.count("step") ? e.fields.at("step") : "?", " done on ", np,
-              " rank(s), ", seconds(static_cast<double>(e.ms - env.event_ms) / 1000.0),
-              " after the last launch ended");
-        }
-      }
-      note_error(e, r);
-    }
-    // Discovery while the job runs (a script runs beside this loop): more slots (up to
-    // max_np), or fewer than it uses.
-    if (g_stop_signal || reaped) discovery.reset();  // ends a script still running
-    if (!reaped && !g_stop_signal && o_.hosts->dynamic() && !r.resize_requested && !discovery &&
-        Clock::now() >= next_discovery) {
-      try {
-        discovery.emplace(o_.hosts->start(o_.discovery_timeout));
-      } catch (const Error& e) {
-        discovery_failed(e);
-        next_discovery = Clock::now() + o_.discovery_interval;
-      }
-    }
-    if (discovery && discovery->poll(std::chrono::milliseconds(0))) {
-      next_discovery = Clock::now() + o_.discovery_interval;
-      if (const auto now_hosts = finish_discovery(*discovery)) {
-        reason = resize_reason(hosts, np, *now_hosts, o_.max_np);
-        resize_pending = !reason.empty();
-      }
-      discovery.reset();
-    }
-    // The job's ranks handle SIGUSR1 once they have started; mpirun forwards it to them.
-    if (resize_pending && started && !r.resize_requested && !reaped) {
-      say(reason, ": asking the job to resize");
-      events_out_->event("resize-request np=" + std::to_string(np));
-      output.expect_resize_exit();
-      kill(pid, SIGUSR1);
-      r.resize_requested = true;
-    }
-  }
-  output.flush();
-  r.killed_rank = output.killed_rank();
-  r.program_error = output.program_error();
-  close(err[0]);
+  w.output.flush();
+  r.killed_rank = w.output.killed_rank();
+  r.program_error = w.output.program_error();
+  close(w.stderr_fd);
   for (const Event& e : events_->read_new()) note_error(e, r);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.status = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
   return r;
 }
 
-int Driver::run() {
+void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np) {
+  for (const Event& e : events_->read_new()) {
+    if (e.name == "started") w.started = true;
+    if (e.name == "ready") r.ready_seen = true;
+    if (e.name == "first-step" && !r.first_step_seen) {
+      r.first_step_seen = true;
+      if (env.reason != "start" && env.event_ms > 0) {
+        say("recovered: step ", e.fields.count("step") ? e.fields.at("step") : "?", " done on ", np,
+            " rank(s), ", seconds(static_cast<double>(e.ms - env.event_ms) / 1000.0),
+            " after the last launch ended");
+      }
+    }
+    note_error(e, r);
+  }
+}
+
+// Discovery while the job runs (a script runs beside the loop): more slots (up to max_np),
+// or fewer than it uses, ask the job to resize.
+void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np,
+                             LaunchResult& r) {
+  if (g_stop_signal || w.reaped) w.discovery.reset();  // ends a script still running
+  if (!w.reaped && !g_stop_signal && o_.hosts->dynamic() && !r.resize_requested && !w.discovery &&
+      Clock::now() >= w.next_discovery) {
+    try {
+      w.discovery.emplace(o_.hosts->start(o_.discovery_timeout));
+    } catch (const Error& e) {
+      discovery_failed(e);
+      w.next_discovery = Clock::now() + o_.discovery_interval;
+    }
+  }
+  if (w.discovery && w.discovery->poll(std::chrono::milliseconds(0))) {
+    w.next_discovery = Clock::now() + o_.discovery_interval;
+    if (const auto now_hosts = finish_discovery(*w.discovery)) {
+      w.reason = resize_reason(hosts, np, *now_hosts, o_.max_np);
+      w.resize_pending = !w.reason.empty();
+    }
+    w.discovery.reset();
+  }
+  // The job's ranks handle SIGUSR1 once they have started; mpirun forwards it to them.
+  if (w.resize_pending && w.started && !r.resize_requested && !w.reaped) {
+    say(w.reason, ": asking the job to resize");
+    events_out_->event("resize-request np=" + std::to_string(np));
+    w.output.expect_resize_exit();
+    kill(w.pid, SIGUSR1);
+    r.resize_requested = true;
+  }
+}
+
+void Driver::prepare_run_dir() {
   if (o_.run_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/etr-run-XXXXXX";
-    if (!mkdtemp(templ.data())) throw IoError("cannot create a run directory in /tmp: " + std::string(std::strerror(errno)));
+    if (!mkdtemp(templ.data())) {
+      throw IoError("cannot create a run directory in /tmp: " + std::string(std::strerror(errno)));
+    }
     run_dir_ = templ;
   } else {
     run_dir_ = o_.run_dir;
@@ -375,17 +329,21 @@ int Driver::run() {
   self.active = true;
   self.run_dir = run_dir_;
   events_out_.emplace(self);
-  ElasticReporter& log = *events_out_;
+}
 
+void catch_stop_signals() {
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+}
 
+int Driver::run() {
+  prepare_run_dir();
+  catch_stop_signals();
   LaunchEnv env;
-  int failures = 0, resizes = 0, launches = 0;
   int exit_status = 1;
   for (;;) {
     auto hosts = wait_for_slots();
@@ -394,90 +352,28 @@ int Driver::run() {
       exit_status = g_stop_signal ? 128 + g_stop_signal : 1;
       break;
     }
-    const int slots = total_slots(*hosts);
-    int np = std::min(slots, o_.max_np);
-    if (launches == 0 && o_.np > 0) np = std::min(np, o_.np);
+    int np = std::min(total_slots(*hosts), o_.max_np);
+    if (launches_ == 0 && o_.np > 0) np = std::min(np, o_.np);
     const auto assigned = take_slots(*hosts, np);
     if (const std::string why = local_program_problem(o_, assigned); !why.empty()) {
       say("error: ", why, "; give the job as an executable's path or a program on PATH");
-      exit_status = 1;
       break;
     }
-    ++launches;
-    say("launch ", launches, ": ", np, " rank(s) on ", format_hosts(assigned),
+    ++launches_;
+    say("launch ", launches_, ": ", np, " rank(s) on ", format_hosts(assigned),
         env.reason == "start" ? std::string() : " (after a " + env.reason + ", relaunch " +
                                                     std::to_string(env.restart) + ")");
-    log.event("launch n=" + std::to_string(launches) + " np=" + std::to_string(np) + " hosts=" +
-              format_hosts(assigned) + " reason=" + env.reason);
+    events_out_->event("launch n=" + std::to_string(launches_) + " np=" + std::to_string(np) +
+                       " hosts=" + format_hosts(assigned) + " reason=" + env.reason);
     const LaunchResult r = launch(assigned, np, env);
     const int64_t ended_ms = unix_ms();
     const int64_t last_step = read_progress(run_dir_ / "progress");
-    log.event("exit status=" + std::to_string(r.status) + " last_step=" + std::to_string(last_step));
-    if (g_stop_signal) {
-      say("stopped by signal ", g_stop_signal, "; the job was ended (last step ", last_step, ")");
-      exit_status = 128 + g_stop_signal;
-      break;
-    }
-    if (r.status == 0) {
-      say("the job completed after ", launches, " launch(es): ", failures, " failure(s), ", resizes,
-          " resize(s)");
-      exit_status = 0;
-      break;
-    }
+    events_out_->event("exit status=" + std::to_string(r.status) +
+                       " last_step=" + std::to_string(last_step));
     env.prev_np = np;
-    env.last_step = last_step;
     env.event_ms = ended_ms;
-    ++env.restart;
-    if (r.status == kResizeExitCode) {
-      ++resizes;
-      env.reason = "resize";
-      say("the job stopped at step ", last_step, " to resize; relaunching");
-      continue;
-    }
-    if (!r.program_error.empty()) {  // mpirun could not start it on a host
-      say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
-      exit_status = 1;
-      break;
-    }
-    if (r.final_error) {
-      say("error: the job stopped with an error that a relaunch would repeat (exit status ",
-          r.status, ", after step ", last_step, "); not relaunching: see its error above");
-      exit_status = r.status;
-      break;
-    }
-    if (launches == 1 && !r.ready_seen) {
-      // A bad configuration, a missing file, a program that is not an etr job: relaunching
-      // would fail the same way.
-      say("error: the job failed (exit status ", r.status, ") on its first launch before it "
-          "was ready to train; not relaunching: see its error above");
-      exit_status = r.status;
-      break;
-    }
-    ++failures;
-    env.reason = "failure";
-    const int culprit = r.own_error_rank >= 0 ? r.own_error_rank : r.killed_rank;
-    std::string who = "no rank is named as the cause";
-    if (culprit >= 0) {
-      std::string host;
-      int first = 0;
-      for (const auto& h : assigned) {
-        if (culprit < first + h.slots) { host = h.host; break; }
-        first += h.slots;
-      }
-      who = "rank " + std::to_string(culprit) + " on " + host;
-      if (!host.empty() && health_.record_failure(host)) {
-        say("host ", host, " failed ", health_.failures(host), " time(s) (--blacklist-after ",
-            o_.blacklist_after, "): excluded for ",
-            seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
-        log.event("exclude host=" + host);
-      }
-    }
-    say("the job failed (exit status ", r.status, "; ", who, ") after step ", last_step, "; failure ",
-        failures, " of at most ", o_.max_restarts + 1);
-    if (failures > o_.max_restarts) {
-      say("error: giving up: the job failed ", failures, " time(s) and --max-restarts is ",
-          o_.max_restarts);
-      exit_status = r.status;
+    if (const auto status = after_launch(r, assigned, last_step, env)) {
+      exit_status = *status;
       break;
     }
   }
@@ -486,6 +382,80 @@ int Driver::run() {
     fs::remove_all(run_dir_, ec);
   }
   return exit_status;
+}
+
+std::optional<int> Driver::after_launch(const LaunchResult& r,
+                                        const std::vector<HostSlots>& assigned,
+                                        int64_t last_step, LaunchEnv& env) {
+  if (g_stop_signal) {
+    say("stopped by signal ", g_stop_signal, "; the job was ended (last step ", last_step, ")");
+    return 128 + g_stop_signal;
+  }
+  if (r.status == 0) {
+    say("the job completed after ", launches_, " launch(es): ", failures_, " failure(s), ",
+        resizes_, " resize(s)");
+    return 0;
+  }
+  env.last_step = last_step;
+  ++env.restart;
+  if (r.status == kResizeExitCode) {
+    ++resizes_;
+    env.reason = "resize";
+    say("the job stopped at step ", last_step, " to resize; relaunching");
+    return std::nullopt;
+  }
+  if (!r.program_error.empty()) {  // mpirun could not start it on a host
+    say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
+    return 1;
+  }
+  if (r.final_error) {
+    say("error: the job stopped with an error that a relaunch would repeat (exit status ",
+        r.status, ", after step ", last_step, "); not relaunching: see its error above");
+    return r.status;
+  }
+  if (launches_ == 1 && !r.ready_seen) {
+    // A bad configuration, a missing file, a program that is not an etr job: relaunching
+    // would fail the same way.
+    say("error: the job failed (exit status ", r.status, ") on its first launch before it "
+        "was ready to train; not relaunching: see its error above");
+    return r.status;
+  }
+  env.reason = "failure";
+  if (after_failure(r, assigned, last_step)) return r.status;
+  return std::nullopt;
+}
+
+bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
+                           int64_t last_step) {
+  ++failures_;
+  const int culprit = r.own_error_rank >= 0 ? r.own_error_rank : r.killed_rank;
+  std::string who = "no rank is named as the cause";
+  if (culprit >= 0) {
+    std::string host;
+    int first = 0;
+    for (const auto& h : assigned) {
+      if (culprit < first + h.slots) {
+        host = h.host;
+        break;
+      }
+      first += h.slots;
+    }
+    who = "rank " + std::to_string(culprit) + " on " + host;
+    if (!host.empty() && health_.record_failure(host)) {
+      say("host ", host, " failed ", health_.failures(host), " time(s) (--blacklist-after ",
+          o_.blacklist_after, "): excluded for ",
+          seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
+      events_out_->event("exclude host=" + host);
+    }
+  }
+  say("the job failed (exit status ", r.status, "; ", who, ") after step ", last_step,
+      "; failure ", failures_, " of at most ", o_.max_restarts + 1);
+  if (failures_ > o_.max_restarts) {
+    say("error: giving up: the job failed ", failures_, " time(s) and --max-restarts is ",
+        o_.max_restarts);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace

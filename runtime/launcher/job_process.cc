@@ -1,0 +1,55 @@
+#include "runtime/launcher/job_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/error.h"
+
+extern char** environ;
+
+namespace etr::launcher {
+
+JobEnvironment job_environment(std::map<std::string, std::string> vars) {
+  JobEnvironment env;
+  if (!std::getenv("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
+  for (const auto& [k, v] : vars) env.forward.push_back(k);
+  for (char** e = environ; *e; ++e) {
+    const std::string kv(*e);
+    const std::string name = kv.substr(0, kv.find('='));
+    const bool ours = name.rfind("ETR_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
+                      name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS";
+    if (ours && !vars.count(name)) env.forward.push_back(name);
+  }
+  env.vars = std::move(vars);
+  return env;
+}
+
+JobProcess start_job(const std::vector<std::string>& argv_s,
+                     const std::map<std::string, std::string>& vars) {
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(err[1], STDERR_FILENO);
+    for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    std::vector<char*> argv;
+    for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "etr-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(err[1]);
+  return JobProcess{pid, err[0]};
+}
+
+}  // namespace etr::launcher

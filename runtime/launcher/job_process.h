@@ -1,0 +1,34 @@
+// Starting one launch of the job: mpirun with the job's environment, its stderr into a
+// pipe that etr-run reads (and passes on) while it watches the job (elastic_driver.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace etr::launcher {
+
+// `vars` (the launch's ETR_RUN_* variables), plus GOMP_SPINCOUNT=10000 when etr-run's
+// environment has none (runtime/omp_env.h), and `forward`: the names mpirun must pass to
+// every rank, `vars`' and every ETR_*, OMP_*, GOMP_SPINCOUNT and OPENBLAS_NUM_THREADS
+// variable of etr-run's own environment.
+struct JobEnvironment {
+  std::map<std::string, std::string> vars;
+  std::vector<std::string> forward;
+};
+JobEnvironment job_environment(std::map<std::string, std::string> vars);
+
+struct JobProcess {
+  pid_t pid = -1;
+  int stderr_fd = -1;  // the read end of the job's stderr (the caller closes it)
+};
+
+// Forks and executes argv[0] (PATH searched) with `vars` set, SIGINT and SIGTERM at their
+// defaults, and its stderr into a pipe. IoError when the pipe or the fork fails; a
+// program that cannot be executed writes one line to the pipe and exits 127.
+JobProcess start_job(const std::vector<std::string>& argv,
+                     const std::map<std::string, std::string>& vars);
+
+}  // namespace etr::launcher
