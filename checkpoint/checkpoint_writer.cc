@@ -327,6 +327,34 @@ void CheckpointWriter::join_pruner() {
   if (pruner_.joinable()) pruner_.join();
 }
 
+// Rank 0, every shard durable: the manifest (with each file's size and checksum), then
+// the rename that makes the checkpoint visible. Returns the error, "" when it worked.
+std::string CheckpointWriter::publish(Pending& p) {
+  try {
+    join_pruner();  // the tier's directory changes only here, and one deletion at a time
+    p.manifest.set_created_unix_ms(unix_ms());
+    write_manifest(p.partial, p.manifest);
+    std::error_code ec;
+    if (fs::exists(p.final_dir, ec)) {
+      const fs::path aside = p.final_dir.string() + ".replaced-" + std::to_string(unix_ms());
+      fs::rename(p.final_dir, aside, ec);
+      if (ec) {
+        throw IoError("cannot move the existing " + p.final_dir.string() + " aside: " + ec.message());
+      }
+      log_.warn("checkpoint: ", p.final_dir.string(), " existed; moved it to ", aside.string());
+    }
+    fs::rename(p.partial, p.final_dir, ec);
+    if (ec) {
+      throw IoError("cannot rename " + p.partial.string() + " to " + p.final_dir.string() + ": " +
+                    ec.message());
+    }
+    fsync_directory(p.tier.dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void CheckpointWriter::commit() {
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p->thread.joinable()) p->thread.join();
@@ -339,30 +367,14 @@ void CheckpointWriter::commit() {
   if (err.empty()) {
     std::string local;
     if (group_.rank() == 0) {
-      join_pruner();  // the tier's directory changes only here, and one deletion at a time
-      try {
-        for (int r = 0; r < group_.size(); ++r) {
-          ckpt::ShardFile* f = p->manifest.add_files();
-          f->set_name(p->file_names[static_cast<size_t>(r)]);
-          f->set_bytes(infos[static_cast<size_t>(r)].bytes);
-          f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
-          f->set_writer_rank(r);
-        }
-        p->manifest.set_created_unix_ms(unix_ms());
-        write_manifest(p->partial, p->manifest);
-        std::error_code ec;
-        if (fs::exists(p->final_dir, ec)) {
-          const fs::path aside = p->final_dir.string() + ".replaced-" + std::to_string(unix_ms());
-          fs::rename(p->final_dir, aside, ec);
-          if (ec) throw IoError("cannot move the existing " + p->final_dir.string() + " aside: " + ec.message());
-          log_.warn("checkpoint: ", p->final_dir.string(), " existed; moved it to ", aside.string());
-        }
-        fs::rename(p->partial, p->final_dir, ec);
-        if (ec) throw IoError("cannot rename " + p->partial.string() + " to " + p->final_dir.string() + ": " + ec.message());
-        fsync_directory(p->tier.dir);
-      } catch (const std::exception& e) {
-        local = e.what();
+      for (int r = 0; r < group_.size(); ++r) {
+        ckpt::ShardFile* f = p->manifest.add_files();
+        f->set_name(p->file_names[static_cast<size_t>(r)]);
+        f->set_bytes(infos[static_cast<size_t>(r)].bytes);
+        f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
+        f->set_writer_rank(r);
       }
+      local = publish(*p);
     }
     err = first_error(group_, local);
   }
@@ -384,34 +396,35 @@ void CheckpointWriter::commit() {
   }
   s.ok = true;
   s.dir = p->final_dir;
-  if (group_.rank() == 0) {
-    char timing[160];
-    std::snprintf(timing, sizeof timing, "written in %.3f s (%s/s), step stall %.1f ms",
-                  s.write_seconds,
-                  format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)).c_str(),
-                  s.stall_seconds * 1e3);
-    log_.info("checkpoint ", p->final_dir.string(), " (", p->tier.name, ") saved: ",
-              group_.size(), " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ",
-              timing);
-    // Deleting a checkpoint waits on the file system (ext4: ~20 ms for 130 MB, almost no
-    // CPU), so it happens beside training; the next commit or flush() waits for it.
-    join_pruner();  // done above already; assigning a running thread would terminate
-    auto prune = [this, tier = p->tier] {
-      try {
-        for (const fs::path& gone : prune_checkpoints(tier.dir, tier.keep)) {
-          log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
-        }
-      } catch (const std::exception& e) {
-        log_.warn("checkpoint: ", e.what());
-      }
-    };
-    try {
-      pruner_ = std::thread(prune);
-    } catch (const std::system_error&) {
-      prune();  // no thread to be had: delete them now
-    }
-  }
+  if (group_.rank() == 0) announce_and_prune(*p, s);
   stats_.push_back(s);
+}
+
+// Rank 0, a checkpoint committed: says so, and deletes what retention drops beside
+// training (ext4: ~20 ms for 130 MB, almost no CPU); the next commit or flush() waits.
+void CheckpointWriter::announce_and_prune(const Pending& p, const SaveStats& s) {
+  char timing[160];
+  std::snprintf(timing, sizeof timing, "written in %.3f s (%s/s), step stall %.1f ms",
+                s.write_seconds,
+                format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)).c_str(),
+                s.stall_seconds * 1e3);
+  log_.info("checkpoint ", p.final_dir.string(), " (", p.tier.name, ") saved: ", group_.size(),
+            " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ", timing);
+  join_pruner();  // done in publish() already; assigning a running thread would terminate
+  auto prune = [this, tier = p.tier] {
+    try {
+      for (const fs::path& gone : prune_checkpoints(tier.dir, tier.keep)) {
+        log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
+      }
+    } catch (const std::exception& e) {
+      log_.warn("checkpoint: ", e.what());
+    }
+  };
+  try {
+    pruner_ = std::thread(prune);
+  } catch (const std::system_error&) {
+    prune();  // no thread to be had: delete them now
+  }
 }
 
 }  // namespace etr

@@ -104,6 +104,8 @@ class CheckpointWriter {
  private:
   struct Pending;
   void commit();
+  std::string publish(Pending& p);
+  void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
   std::string take_snapshot(Pending& p);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
