@@ -38,10 +38,11 @@ struct Options {
   PruneOptions prune;
 };
 
-// Adds the subcommands to `app`; each sets `run` when chosen.
-void add_subcommands(CLI::App& app, Options& o, std::function<int()>& run) {
-  auto chosen = [&run](std::function<int()> f) { return [&run, f] { run = f; }; };
+// A subcommand's callback: makes `f` the one to run.
+using Chooser = std::function<std::function<void()>(std::function<int()>)>;
 
+// The subcommands that read checkpoints: list, show, verify, export.
+void add_reading_subcommands(CLI::App& app, Options& o, const Chooser& chosen) {
   CLI::App* list = app.add_subcommand("list",
                                       "List the checkpoints in directories of "
                                       "checkpoints: step, tier, world size, size, status, and "
@@ -65,6 +66,20 @@ void add_subcommands(CLI::App& app, Options& o, std::function<int()>& run) {
   verify->add_option("CKPT", o.verify, "A checkpoint directory (step-NNNNNNNNN)")->required();
   verify->callback(chosen([&o] { return run_verify(o.verify); }));
 
+  CLI::App* exp = app.add_subcommand("export",
+                                     "Write a checkpoint's parameters as Hugging "
+                                     "Face GPT-2 weights (safetensors)");
+  exp->add_option("CKPT", o.export_.checkpoint, "A checkpoint saved by etr-train")->required();
+  exp->add_option("-o,--output", o.export_.out,
+                  "The .safetensors file to write; a directory "
+                  "(existing, or ending in '/') gets model.safetensors and config.json, which "
+                  "GPT2LMHeadModel.from_pretrained loads")
+      ->required();
+  exp->callback(chosen([&o] { return run_export(o.export_); }));
+}
+
+// The subcommands that write checkpoints or move them: restore, rollback, reshard, prune.
+void add_writing_subcommands(CLI::App& app, Options& o, const Chooser& chosen) {
   CLI::App* restore = app.add_subcommand("restore",
                                          "Copy a checkpoint into a directory of "
                                          "checkpoints (verified, durably) and move the newer "
@@ -107,17 +122,6 @@ void add_subcommands(CLI::App& app, Options& o, std::function<int()>& run) {
       ->required();
   reshard->callback(chosen([&o] { return run_reshard(o.reshard); }));
 
-  CLI::App* exp = app.add_subcommand("export",
-                                     "Write a checkpoint's parameters as Hugging "
-                                     "Face GPT-2 weights (safetensors)");
-  exp->add_option("CKPT", o.export_.checkpoint, "A checkpoint saved by etr-train")->required();
-  exp->add_option("-o,--output", o.export_.out,
-                  "The .safetensors file to write; a directory "
-                  "(existing, or ending in '/') gets model.safetensors and config.json, which "
-                  "GPT2LMHeadModel.from_pretrained loads")
-      ->required();
-  exp->callback(chosen([&o] { return run_export(o.export_); }));
-
   CLI::App* prune = app.add_subcommand("prune",
                                        "Delete all but the newest K complete "
                                        "checkpoints (and unfinished saves older than them)");
@@ -125,6 +129,15 @@ void add_subcommands(CLI::App& app, Options& o, std::function<int()>& run) {
   prune->add_option("--keep", o.prune.keep, "Complete checkpoints to keep (at least 1)")
       ->required();
   prune->callback(chosen([&o] { return run_prune(o.prune); }));
+}
+
+// Adds the subcommands to `app`, in the order of --help; each sets `run` when chosen.
+void add_subcommands(CLI::App& app, Options& o, std::function<int()>& run) {
+  const Chooser chosen = [&run](std::function<int()> f) {
+    return std::function<void()>([&run, f] { run = f; });
+  };
+  add_reading_subcommands(app, o, chosen);
+  add_writing_subcommands(app, o, chosen);
 }
 
 }  // namespace

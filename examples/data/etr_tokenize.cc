@@ -104,6 +104,30 @@ CLI::Validator count_validator(uint64_t min) {
       min == 0 ? "UINT" : "POSITIVE");
 }
 
+// Does what the command line asked: --show, --synthetic N, or a text file's conversion.
+void run(const std::string& show_path, uint64_t show_tokens, bool verify,
+         std::optional<uint64_t> synthetic, uint64_t seed, const std::string& input,
+         const std::string& output) {
+  if (!show_path.empty()) {
+    show(show_path, show_tokens, verify);
+  } else if (synthetic) {
+    // Checked before allocating: the text and its tokens must fit in memory.
+    const double need = etr::data::synthetic_corpus_bytes(*synthetic);
+    const double available = static_cast<double>(etr::host_available_memory());
+    if (need > available) {
+      throw etr::OutOfMemory(
+          "--synthetic " + std::to_string(*synthetic) + " needs " + etr::format_bytes(need) +
+              " for the corpus and its tokens, more than the " + etr::format_bytes(available) +
+              " of memory available; ask for fewer tokens.",
+          static_cast<size_t>(std::min(need, 1e19)), 0, 0, static_cast<size_t>(available));
+    }
+    etr::data::SyntheticCorpus corpus(seed);
+    write_tokens(output, corpus.generate(*synthetic));
+  } else {
+    write_tokens(output, read_text(input));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,24 +181,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (!show_path.empty()) {
-      show(show_path, show_tokens, !no_verify);
-    } else if (synthetic) {
-      // Checked before allocating: the text and its tokens must fit in memory.
-      const double need = etr::data::synthetic_corpus_bytes(*synthetic);
-      const double available = static_cast<double>(etr::host_available_memory());
-      if (need > available) {
-        throw etr::OutOfMemory(
-            "--synthetic " + std::to_string(*synthetic) + " needs " + etr::format_bytes(need) +
-                " for the corpus and its tokens, more than the " + etr::format_bytes(available) +
-                " of memory available; ask for fewer tokens.",
-            static_cast<size_t>(std::min(need, 1e19)), 0, 0, static_cast<size_t>(available));
-      }
-      etr::data::SyntheticCorpus corpus(seed);
-      write_tokens(output, corpus.generate(*synthetic));
-    } else {
-      write_tokens(output, read_text(input));
-    }
+    run(show_path, show_tokens, !no_verify, synthetic, seed, input, output);
   } catch (const std::bad_alloc& e) {
     // What the size checks could not foresee: input from a pipe, memory taken meanwhile.
     std::fprintf(stderr,
