@@ -1,21 +1,18 @@
 #include "runtime/launcher/elastic_driver.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -24,7 +21,6 @@
 #include "runtime/launcher/job_events.h"
 #include "runtime/launcher/job_process.h"
 #include "runtime/launcher/mpirun_output.h"
-
 
 namespace etr::launcher {
 namespace {
