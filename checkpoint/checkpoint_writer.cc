@@ -223,37 +223,49 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     p->plan = std::make_unique<ShardPlan>(plan);
     p->buffers = std::move(buffers);
     p->stall = seconds_since(t0);
-    p->thread = std::thread([this, raw, file] {
-      bind_this_thread(writer_cpus_);  // no-op without spare cores
-      const std::string err = take_snapshot(*raw);
-      raw->copied.store(true, std::memory_order_release);
-      raw->copied.notify_all();
-      if (!err.empty()) {  // failed like a write: the ranks agree on it at the commit
-        raw->error = err;
-        raw->done.store(true, std::memory_order_release);
-        return;
-      }
-      // Around the page cache: the copy into it would cost a shared core more CPU than
-      // the disk costs time (etr-bench ckpt). The checksum was taken during the copy.
-      const auto w0 = Clock::now();
-      try {
-        DurableFile out(file, /*direct_io=*/true);
-        for (size_t off = 0; off < raw->snapshot.size(); off += kShardStagingBytes) {
-          out.write(raw->snapshot.data() + off,
-                    std::min(kShardStagingBytes, raw->snapshot.size() - off));
-        }
-        out.commit();
-        raw->info.bytes = raw->snapshot.size();
-        raw->info.xxh3 = raw->snapshot_xxh3;
-      } catch (const std::exception& e) {
-        raw->error = e.what();
-      }
-      raw->info.write_seconds = seconds_since(w0);
-      raw->done.store(true, std::memory_order_release);
-    });
+    p->thread = std::thread([this, raw, file] { write_in_background(*raw, file); });
     pending_ = std::move(p);
     return true;
   }
+  write_now(*p, plan, buffers, file);
+  pending_ = std::move(p);
+  commit();
+  stats_.back().stall_seconds = stats_.back().total_seconds;
+  return stats_.back().ok;
+}
+
+// The writer thread of an async save: the snapshot, then the file.
+void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
+  bind_this_thread(writer_cpus_);  // no-op without spare cores
+  const std::string err = take_snapshot(p);
+  p.copied.store(true, std::memory_order_release);
+  p.copied.notify_all();
+  if (!err.empty()) {  // failed like a write: the ranks agree on it at the commit
+    p.error = err;
+    p.done.store(true, std::memory_order_release);
+    return;
+  }
+  // Around the page cache: the copy into it would cost a shared core more CPU than the
+  // disk costs time (etr-bench ckpt). The checksum was taken during the copy.
+  const auto w0 = Clock::now();
+  try {
+    DurableFile out(file, /*direct_io=*/true);
+    for (size_t off = 0; off < p.snapshot.size(); off += kShardStagingBytes) {
+      out.write(p.snapshot.data() + off, std::min(kShardStagingBytes, p.snapshot.size() - off));
+    }
+    out.commit();
+    p.info.bytes = p.snapshot.size();
+    p.info.xxh3 = p.snapshot_xxh3;
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+  p.info.write_seconds = seconds_since(w0);
+  p.done.store(true, std::memory_order_release);
+}
+
+// A synchronous save: this rank's shard packed straight from the states into its file.
+void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
+                                 const std::vector<const float*>& buffers, const fs::path& file) {
   const auto w0 = Clock::now();
   try {
     ShardSink sink(file);
@@ -263,17 +275,13 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
       sink.append(data, size);
     });
     if (!finite.error().empty()) throw CheckpointError(finite.error());
-    p->info.bytes = sink.bytes();
-    p->info.xxh3 = sink.commit();
+    p.info.bytes = sink.bytes();
+    p.info.xxh3 = sink.commit();
   } catch (const std::exception& e) {
-    p->error = e.what();
+    p.error = e.what();
   }
-  p->info.write_seconds = seconds_since(w0);
-  p->done.store(true, std::memory_order_release);
-  pending_ = std::move(p);
-  commit();
-  stats_.back().stall_seconds = stats_.back().total_seconds;
-  return stats_.back().ok;
+  p.info.write_seconds = seconds_since(w0);
+  p.done.store(true, std::memory_order_release);
 }
 
 // The writer thread: this rank's shard contents into snapshot_ ("" or why not).

@@ -108,6 +108,9 @@ class CheckpointWriter {
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
   std::string take_snapshot(Pending& p);
+  void write_in_background(Pending& p, const std::filesystem::path& file);
+  void write_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
+                 const std::filesystem::path& file);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
 
   Group group_;
