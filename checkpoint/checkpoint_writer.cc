@@ -134,6 +134,7 @@ struct CheckpointWriter::Pending {
   // async: what the writer thread copies, and the copy (this rank's file, in snapshot_)
   std::unique_ptr<ShardPlan> plan;
   std::vector<const float*> buffers;
+  std::vector<int64_t> begins;  // buffers[i][0] is flat element begins[i]
   std::span<const char> snapshot;
   uint64_t snapshot_xxh3 = 0;
   std::thread thread;
@@ -202,9 +203,11 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   }
   std::vector<std::string> names;
   std::vector<const float*> buffers;
+  std::vector<int64_t> begins;
   for (const NamedState& s : states) {
     names.push_back(s.name);
     buffers.push_back(s.data);
+    begins.push_back(s.begin);
   }
   const ShardPlan plan(layout, group_.size(), names);
   auto p = std::make_unique<Pending>();
@@ -222,11 +225,13 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   if (async_) {
     p->plan = std::make_unique<ShardPlan>(plan);
     p->buffers = std::move(buffers);
+    p->begins = std::move(begins);
     p->stall = seconds_since(t0);
     p->thread = std::thread([this, raw, file] { write_in_background(*raw, file); });
     pending_ = std::move(p);
     return true;
   }
+  p->begins = std::move(begins);
   write_now(*p, plan, buffers, file);
   pending_ = std::move(p);
   commit();
@@ -270,10 +275,13 @@ void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
   try {
     ShardSink sink(file);
     FiniteCheck finite(plan, group_.rank());
-    plan.pack(group_.rank(), buffers, [&](const void* data, size_t size) {
-      finite.add(data, size);
-      sink.append(data, size);
-    });
+    plan.pack(
+        group_.rank(), buffers,
+        [&](const void* data, size_t size) {
+          finite.add(data, size);
+          sink.append(data, size);
+        },
+        p.begins);
     if (!finite.error().empty()) throw CheckpointError(finite.error());
     p.info.bytes = sink.bytes();
     p.info.xxh3 = sink.commit();
@@ -303,10 +311,13 @@ std::string CheckpointWriter::take_snapshot(Pending& p) {
   size_t at = 0;
   Checksum sum;
   FiniteCheck finite(*p.plan, group_.rank());
-  p.plan->pack(group_.rank(), p.buffers, [&](const void* data, size_t size) {
-    copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum, finite);
-    at += size;
-  });
+  p.plan->pack(
+      group_.rank(), p.buffers,
+      [&](const void* data, size_t size) {
+        copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum, finite);
+        at += size;
+      },
+      p.begins);
   store_fence();
   if (!finite.error().empty()) return finite.error();
   p.snapshot = std::span<const char>(snapshot_.get(), at);

@@ -222,7 +222,10 @@ fs::path write_checkpoint(const fs::path& root, ckpt::Manifest meta, const Param
 fs::path write_checkpoint(const fs::path& root, ckpt::Manifest meta, const ParamLayout& layout,
                           std::span<const NamedState> states, int world) {
   std::vector<std::string> names;
-  for (const NamedState& s : states) names.push_back(s.name);
+  for (const NamedState& s : states) {
+    if (s.begin != 0) throw InvalidArgument("write_checkpoint takes whole flat buffers");
+    names.push_back(s.name);
+  }
   return write_shards(root, std::move(meta), layout, names, world,
                       [&](size_t s, int) { return states[s].data; });
 }

@@ -77,12 +77,15 @@ void ShardPlan::describe(ckpt::Manifest& manifest) const {
 }
 
 void ShardPlan::pack(int rank, std::span<const float* const> buffers,
-                     const std::function<void(const void*, size_t)>& sink) const {
-  if (buffers.size() != states_.size()) {
+                     const std::function<void(const void*, size_t)>& sink,
+                     std::span<const int64_t> begins) const {
+  if (buffers.size() != states_.size() || (!begins.empty() && begins.size() != buffers.size())) {
     throw InvalidArgument("ShardPlan::pack needs one buffer per state");
   }
   const auto [a, b] = range(rank);
-  for (const float* base : buffers) {
+  for (size_t si = 0; si < buffers.size(); ++si) {
+    const float* base = buffers[si];
+    const int64_t first = begins.empty() ? 0 : begins[si];
     // The first tensor that ends after a (tensors_ is sorted by packed_begin).
     auto it = std::upper_bound(tensors_.begin(), tensors_.end(), a,
                                [](int64_t x, const Tensor& t) { return x < t.packed_begin; });
@@ -91,7 +94,8 @@ void ShardPlan::pack(int rank, std::span<const float* const> buffers,
       const int64_t tb = it->packed_begin, te = tb + it->entry->numel();
       const int64_t lo = std::max(a, tb), hi = std::min(b, te);
       if (lo >= hi) continue;
-      sink(base + it->entry->offset + (lo - tb), static_cast<size_t>(hi - lo) * sizeof(float));
+      sink(base + (it->entry->offset + (lo - tb) - first),
+           static_cast<size_t>(hi - lo) * sizeof(float));
     }
   }
 }

@@ -26,6 +26,8 @@ namespace etr {
 struct NamedState {
   std::string name;  // "param", "adam.m", "adam.v"
   const float* data = nullptr;
+  // data[0] is flat element `begin`: a ZeRO rank passes only the range its writer packs.
+  int64_t begin = 0;
 };
 
 class ShardPlan {
@@ -47,9 +49,11 @@ class ShardPlan {
   void describe(ckpt::Manifest& manifest) const;
 
   // Rank `rank`'s file contents, in order, as pieces of the flat buffers: sink(data,
-  // bytes) is called once per contiguous piece. `buffers` are in states() order.
+  // bytes) is called once per contiguous piece. `buffers` are in states() order;
+  // buffers[i][0] is flat element begins[i] (0 when `begins` is empty).
   void pack(int rank, std::span<const float* const> buffers,
-            const std::function<void(const void*, size_t)>& sink) const;
+            const std::function<void(const void*, size_t)>& sink,
+            std::span<const int64_t> begins = {}) const;
 
  private:
   struct Tensor {

@@ -28,8 +28,15 @@ std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes
                           std::to_string(options.first_bucket_bytes) + " bytes, cap " +
                           std::to_string(options.bucket_cap_bytes) + " bytes)");
   }
+  if (options.shard_ranks < 1) {
+    throw InvalidArgument("gradient buckets are cut for at least one rank (shard_ranks " +
+                          std::to_string(options.shard_ranks) + ")");
+  }
+  // ZeRO's alignment: 16 elements (the ring's segment rounding) per rank.
+  const int64_t align = options.shard_ranks > 1 ? 16 * int64_t{options.shard_ranks} : 1;
   auto elements = [&](size_t bytes) {
-    return std::max<int64_t>(1, static_cast<int64_t>(bytes / element_bytes));
+    const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(bytes / element_bytes));
+    return (n + align - 1) / align * align;
   };
   const int layers = layout.num_layers();
   std::vector<Bucket> buckets;
@@ -37,7 +44,10 @@ std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes
   while (hi > 0) {
     const int64_t size = elements(buckets.empty() ? options.first_bucket_bytes
                                                   : options.bucket_cap_bytes);
-    const int64_t lo = std::max<int64_t>(0, hi - size);
+    // Aligned: the bucket reaching 0 keeps a multiple of `align`, the rest is the tail.
+    int64_t lo = std::max<int64_t>(0, hi - size);
+    if (lo == 0 && hi % align != 0 && hi > align) lo = hi % align;
+    const bool replicated = align > 1 && (hi - lo) % align != 0;
     // The lowest layer whose tensors intersect [lo, hi); padding alone belongs to the
     // bucket above it (or to the last layer).
     int ready = buckets.empty() ? layers - 1 : buckets.back().ready_layer;
@@ -48,7 +58,7 @@ std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes
         break;
       }
     }
-    buckets.push_back(Bucket{lo, hi, std::max(ready, 0)});
+    buckets.push_back(Bucket{lo, hi, std::max(ready, 0), replicated});
     hi = lo;
   }
   return buckets;
@@ -66,13 +76,13 @@ BucketReducer::BucketReducer(const ParamLayout& layout, float* grads, Communicat
   const bool scatter = options_.op == BucketOp::kReduceScatter;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const int64_t n = buckets_[i].end - buckets_[i].begin;
-    if (scatter && n % comm_.size() != 0) {
+    if (scatter && !buckets_[i].replicated && n % comm_.size() != 0) {
       throw InvalidArgument("bucket " + std::to_string(i) + " holds " + std::to_string(n) +
                             " elements, not a multiple of the " + std::to_string(comm_.size()) +
                             " ranks its reduce-scatter splits it over");
     }
     const double bytes = static_cast<double>(n) * sizeof(float);
-    std::string name = scatter ? "reduce-scatter" : "allreduce";
+    std::string name = scatter && !buckets_[i].replicated ? "reduce-scatter" : "allreduce";
     name += " bucket " + std::to_string(i) + " (" + format_bytes(bytes) + ")";
     trace_names_.push_back(std::move(name));
   }
@@ -80,6 +90,7 @@ BucketReducer::BucketReducer(const ParamLayout& layout, float* grads, Communicat
 
 void BucketReducer::begin_step() {
   next_ = 0;
+  reported_ = 0;
   armed_ = true;
   last_layer_ = layout_.num_layers();
   std::fill(work_.begin(), work_.end(), nullptr);
@@ -89,13 +100,20 @@ void BucketReducer::launch(size_t i) {
   const Bucket& b = buckets_[i];
   if (before_launch_) before_launch_(i, b, grads_ + b.begin);
   TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32);
-  if (options_.op == BucketOp::kAllreduce) {
+  if (options_.op == BucketOp::kAllreduce || b.replicated) {
     work_[i] = comm_.allreduce(view, ReduceOp::kSum);
     return;
   }
   const int64_t block = (b.end - b.begin) / comm_.size();
-  TensorView mine = TensorView::flat(grads_ + b.begin + comm_.rank() * block, block, DType::kF32);
-  work_[i] = comm_.reduce_scatter(view, mine, ReduceOp::kSum);
+  float* out = scatter_out_ ? scatter_out_(i) : grads_ + b.begin + comm_.rank() * block;
+  work_[i] = comm_.reduce_scatter(view, TensorView::flat(out, block, DType::kF32), ReduceOp::kSum);
+}
+
+void BucketReducer::poll_completed() {
+  while (on_reduced_ && reported_ < next_ && work_[reported_]->is_completed()) {
+    work_[reported_]->wait();  // rethrows its error
+    on_reduced_(reported_++);
+  }
 }
 
 void BucketReducer::layer_ready(int layer) {
@@ -108,6 +126,7 @@ void BucketReducer::layer_ready(int layer) {
   last_layer_ = layer;
   if (!options_.overlap) return;
   while (next_ < buckets_.size() && buckets_[next_].ready_layer >= layer) launch(next_++);
+  poll_completed();
 }
 
 ReduceStats BucketReducer::finish() {
@@ -128,6 +147,7 @@ ReduceStats BucketReducer::finish() {
   const auto t1 = Tracer::Clock::now();
   armed_ = false;
   if (first_error) std::rethrow_exception(first_error);
+  poll_completed();
   s.exposed_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const WorkTiming t = work_[i]->timing();

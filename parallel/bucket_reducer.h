@@ -52,12 +52,18 @@ struct BucketOptions {
   size_t bucket_cap_bytes = 1 << 20;
   bool overlap = true;  // false: every bucket is launched by finish(), after backward
   BucketOp op = BucketOp::kAllreduce;
+  // Ranks the buckets are cut for (> 1: ZeRO's alignment, see plan_buckets).
+  int shard_ranks = 1;
 };
 
 struct Bucket {
   int64_t begin = 0;  // [begin, end) elements of the flat buffer
   int64_t end = 0;
   int ready_layer = 0;  // the lowest layer it touches: ready once that layer reported
+  // Too small to split over the ranks: always allreduced, and every rank keeps all of it
+  // (the tail [0, x) of an aligned plan, x < 16 shard_ranks).
+  bool replicated = false;
+  int64_t numel() const { return end - begin; }
 };
 
 struct ReduceStats {
@@ -73,6 +79,13 @@ struct ReduceStats {
 
 // The buckets for a buffer of `layout` with elements of `element_bytes`. InvalidArgument
 // when a size is 0.
+//
+// With options.shard_ranks = n > 1 every bucket holds a multiple of A = 16 n elements
+// (the sizes are rounded up to one), except a tail [0, x), x < A, marked replicated. A
+// ring allreduce of such a bucket sums segment r exactly as a reduce-scatter sums block
+// r (both are [len r / n, len (r+1) / n): collectives/ring_common.h rounds segments to 16
+// elements), so data parallelism and every ZeRO stage add the same numbers in the same
+// order (parallel/zero_plan.h).
 std::vector<Bucket> plan_buckets(const ParamLayout& layout, size_t element_bytes,
                                  const BucketOptions& options);
 
@@ -90,6 +103,12 @@ class BucketReducer {
   // norm for a gradient-noise measurement before the sum replaces it).
   using LaunchHook = std::function<void(size_t bucket, const Bucket& range, const float* local)>;
   void set_before_launch(LaunchHook hook) { before_launch_ = std::move(hook); }
+  // kReduceScatter: where this rank's block of bucket b goes (block r of the bucket in
+  // place when not set). Replicated buckets are allreduced in place whatever the op.
+  void set_scatter_output(std::function<float*(size_t bucket)> out) { scatter_out_ = std::move(out); }
+  // Called on the caller's thread once bucket b's collective has completed (seen by
+  // layer_ready(), which polls, or by finish()), each bucket once per step, in order.
+  void set_on_reduced(std::function<void(size_t bucket)> f) { on_reduced_ = std::move(f); }
 
   void begin_step();
   // Between begin_step() and finish().
@@ -103,6 +122,7 @@ class BucketReducer {
 
  private:
   void launch(size_t index);
+  void poll_completed();  // runs on_reduced for the buckets done, in order
 
   const ParamLayout& layout_;
   float* grads_;
@@ -116,6 +136,9 @@ class BucketReducer {
   int last_layer_ = 0;                    // the last layer reported (decreasing)
   bool armed_ = false;
   LaunchHook before_launch_;
+  std::function<float*(size_t)> scatter_out_;
+  std::function<void(size_t)> on_reduced_;
+  size_t reported_ = 0;  // buckets whose on_reduced ran this step
 };
 
 // Makes every rank's `count` parameters equal to rank 0's (broadcast), so replicas start

@@ -49,14 +49,15 @@ std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
   return std::nullopt;
 }
 
-Restored CheckpointCadence::restore(const std::filesystem::path& dir, FlatState& state,
-                                    std::span<const NamedState> states) const {
+Restored CheckpointCadence::restore(const std::filesystem::path& dir,
+                                    std::span<const HeldState> states) const {
   const auto t0 = std::chrono::steady_clock::now();
   Restored out;
   std::string error;
   try {
     CheckpointReader reader(dir);
-    for (const NamedState& s : states) {
+    for (const HeldState& s : states) {
+      FlatState& state = *s.holder;
       for (size_t i = 0; i < state.held().size(); ++i) {
         const HeldRange& r = state.held()[i];
         reader.read_range(s.name, state.layout(), state.range<float>(s.name, i), r.begin, r.end);
@@ -101,7 +102,7 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
   m.mutable_layout()->set_world_size(grid_.size());
   m.mutable_layout()->set_dp_size(grid_.dp_size());
   m.mutable_layout()->set_pp_size(grid_.pp_size());
-  m.mutable_layout()->set_zero_stage(0);
+  m.mutable_layout()->set_zero_stage(config_.parallel().zero_stage());
   m.set_writer("etr-train");
   return m;
 }
@@ -116,15 +117,19 @@ bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta
 
 void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
                                 const BatchOrigin& origin, const ParamLayout& layout,
-                                std::span<const NamedState> states) {
+                                const std::function<std::vector<NamedState>()>& states) {
   if (!writer_) return;
   writer_->poll();
   const auto& c = config_.checkpoint();
+  std::string tier;
   if (!c.dir().empty() && (last || (c.every() > 0 && step % c.every() == 0))) {
-    save("durable", manifest(position, origin), layout, states);
+    tier = "durable";
   } else if (!c.fast_dir().empty() && c.fast_every() > 0 && step % c.fast_every() == 0) {
-    save("fast", manifest(position, origin), layout, states);
+    tier = "fast";
   }
+  if (tier.empty()) return;
+  writer_->wait_for_snapshot();  // `states` may reuse the buffers the last save reads
+  save(tier, manifest(position, origin), layout, states());
 }
 
 void CheckpointCadence::flush() {

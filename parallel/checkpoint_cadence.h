@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -59,10 +60,9 @@ class CheckpointCadence {
   // find_resumable), or nothing for a fresh start. Throws ConfigError / CheckpointError
   // when an explicitly named checkpoint is missing or unusable.
   std::optional<std::filesystem::path> find_resume() const;
-  // Collective: reads `states` into the ranges `state` holds. Throws CheckpointError
-  // naming `dir` when any rank fails.
-  Restored restore(const std::filesystem::path& dir, FlatState& state,
-                   std::span<const NamedState> states) const;
+  // Collective: reads each state into the ranges its holder holds. Throws
+  // CheckpointError naming `dir` when any rank fails.
+  Restored restore(const std::filesystem::path& dir, std::span<const HeldState> states) const;
 
   // The manifest of a checkpoint after `position` (everything but tensors and files).
   ckpt::Manifest manifest(const DataPosition& position, const BatchOrigin& origin) const;
@@ -72,8 +72,10 @@ class CheckpointCadence {
             std::span<const NamedState> states);
   // Collective, at every step boundary: commits a finished async save, and saves when
   // `step` is due for a tier (`last`: the run's last step, always saved durably).
+  // `states` is called (collectively) only when a save is due, after the snapshot of
+  // the previous save is taken.
   void at_step(int64_t step, bool last, const DataPosition& position, const BatchOrigin& origin,
-               const ParamLayout& layout, std::span<const NamedState> states);
+               const ParamLayout& layout, const std::function<std::vector<NamedState>()>& states);
   // Collective: waits for a background save and commits it.
   void flush();
   // Before the states change: an async save may still be copying them.

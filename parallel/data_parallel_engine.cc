@@ -1,5 +1,6 @@
 #include "parallel/data_parallel_engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/bytes.h"
@@ -7,19 +8,11 @@
 
 namespace etr {
 
-StackHooks Engine::hooks() {
-  StackHooks h;
-  h.before_forward = [this](int layer) { before_forward(layer); };
-  h.before_backward = [this](int layer) { before_backward(layer); };
-  h.after_backward = [this](int layer) { layer_grads_final(layer); };
-  return h;
-}
-
-namespace {
-
-// The gradient communicator's defaults (the caller's settings win where given).
 CommOptions gradient_comm_options(CommOptions o) {
   o.inline_bytes = 0;  // buckets never block backward
+  // The ring for every bucket, small ones too: its segments are ZeRO's blocks, so every
+  // stage sums alike (parallel/zero_plan.h).
+  if (o.allreduce_algo == AllreduceAlgo::kAuto) o.allreduce_algo = AllreduceAlgo::kRing;
   // The progress thread shares the cores with backward: when a bucket waits for a peer it
   // spins briefly, then sleeps (never yields: a yield takes the core straight back from
   // the compute thread). Measured with etr-bench dp, docs/architecture.md.
@@ -29,8 +22,6 @@ CommOptions gradient_comm_options(CommOptions o) {
   return o;
 }
 
-}  // namespace
-
 DataParallelEngine::DataParallelEngine(LayerStack<float>& stack, const ProcessGrid& grid,
                                        Allocator& alloc, DataParallelOptions options,
                                        Tracer* tracer)
@@ -38,7 +29,9 @@ DataParallelEngine::DataParallelEngine(LayerStack<float>& stack, const ProcessGr
       grid_(grid),
       state_(stack.layout(), alloc),
       adamw_(stack.layout()),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      plan_(stack.layout(), grid.dp_size(), options_.buckets) {
+  options_.buckets.shard_ranks = grid_.dp_size();
   for (std::string_view s : {state::kParam, state::kGrad, state::kAdamM, state::kAdamV}) {
     state_.add(s);
   }
@@ -54,6 +47,38 @@ DataParallelEngine::DataParallelEngine(LayerStack<float>& stack, const ProcessGr
 DataParallelEngine::~DataParallelEngine() = default;
 
 float* DataParallelEngine::grads() { return state_.data<float>(state::kGrad); }
+
+void DataParallelEngine::initialize_parameters(
+    const std::function<void(const ParamLayout&, float*)>& init) {
+  if (init) init(stack_.layout(), state_.data<float>(state::kParam));
+  broadcast_parameters();
+}
+
+float* DataParallelEngine::parameters() { return state_.data<float>(state::kParam); }
+
+std::vector<HeldState> DataParallelEngine::held_states() {
+  std::vector<HeldState> out;
+  for (std::string_view s : {state::kParam, state::kAdamM, state::kAdamV}) {
+    out.push_back({std::string(s), &state_});
+  }
+  return out;
+}
+
+void DataParallelEngine::gather_state(std::string_view name, float* out) {
+  const float* s = state_.data<float>(name);
+  std::copy(s, s + stack_.layout().numel(), out);
+}
+
+EngineMemory DataParallelEngine::memory() const {
+  EngineMemory m;
+  m.ranks = grid_.dp_size();
+  m.psi = stack_.layout().param_count();
+  const size_t each = static_cast<size_t>(state_.held_numel()) * sizeof(float);
+  m.params = each;
+  m.grads = each;
+  m.optimizer = 2 * each;
+  return m;
+}
 
 void DataParallelEngine::broadcast_parameters() {
   if (comm_) {
@@ -86,8 +111,14 @@ ReduceStats DataParallelEngine::end_backward() {
 }
 
 double DataParallelEngine::grad_norm() {
-  // Every rank holds the summed gradients: its own norm is the global one.
-  return etr::grad_norm(grads(), stack_.layout().numel());
+  // Every rank holds the summed gradients: it adds every rank's ZeRO partial itself, in
+  // rank order, so that the norm (and the clipping) is bitwise the ZeRO stages'.
+  std::vector<double> partials(static_cast<size_t>(plan_.ranks()));
+  const float* g = grads();
+  for (int r = 0; r < plan_.ranks(); ++r) {
+    partials[r] = plan_.partial_norm(r, [&](const HeldRange& h) { return g + h.begin; });
+  }
+  return norm_from_partials(partials);
 }
 
 void DataParallelEngine::optimizer_step(const OptimizerStep& s) {

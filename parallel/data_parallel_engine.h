@@ -8,6 +8,10 @@
 // Gradients must be scaled by 1 / (tokens in the global batch) by the loss, so that their
 // sum over the ranks is the gradient of the mean loss over the global batch.
 //
+// The buckets are cut for the ranks as ZeRO cuts them (parallel/zero_plan.h) and always
+// allreduced by the ring, and the gradient norm is summed as ZeRO sums it, so that every
+// ZeRO stage trains bitwise like this engine on the same number of ranks.
+//
 // The gradient communicator never runs a bucket on the caller's thread (inline_bytes = 0)
 // and, while it waits for a peer, spins briefly and then sleeps rather than yields: its
 // progress thread shares the cores with backward (measured with etr-bench dp,
@@ -23,6 +27,7 @@
 #include "parallel/bucket_reducer.h"
 #include "parallel/engine.h"
 #include "parallel/process_grid.h"
+#include "parallel/zero_plan.h"
 #include "runtime/adamw.h"
 #include "runtime/trace.h"
 
@@ -33,6 +38,10 @@ struct DataParallelOptions {
   CommOptions comm;  // of the gradient communicator (the defaults above are filled in)
   AdamWOptions adamw;
 };
+
+// The gradient communicator's options: `o` with the defaults above filled in where it
+// leaves them to the engine (shared with the ZeRO engine).
+CommOptions gradient_comm_options(CommOptions o);
 
 class DataParallelEngine final : public Engine {
  public:
@@ -46,10 +55,16 @@ class DataParallelEngine final : public Engine {
 
   // Collective: every rank's parameters become rank 0's, so the replicas start equal.
   void broadcast_parameters();
-  // Null on one rank.
-  const BucketReducer* reducer() const { return reducer_.get(); }
+  const BucketReducer* reducer() const override { return reducer_.get(); }
 
+  int zero_stage() const override { return 0; }
   FlatState& state() override { return state_; }
+  void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
+  float* parameters() override;
+  float* gradients() override { return grads(); }
+  std::vector<HeldState> held_states() override;
+  void gather_state(std::string_view name, float* out) override;
+  EngineMemory memory() const override;
   std::string describe() const override;
   void begin_step() override;
   void begin_backward(bool last) override;
@@ -66,6 +81,7 @@ class DataParallelEngine final : public Engine {
   FlatState state_;
   AdamW adamw_;
   DataParallelOptions options_;
+  ZeroPlan plan_;
   std::unique_ptr<HostCommunicator> comm_;
   std::unique_ptr<BucketReducer> reducer_;
 };

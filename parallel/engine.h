@@ -3,8 +3,8 @@
 // optimizer step; engines differ in what each rank holds and communicates:
 //
 //   data parallel (parallel/data_parallel_engine.h)   every rank holds all the state;
-//       gradients are allreduced in buckets while backward runs
-//   ZeRO 1-3 (next)                                   a shard of optimizer state,
+//       gradients are allreduced in buckets while backward runs (ZeRO stage 0)
+//   ZeRO 1-3 (parallel/zero_engine.h)                 a shard of optimizer state,
 //       gradients, parameters; reduce-scatter, gather before use
 //
 // One step, on every rank in the same order:
@@ -19,10 +19,13 @@
 //   optimizer_step(...)                clip, update the held range, gather if sharded
 //
 // and states() names the flat buffers a checkpoint saves (param, adam.m, adam.v).
+// Parameters are initialised once, before the first step, by initialize_parameters().
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/shard_plan.h"
@@ -39,12 +42,61 @@ struct OptimizerStep {
   double max_norm = 0;  // clip to this global norm (<= 0: no clipping)
 };
 
+// A state and the FlatState holding this rank's part of it (restore fills its ranges).
+struct HeldState {
+  std::string name;
+  FlatState* holder = nullptr;
+};
+
+// What one rank holds, in bytes, beside the ZeRO paper's figure (fp32 AdamW, Psi
+// parameters, N ranks): stage 0 16 Psi, 1 8 Psi + 8 Psi / N, 2 4 Psi + 12 Psi / N,
+// 3 16 Psi / N, plus at stages 2 and 3 the working set of gathered parameters and
+// gradients not yet reduced (window_peak).
+struct EngineMemory {
+  int stage = 0;
+  int ranks = 1;
+  int64_t psi = 0;              // parameters of the model (the layout's tensors)
+  size_t params = 0;            // held for the whole run: replicas and shards
+  size_t grads = 0;
+  size_t optimizer = 0;
+  size_t window_peak = 0;       // largest gathered parameters + unreduced gradients
+  size_t checkpoint_staging = 0;  // buffers a checkpoint's states are gathered into
+  size_t state_bytes() const { return params + grads + optimizer; }
+  double analytic_bytes() const;
+  // "parameters 1.2 MiB, gradients ..., state 3.4 MiB (ZeRO paper: 3.4 MiB)"
+  std::string describe() const;
+};
+
+// The part of the 16 Psi bytes of fp32 AdamW state one of `ranks` ranks keeps at ZeRO
+// stage `stage` (EngineMemory::analytic_bytes() / 16 Psi).
+double zero_state_share(int stage, int ranks);
+
 class Engine {
  public:
   virtual ~Engine() = default;
 
-  // The flat state this rank holds (param, grad and the optimizer's states).
+  virtual int zero_stage() const = 0;
+  // The FlatState holding the optimizer state (adam.m, adam.v) of this rank: everything
+  // at stage 0, a shard above.
   virtual FlatState& state() = 0;
+  // Collective: runs `init` (may be null: zeros) on a full flat parameter buffer, makes
+  // every rank's parameters rank 0's, and keeps what this rank holds.
+  virtual void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) = 0;
+  // All of the layout's parameters; at stage 3 only between materialize_parameters() and
+  // the next step. Waits for a parameter gather in flight.
+  virtual float* parameters() = 0;
+  // Collective: makes parameters() whole (stage 3 gathers every bucket; the others wait
+  // for their gathers), e.g. before an evaluation or an export.
+  virtual void materialize_parameters() {}
+  // The full gradient buffer of the step in progress (between begin_step and the update).
+  virtual float* gradients() = 0;
+  // The states a restore fills, with their holders.
+  virtual std::vector<HeldState> held_states() = 0;
+  // Collective: the full flat buffer of state `name` (param, adam.m, adam.v) into `out`.
+  virtual void gather_state(std::string_view name, float* out) = 0;
+  virtual EngineMemory memory() const = 0;
+  // Null on one rank.
+  virtual const BucketReducer* reducer() const { return nullptr; }
   // One line for the start-up log ("data parallel: 4 ranks; 12 gradient buckets ...").
   virtual std::string describe() const = 0;
 
@@ -62,7 +114,9 @@ class Engine {
   virtual double grad_norm() = 0;
   // Clips to step.max_norm and updates the held parameters and optimizer state.
   virtual void optimizer_step(const OptimizerStep& step) = 0;
-  // The states a checkpoint saves, in order, as full flat buffers of the layout.
+  // Collective. The states a checkpoint saves, in order; each covers at least the flat
+  // range the checkpoint writer of this group takes from this rank
+  // (ShardPlan::flat_range). Valid until the next step.
   virtual std::vector<NamedState> states() = 0;
 
   // Hooks that forward the stack's per-layer calls to this engine.

@@ -7,6 +7,7 @@
 namespace etr {
 
 bool TrainSession::save_checkpoint(const std::string& tier) {
+  checkpoints_->wait_for_snapshot();  // the engine may reuse the last save's buffers
   return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_origin_),
                             model_.stack->layout(), engine_->states());
 }
@@ -18,8 +19,8 @@ void TrainSession::resume() {
 }
 
 void TrainSession::restore(const std::filesystem::path& dir) {
-  const std::vector<NamedState> states = engine_->states();
-  const Restored r = checkpoints_->restore(dir, state(), states);
+  const std::vector<HeldState> states = engine_->held_states();
+  const Restored r = checkpoints_->restore(dir, states);
   const ckpt::Manifest& m = r.manifest;
   if (leader() && m.data().seed() != position_.seed) {
     log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",

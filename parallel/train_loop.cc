@@ -29,7 +29,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     reporter_->held_out(position_.step, sum.final_val_loss);
   }
   checkpoints_->at_step(step, step == steps, position_, batch_origin_, model_.stack->layout(),
-                        engine_->states());
+                        [this] { return engine_->states(); });
   elastic_->after_step(step, step - 1 == start);
 }
 
@@ -70,6 +70,10 @@ RunSummary TrainSession::run() {
   sum.peak_bytes = alloc_.stats().peak;
   write_trace();
   if (sum.resized) return sum;  // not done: the relaunched job samples and exports
+  if ((config_.log().sample_tokens() > 0 && program_.sample) ||
+      (!config_.output().export_safetensors().empty() && program_.export_weights)) {
+    engine_->materialize_parameters();  // collective: stage 3 gathers them
+  }
   if (leader() && config_.log().sample_tokens() > 0 && program_.sample) {
     sum.sample = program_.sample(*this);
   }
@@ -86,6 +90,7 @@ double TrainSession::evaluate() {
   const uint64_t max = static_cast<uint64_t>(config_.log().eval_batches()) * b;
   const EvalShare share = eval_share(data_->eval_samples(), b, max, grid_->dp_rank(),
                                      grid_->dp_size());
+  engine_->materialize_parameters();  // collective: forward without the engine's hooks
   double sums[2] = {0, 0};  // loss summed over samples, samples
   for (uint64_t k = 0; k < share.batches; ++k) {
     const uint64_t lo = std::min(share.count, k * b), hi = std::min(share.count, lo + b);

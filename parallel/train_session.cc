@@ -90,6 +90,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
                                          config_.batch().micro_batch()));
   build(program, group);
   setup_parallel();
+  log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
   resume();
@@ -105,12 +106,11 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const int threads = config_.runtime().threads() > 0 ? config_.runtime().threads()
                                                       : default_threads(group);
   cpu::set_num_threads(threads);
-  const SessionContext ctx{config_, log_, leader(), alloc_, threads};
+  const SessionContext ctx{config_, log_, leader(), alloc_, threads, grid_->dp_size()};
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
-  engine_ = std::make_unique<DataParallelEngine>(*model_.stack, *grid_, alloc_,
-                                                 data_parallel_options(config_), &tracer_);
-  if (model_.init) model_.init(model_.stack->layout(), state().data<float>(state::kParam));
+  engine_ = make_engine();
+  engine_->initialize_parameters(model_.init);
   const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
   const int64_t b = static_cast<int64_t>(rank_batch().micro_batch);
   if (leader()) {
@@ -136,7 +136,6 @@ void TrainSession::setup_parallel() {
   if (dp > 1) {
     control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(),
                                                        CommOptions::from_config(config_.comm()));
-    engine_->broadcast_parameters();
     if (leader()) {
       const RankBatch& r0 = plan_->rank(0);
       log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
@@ -151,6 +150,29 @@ void TrainSession::setup_parallel() {
     ctx.tracer = &tracer_;
     model_.stack->set_context(ctx);
   }
+}
+
+std::unique_ptr<Engine> TrainSession::make_engine() {
+  const int stage = config_.parallel().zero_stage();
+  if (stage == 0) {
+    return std::make_unique<DataParallelEngine>(*model_.stack, *grid_, alloc_,
+                                                data_parallel_options(config_), &tracer_);
+  }
+  ZeroOptions o;
+  o.stage = stage;
+  o.dp = data_parallel_options(config_);
+  o.log = leader() ? &log_ : nullptr;
+  return std::make_unique<ZeroEngine>(*model_.stack, *grid_, alloc_, std::move(o), &tracer_);
+}
+
+void TrainSession::log_memory() const {
+  if (!leader()) return;
+  const EngineMemory m = engine_->memory();
+  const int64_t b = static_cast<int64_t>(plan_->rank(0).micro_batch);
+  log_.info("memory per rank: ", m.describe(), "; activations ",
+            format_bytes(static_cast<double>(model_.stack->activation_bytes(b, data_->seq_len()))),
+            "; allocated ", format_bytes(static_cast<double>(alloc_.stats().in_use)), " of the budget ",
+            format_bytes(static_cast<double>(alloc_.stats().budget)));
 }
 
 void TrainSession::sum_over_ranks(double* values, int count) {
@@ -196,7 +218,7 @@ StepStats TrainSession::train_step() {
     // A NaN in this rank's gradient of the last tensor (backward accumulates into it, and
     // the engine sums it into every rank's).
     const TensorEntry& e = model_.stack->layout().entries().back();
-    state().data<float>(state::kGrad)[e.offset] = std::nanf("");
+    engine_->gradients()[e.offset] = std::nanf("");
   }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
   run_micro_batches(B, T, loss_sum);

@@ -35,6 +35,7 @@
 #include "parallel/batch_policy.h"
 #include "parallel/checkpoint_cadence.h"
 #include "parallel/data_parallel_engine.h"
+#include "parallel/zero_engine.h"
 #include "parallel/data_source.h"
 #include "parallel/elastic_session.h"
 #include "parallel/process_grid.h"
@@ -65,6 +66,7 @@ struct SessionContext {
   bool leader;           // rank 0 of the data-parallel group: logs for the job
   HostAllocator& alloc;  // the host memory budget (runtime.host_memory_budget)
   int threads;           // the kernels' threads on this rank
+  int ranks;             // data-parallel ranks
 };
 
 // A model for the loop: its layers and how to initialise them.
@@ -128,7 +130,6 @@ class TrainSession {
   const TrainConfig& config() const { return config_; }
   LayerStack<float>& stack() { return *model_.stack; }
   Engine& engine() { return *engine_; }
-  FlatState& state() { return engine_->state(); }
   const DataSource& data() const { return *data_; }
   const DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
@@ -144,6 +145,8 @@ class TrainSession {
 
  private:
   void build(const TrainProgram& program, const Group& group);
+  std::unique_ptr<Engine> make_engine();
+  void log_memory() const;
   void setup_parallel();
   void resume();
   void run_micro_batches(int64_t B, int64_t T, double& loss_sum);
@@ -161,7 +164,7 @@ class TrainSession {
   DataPosition position_;
   std::vector<int32_t> inputs_, targets_;  // [micro_batch, T]
   Tracer tracer_;
-  std::unique_ptr<DataParallelEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<HostCommunicator> control_comm_;  // small sums: loss, flags, evaluation
   std::unique_ptr<CheckpointCadence> checkpoints_;
   std::unique_ptr<ElasticSession> elastic_;

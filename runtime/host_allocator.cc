@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -84,6 +85,24 @@ MemoryStats HostAllocator::stats() const {
 void HostAllocator::set_budget(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.budget = bytes;
+}
+
+void HostAllocator::charge(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > stats_.budget - std::min(stats_.budget, stats_.in_use)) {
+    throw_out_of_memory(Device::cpu(), bytes, stats_,
+                        "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");
+  }
+  stats_.in_use += bytes;
+  stats_.reserved += bytes;
+  stats_.peak = std::max(stats_.peak, stats_.in_use);
+}
+
+void HostAllocator::discharge(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bytes = std::min(bytes, stats_.in_use);
+  stats_.in_use -= bytes;
+  stats_.reserved -= std::min(bytes, stats_.reserved);
 }
 
 void HostAllocator::reset_peak() {

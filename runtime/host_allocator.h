@@ -26,6 +26,11 @@ class HostAllocator final : public Allocator {
   void set_budget(size_t bytes) override;
   void reset_peak() override;
 
+  // Memory taken outside allocate() (a HostWindow's pages) counted against the budget:
+  // charge throws OutOfMemory past it; discharge returns what was charged.
+  void charge(size_t bytes);
+  void discharge(size_t bytes);
+
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kHugeAlignment = size_t{2} << 20;
 

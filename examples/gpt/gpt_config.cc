@@ -53,8 +53,10 @@ GptConfig::Memory GptConfig::training_memory(int64_t micro_batch, int threads) c
   return Memory{4 * layout_numel() * sizeof(float), (acts + scratch) * sizeof(float)};
 }
 
-void GptConfig::require_fits(int64_t micro_batch, int threads, double budget) const {
-  const Memory m = training_memory(micro_batch, threads);
+void GptConfig::require_fits(int64_t micro_batch, int threads, double budget,
+                             double state_share) const {
+  Memory m = training_memory(micro_batch, threads);
+  m.state *= state_share;
   const std::string limit =
       ", more than the " + format_bytes(budget) +
       " host memory budget (runtime.host_memory_budget, ETR_HOST_MEMORY_BUDGET or the memory "
@@ -64,7 +66,8 @@ void GptConfig::require_fits(int64_t micro_batch, int threads, double budget) co
                       ", model.d_model = " + std::to_string(d_model) +
                       ", model.seq_len = " + std::to_string(seq_len) +
                       ", model.vocab_size = " + std::to_string(vocab_size) + ") needs " +
-                      format_bytes(m.state) + " for parameters, gradients and AdamW state" + limit +
+                      format_bytes(m.state) + " for parameters, gradients and AdamW state" +
+                      (state_share < 1 ? " (its share under parallel.zero_stage)" : "") + limit +
                       "make the model smaller or raise runtime.host_memory_budget.");
   }
   if (m.state + m.activations > budget) {

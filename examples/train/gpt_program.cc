@@ -22,7 +22,8 @@ ModelSpec build_model(const SessionContext& ctx) {
   // Checked before allocating: a model or micro-batch too large for the budget is one
   // sentence, not minutes of allocation (or an int64 overflow) before OutOfMemory.
   g.require_fits(ctx.config.batch().micro_batch(), ctx.threads,
-                 static_cast<double>(ctx.alloc.stats().budget));
+                 static_cast<double>(ctx.alloc.stats().budget),
+                 zero_state_share(ctx.config.parallel().zero_stage(), ctx.ranks));
   ModelSpec m;
   m.stack = build_stack<float>(g);
   m.description = g.str();
@@ -83,7 +84,7 @@ TrainProgram training_program() {
   p.export_weights = [](TrainSession& s) {
     const std::string& path = s.config().output().export_safetensors();
     export_hf(GptConfig::from(s.config().model()), s.stack().layout(),
-              s.state().data<float>(state::kParam), path);
+              s.engine().parameters(), path);
     s.log().info("exported weights to ", path);
   };
   return p;

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "examples/gpt/gpt_config.h"
 #include "examples/train/gpt_program.h"
@@ -25,8 +27,9 @@ class GptView {
   GptView(TrainSession& s, gpt::GptConfig c) : s_(s), c_(std::move(c)) {}
   const gpt::GptConfig& config() const { return c_; }
   const ParamLayout& layout() const { return s_.stack().layout(); }
-  float* params() const { return s_.state().data<float>(state::kParam); }
-  float* grads() const { return s_.state().data<float>(state::kGrad); }
+  // All parameters (ZeRO-3: after engine().materialize_parameters()).
+  float* params() const { return s_.engine().parameters(); }
+  float* grads() const { return s_.engine().gradients(); }
 
  private:
   TrainSession& s_;
@@ -46,6 +49,7 @@ class Trainer {
   int64_t skipped_steps() const { return session_.skipped_steps(); }
   double evaluate() { return session_.evaluate(); }
   std::string generate(const std::string& prompt, int tokens) {
+    session_.engine().materialize_parameters();  // ZeRO-3: collective
     return gpt::generate(session_.stack(), model().config(), prompt, tokens,
                          session_.config().model().init_seed());
   }
@@ -57,8 +61,15 @@ class Trainer {
   const CheckpointWriter* checkpoint_writer() const { return session_.checkpoint_writer(); }
 
   GptView model() { return GptView(session_, gpt::GptConfig::from(session_.config().model())); }
-  const float* adam_m() { return session_.state().data<float>(state::kAdamM); }
-  const float* adam_v() { return session_.state().data<float>(state::kAdamV); }
+  // The optimizer state this rank holds (all of it at ZeRO stage 0; see gather_state).
+  const float* adam_m() { return session_.engine().state().data<float>(state::kAdamM); }
+  const float* adam_v() { return session_.engine().state().data<float>(state::kAdamV); }
+  // Collective: the full flat buffer of state `name` at any ZeRO stage.
+  std::vector<float> gather_state(std::string_view name) {
+    std::vector<float> out(static_cast<size_t>(session_.stack().layout().numel()));
+    session_.engine().gather_state(name, out.data());
+    return out;
+  }
   const DataPosition& position() const { return session_.position(); }
   const ProcessGrid& grid() const { return session_.grid(); }
   const RankBatch& rank_batch() const { return session_.rank_batch(); }

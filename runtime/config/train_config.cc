@@ -232,6 +232,8 @@ void validate_parallel(const config::ParallelConfig& p) {
     require(bytes >= 4, std::string(name) + " = \"" + *value +
                             "\" is smaller than one gradient (4 bytes); give a size such as 4MiB.");
   }
+  require(p.zero_stage() >= 0 && p.zero_stage() <= 3, "parallel.zero_stage", p.zero_stage(),
+          "0 (replicas), 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters)");
 }
 
 void validate_checkpoint(const config::CheckpointConfig& c) {

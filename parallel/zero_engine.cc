@@ -1,0 +1,214 @@
+#include "parallel/zero_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "checkpoint/shard_plan.h"
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+
+ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, HostAllocator& alloc,
+                       ZeroOptions options, Tracer* tracer)
+    : stack_(stack),
+      grid_(grid),
+      alloc_(alloc),
+      options_(std::move(options)),
+      plan_(stack.layout(), grid.dp_size(), options_.dp.buckets),
+      adamw_(stack.layout()),
+      shard_(stack.layout(), alloc, plan_.held(grid.dp_rank())) {
+  if (options_.stage < 1 || options_.stage > 3) {
+    throw InvalidArgument("ZeroEngine runs stages 1, 2 and 3, not " + std::to_string(options_.stage));
+  }
+  if (plan_.ranks() > 1 && plan_.replicated_numel() == stack.layout().numel()) {
+    throw ConfigError("parallel.zero_stage = " + std::to_string(options_.stage) +
+                      " cannot shard this model over " + std::to_string(plan_.ranks()) +
+                      " ranks: its " + std::to_string(stack.layout().numel()) +
+                      " elements are fewer than 16 per rank; use zero_stage 0");
+  }
+  build_storage();
+  build_communication(tracer);
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+void ZeroEngine::build_storage() {
+  const ParamLayout& layout = stack_.layout();
+  const int s = options_.stage;
+  if (s >= 3) {
+    shard_.add(state::kParam);  // the rest after initialize_parameters: its window is 4 Psi
+  } else {
+    add_optimizer_states();
+  }
+  if (s <= 2) {
+    replica_.emplace(layout, alloc_);
+    replica_->add(state::kParam);
+    if (s == 1) replica_->add(state::kGrad);
+    full_params_ = replica_->data<float>(state::kParam);
+  }
+  if (s == 1) full_grads_ = replica_->data<float>(state::kGrad);
+  if (s >= 2) {
+    grad_window_ = std::make_unique<HostWindow>(layout.numel(), alloc_, "gradient");
+    full_grads_ = grad_window_->data();
+    grad_held_.assign(plan_.buckets().size(), 0);
+  }
+  if (s == 3) {
+    param_window_ = std::make_unique<HostWindow>(layout.numel(), alloc_, "parameter");
+    full_params_ = param_window_->data();
+  }
+  stack_.bind(full_params_, full_grads_);
+  const int r = grid_.dp_rank();
+  held_index_.resize(plan_.buckets().size());
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+    const HeldRange h = plan_.block(b, r);
+    const auto held = shard_.held();
+    auto it = std::lower_bound(held.begin(), held.end(), h.begin,
+                               [](const HeldRange& x, int64_t v) { return x.begin < v; });
+    held_index_[b] = static_cast<size_t>(it - held.begin());
+  }
+  needed_ = buckets_read_by_layers(plan_, stack_);
+}
+
+void ZeroEngine::build_communication(Tracer* tracer) {
+  const CommOptions co = gradient_comm_options(options_.dp.comm);
+  grad_comm_ = std::make_unique<HostCommunicator>(grid_.dp_group(), co);
+  param_comm_ = std::make_unique<HostCommunicator>(grid_.dp_group(), co);
+  BucketOptions bo = options_.dp.buckets;
+  bo.op = BucketOp::kReduceScatter;
+  bo.shard_ranks = plan_.ranks();
+  reducer_ = std::make_unique<BucketReducer>(stack_.layout(), full_grads_, *grad_comm_, bo, tracer);
+  if (options_.stage >= 2) {
+    reducer_->set_scatter_output([this](size_t b) { return held(state::kGrad, b); });
+  }
+  reducer_->set_on_reduced([this](size_t b) { reduced(b); });
+  const int r = grid_.dp_rank();
+  gather_ = std::make_unique<ParamGather>(
+      plan_, *param_comm_, full_params_, [this, r](size_t b) -> const float* {
+        return options_.stage == 3 ? held(state::kParam, b) : full_params_ + plan_.block(b, r).begin;
+      });
+  if (options_.stage == 3) {
+    layers_ = std::make_unique<LayerGatherer>(plan_, stack_, *param_window_, *gather_, options_.log);
+  }
+}
+
+void ZeroEngine::add_optimizer_states() {
+  if (shard_.has(state::kAdamM)) return;
+  shard_.add(state::kAdamM);
+  shard_.add(state::kAdamV);
+  if (options_.stage >= 2) shard_.add(state::kGrad);
+}
+
+float* ZeroEngine::held(std::string_view state, size_t bucket) {
+  return shard_.range<float>(state, held_index_[bucket]);
+}
+
+float* ZeroEngine::grad_of(const HeldRange& r) {
+  if (options_.stage == 1) return full_grads_ + r.begin;
+  const auto held = shard_.held();
+  auto it = std::lower_bound(held.begin(), held.end(), r.begin,
+                             [](const HeldRange& x, int64_t v) { return x.begin < v; });
+  return shard_.range<float>(state::kGrad, static_cast<size_t>(it - held.begin()));
+}
+
+float* ZeroEngine::param_of(const HeldRange& r) {
+  if (options_.stage < 3) return full_params_ + r.begin;
+  const auto held = shard_.held();
+  auto it = std::lower_bound(held.begin(), held.end(), r.begin,
+                             [](const HeldRange& x, int64_t v) { return x.begin < v; });
+  return shard_.range<float>(state::kParam, static_cast<size_t>(it - held.begin()));
+}
+
+void ZeroEngine::initialize_parameters(
+    const std::function<void(const ParamLayout&, float*)>& init) {
+  const ParamLayout& layout = stack_.layout();
+  if (param_window_) param_window_->acquire(0, layout.numel());
+  if (init) init(layout, full_params_);
+  if (plan_.ranks() > 1) {
+    param_comm_->broadcast(TensorView::flat(full_params_, layout.numel(), DType::kF32), 0)->wait();
+  }
+  if (!param_window_) return;
+  for (size_t i = 0; i < shard_.held().size(); ++i) {
+    const HeldRange& h = shard_.held()[i];
+    std::memcpy(shard_.range<float>(state::kParam, i), full_params_ + h.begin, h.numel() * sizeof(float));
+  }
+  gather_->forget_all();
+  param_window_->drop_all();
+  add_optimizer_states();
+}
+
+float* ZeroEngine::parameters() {
+  if (options_.stage < 3) gather_->wait_all();
+  return full_params_;
+}
+
+void ZeroEngine::materialize_parameters() {
+  if (layers_) {
+    layers_->gather_all();
+  } else {
+    gather_->wait_all();
+  }
+}
+
+std::vector<HeldState> ZeroEngine::held_states() {
+  add_optimizer_states();
+  gather_->wait_all();
+  if (layers_) layers_->release_all();
+  FlatState* params = options_.stage == 3 ? &shard_ : &*replica_;
+  return {{std::string(state::kParam), params},
+          {std::string(state::kAdamM), &shard_},
+          {std::string(state::kAdamV), &shard_}};
+}
+
+void ZeroEngine::gather_state(std::string_view name, float* out) {
+  if (name == state::kParam && options_.stage < 3) {
+    const float* p = parameters();
+    std::copy(p, p + stack_.layout().numel(), out);
+    return;
+  }
+  const int r = grid_.dp_rank();
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+    const Bucket& k = plan_.buckets()[b];
+    if (k.replicated || plan_.ranks() == 1) {
+      std::memcpy(out + k.begin, held(name, b), k.numel() * sizeof(float));
+      continue;
+    }
+    const HeldRange mine = plan_.block(b, r);
+    param_comm_->allgather(TensorView::flat(held(name, b), mine.numel(), DType::kF32),
+                           TensorView::flat(out + k.begin, k.numel(), DType::kF32))->wait();
+  }
+}
+
+EngineMemory ZeroEngine::memory() const {
+  EngineMemory m;
+  m.stage = options_.stage;
+  m.ranks = plan_.ranks();
+  m.psi = stack_.layout().param_count();
+  const size_t shard = static_cast<size_t>(shard_.held_numel()) * sizeof(float);
+  const size_t whole = static_cast<size_t>(stack_.layout().numel()) * sizeof(float);
+  m.params = options_.stage == 3 ? shard : whole;
+  m.grads = options_.stage == 1 ? whole : shard;
+  m.optimizer = 2 * shard;
+  m.window_peak = (grad_window_ ? grad_window_->peak_bytes() : 0) +
+                  (param_window_ ? param_window_->peak_bytes() : 0);
+  m.checkpoint_staging = staging_bytes_;
+  return m;
+}
+
+std::string ZeroEngine::describe() const {
+  const BucketOptions& b = options_.dp.buckets;
+  std::string s = "ZeRO stage " + std::to_string(options_.stage) + ": " +
+                  std::to_string(plan_.buckets().size()) + " buckets (first " +
+                  format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
+                  format_bytes(static_cast<double>(b.bucket_cap_bytes)) +
+                  ") reduce-scattered, overlap " + (b.overlap ? "on" : "off") + "; this rank holds " +
+                  format_bytes(static_cast<double>(shard_.held_numel()) * sizeof(float)) +
+                  " of each sharded state";
+  if (plan_.replicated_numel() > 0) {
+    s += " (" + std::to_string(plan_.replicated_numel()) + " elements replicated)";
+  }
+  return s;
+}
+
+}  // namespace etr

@@ -1,0 +1,125 @@
+// ZeroEngine: ZeRO stages 1-3 (Rajbhandari et al.): each of the N data-parallel ranks
+// keeps a shard of the state, and trains bitwise like the data-parallel engine (stage 0)
+// on the same N ranks (parallel/zero_plan.h explains why the sums agree).
+//
+// What rank r keeps (fp32 AdamW, Psi parameters):
+//
+//   stage  parameters           gradients                 adam.m, adam.v   paper
+//   1      all (4 Psi)          all (4 Psi)               shard (8 Psi/N)  8 Psi + 8 Psi/N
+//   2      all                  shard + window            shard            4 Psi + 12 Psi/N
+//   3      shard + window       shard + window            shard            16 Psi/N
+//
+// "shard" = rank r's block of every gradient bucket (ZeroPlan::held(r)); "window" = a
+// HostWindow of the whole layout whose pages exist only while a bucket is in use.
+//
+// One step:
+//   backward    buckets reduce-scattered in order while backward runs (the bucket
+//               reducer of data parallelism); rank r's block lands in its gradient shard
+//               (stage 1: in place); at stages 2-3 a bucket's gradient pages are freed
+//               once it is reduced. Accumulation: only the last micro-batch communicates
+//               and the full gradients are kept until then (so the result is stage 0's
+//               bitwise; the cost: at stages 2-3 the gradient window grows to 4 Psi
+//               during an accumulating step)
+//   norm        each rank's partial over its shard, all-gathered, added in rank order
+//   update      AdamW on the shard
+//   parameters  stages 1-2: each bucket all-gathered in place after the update, in the
+//               order the next forward reads them, waited for by the layer that needs
+//               it (overlapped with the next step's forward). Stage 3: gathered into
+//               the window before each layer's forward and again before its backward,
+//               the next layer's prefetched in the recorded order, freed after use
+//               (LayerGatherer)
+//
+// The small replicated tail of the plan (< 16 N elements) is held whole by every rank,
+// allreduced and updated by all.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/data_parallel_engine.h"
+#include "parallel/zero_gather.h"
+#include "parallel/zero_plan.h"
+#include "runtime/host_allocator.h"
+#include "runtime/host_window.h"
+#include "runtime/log.h"
+
+namespace etr {
+
+struct ZeroOptions {
+  int stage = 1;  // 1, 2 or 3
+  DataParallelOptions dp;
+  Logger* log = nullptr;  // stage 3's order changes
+};
+
+class ZeroEngine final : public Engine {
+ public:
+  // Collective over grid.dp_group(). InvalidArgument for a stage outside 1-3; ConfigError
+  // when the layout cannot be sharded over the ranks (no bucket to split). OutOfMemory
+  // from `alloc`.
+  ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, HostAllocator& alloc,
+             ZeroOptions options, Tracer* tracer = nullptr);
+  ~ZeroEngine() override;
+
+  const ZeroPlan& plan() const { return plan_; }
+  const BucketReducer* reducer() const override { return reducer_.get(); }
+  // Stage 3's gatherer (null below): its recorded order and reorders.
+  const LayerGatherer* gatherer() const { return layers_.get(); }
+  // Parameter bytes all-gathered since construction.
+  int64_t gathered_bytes() const { return gather_->bytes(); }
+
+  int zero_stage() const override { return options_.stage; }
+  FlatState& state() override { return shard_; }
+  void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
+  float* parameters() override;
+  void materialize_parameters() override;
+  float* gradients() override { return full_grads_; }
+  std::vector<HeldState> held_states() override;
+  void gather_state(std::string_view name, float* out) override;
+  EngineMemory memory() const override;
+  std::string describe() const override;
+
+  void begin_step() override;
+  void begin_backward(bool last) override;
+  void before_forward(int layer) override;
+  void before_backward(int layer) override;
+  void layer_grads_final(int layer) override;
+  ReduceStats end_backward() override;
+  double grad_norm() override;
+  void optimizer_step(const OptimizerStep& step) override;
+  std::vector<NamedState> states() override;
+
+ private:
+  void build_storage();
+  void add_optimizer_states();  // adam.m, adam.v (+ the gradient shard at stages 2-3)
+  void build_communication(Tracer* tracer);
+  float* held(std::string_view state, size_t bucket);  // this rank's block of a bucket
+  float* grad_of(const HeldRange& r);
+  float* param_of(const HeldRange& r);
+  void reduced(size_t bucket);
+  void launch_parameter_gathers();
+
+  LayerStack<float>& stack_;
+  const ProcessGrid& grid_;
+  HostAllocator& alloc_;
+  ZeroOptions options_;
+  ZeroPlan plan_;
+  AdamW adamw_;
+  FlatState shard_;                      // this rank's blocks: m, v (+ grad, + param)
+  std::optional<FlatState> replica_;     // stages 1-2: param (+ grad at stage 1), whole
+  std::unique_ptr<HostWindow> grad_window_, param_window_;  // stages 2-3 / 3
+  float* full_params_ = nullptr;         // what the layers read
+  float* full_grads_ = nullptr;          // what the layers write
+  std::vector<size_t> held_index_;       // bucket -> index of its block in shard_.held()
+  std::vector<uint8_t> grad_held_;       // stages 2-3: bucket's gradient pages acquired
+  std::vector<std::vector<size_t>> needed_;  // per layer: the buckets it reads and writes
+  std::unique_ptr<HostCommunicator> grad_comm_, param_comm_;
+  std::unique_ptr<BucketReducer> reducer_;
+  std::unique_ptr<ParamGather> gather_;
+  std::unique_ptr<LayerGatherer> layers_;
+  std::vector<Buffer> staging_;          // checkpoint: the writer's range of each state
+  size_t staging_bytes_ = 0;
+};
+
+}  // namespace etr

@@ -1,0 +1,226 @@
+#include "parallel/zero_gather.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
+
+namespace etr {
+
+ParamGather::ParamGather(const ZeroPlan& plan, Communicator& comm, float* full,
+                         std::function<const float*(size_t)> shard)
+    : plan_(plan), comm_(comm), full_(full), shard_(std::move(shard)) {
+  work_.resize(plan.buckets().size());
+  state_.assign(plan.buckets().size(), kNone);
+}
+
+void ParamGather::launch(size_t b) {
+  if (state_[b] != kNone) return;
+  const Bucket& k = plan_.buckets()[b];
+  ++gathers_;
+  bytes_ += k.numel() * static_cast<int64_t>(sizeof(float));
+  if (k.replicated) {
+    const float* own = shard_(b);
+    if (own != full_ + k.begin) std::memcpy(full_ + k.begin, own, k.numel() * sizeof(float));
+    state_[b] = kReady;
+    return;
+  }
+  const HeldRange mine = plan_.block(b, comm_.rank());
+  TensorView in = TensorView::flat(const_cast<float*>(shard_(b)), mine.numel(), DType::kF32);
+  TensorView out = TensorView::flat(full_ + k.begin, k.numel(), DType::kF32);
+  work_[b] = comm_.allgather(in, out);
+  state_[b] = kInFlight;
+}
+
+void ParamGather::wait(size_t b) {
+  if (state_[b] != kInFlight) return;
+  state_[b] = kReady;
+  WorkPtr w = std::move(work_[b]);
+  w->wait();
+}
+
+void ParamGather::wait_all() {
+  std::exception_ptr first;
+  for (size_t b = 0; b < state_.size(); ++b) {
+    try {
+      wait(b);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void ParamGather::forget(size_t b) {
+  wait(b);
+  state_[b] = kNone;
+}
+
+void ParamGather::forget_all() {
+  wait_all();
+  std::fill(state_.begin(), state_.end(), kNone);
+}
+
+std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
+                                                        const LayerStack<float>& stack) {
+  const ParamLayout& layout = stack.layout();
+  std::vector<std::vector<size_t>> needed(static_cast<size_t>(stack.size()));
+  for (int l = 0; l < stack.size(); ++l) {
+    const auto [b, e] = layout.layer_range(l);
+    needed[l] = plan.buckets_touching(b, e);
+  }
+  for (const SharedParam& s : stack.shared()) {
+    const TensorEntry* t = layout.find(s.name);
+    for (size_t b : plan.buckets_touching(t->offset, t->offset + t->numel())) {
+      std::vector<size_t>& n = needed.at(s.user);
+      if (std::find(n.begin(), n.end(), b) == n.end()) n.push_back(b);
+    }
+  }
+  return needed;
+}
+
+LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack,
+                             HostWindow& window, ParamGather& gather, Logger* log)
+    : plan_(plan),
+      window_(window),
+      gather_(gather),
+      log_(log),
+      needed_(buckets_read_by_layers(plan, stack)) {}
+
+void LayerGatherer::acquire_and_launch(size_t b) {
+  if (gather_.live(b)) return;
+  const Bucket& k = plan_.buckets()[b];
+  window_.acquire(k.begin, k.end);
+  gather_.launch(b);
+}
+
+void LayerGatherer::release(size_t b) {
+  if (!gather_.live(b)) return;
+  gather_.forget(b);  // waits: the pages must not be written once returned
+  const Bucket& k = plan_.buckets()[b];
+  window_.release(k.begin, k.end);
+}
+
+void LayerGatherer::before(bool backward, int layer) {
+  const int event = 2 * layer + (backward ? 1 : 0);
+  const size_t k = current_.size();
+  current_.push_back(event);
+  if (!recording_ && (k >= recorded_.size() || recorded_[k] != event)) {
+    recording_ = true;
+    ++reorders_;
+    if (log_) {
+      log_->warn("ZeRO-3: the layers ran in another order than the recorded one (", backward ? "backward" : "forward",
+                 " of layer ", layer, " at call ", k, "); recording the new order, no prefetch until then");
+    }
+  }
+  static const std::vector<size_t> kNone;
+  const std::vector<size_t>& next =
+      !recording_ && k + 1 < recorded_.size() ? needed_.at(recorded_[k + 1] / 2) : kNone;
+  const std::vector<size_t>& now = needed_.at(layer);
+  auto wanted = [&](size_t b) {
+    return std::find(now.begin(), now.end(), b) != now.end() ||
+           std::find(next.begin(), next.end(), b) != next.end();
+  };
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+    if (gather_.live(b) && !wanted(b)) release(b);
+  }
+  for (size_t b : now) acquire_and_launch(b);
+  for (size_t b : now) gather_.wait(b);
+  for (size_t b : next) acquire_and_launch(b);
+}
+
+void LayerGatherer::end_step() {
+  release_all();
+  if (recording_ && !current_.empty()) {
+    recorded_ = std::move(current_);
+    recording_ = false;
+  }
+  current_.clear();
+}
+
+void LayerGatherer::gather_all() {
+  for (size_t b = plan_.buckets().size(); b-- > 0;) acquire_and_launch(b);
+  gather_.wait_all();
+}
+
+void LayerGatherer::release_all() {
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) release(b);
+}
+
+namespace {
+
+// Calls f(piece) for each non-empty intersection of rank q's blocks (not replicated)
+// with [a, b), in increasing offset order.
+template <typename F>
+void for_blocks_in(const ZeroPlan& plan, int q, int64_t a, int64_t b, F f) {
+  for (size_t k = plan.buckets().size(); k-- > 0;) {
+    if (plan.buckets()[k].replicated) continue;
+    const HeldRange h = plan.block(k, q);
+    const int64_t lo = std::max(a, h.begin), hi = std::min(b, h.end);
+    if (lo < hi) f(k, h, HeldRange{lo, hi});
+  }
+}
+
+int to_int(int64_t n) {
+  if (n > INT_MAX) throw InvalidArgument("a state exchange of more than 2^31 elements per rank");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void redistribute(const ZeroPlan& plan, const Group& group,
+                  const std::function<const float*(size_t)>& held, int64_t begin, int64_t end,
+                  float* out) {
+  const int n = group.size(), me = group.rank();
+  std::vector<int64_t> ranges(2 * static_cast<size_t>(n));
+  const int64_t mine[2] = {begin, end};
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, ranges.data(), 2, MPI_INT64_T, group.comm()));
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  std::vector<float> send;
+  for (int q = 0; q < n; ++q) {
+    send_displs[q] = to_int(static_cast<int64_t>(send.size()));
+    for_blocks_in(plan, me, ranges[2 * q], ranges[2 * q + 1], [&](size_t k, const HeldRange& h, const HeldRange& p) {
+      const float* src = held(k) + (p.begin - h.begin);
+      send.insert(send.end(), src, src + p.numel());
+    });
+    send_counts[q] = to_int(static_cast<int64_t>(send.size())) - send_displs[q];
+  }
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    recv_displs[q] = to_int(total);
+    for_blocks_in(plan, q, begin, end, [&](size_t, const HeldRange&, const HeldRange& p) { total += p.numel(); });
+    recv_counts[q] = to_int(total) - recv_displs[q];
+  }
+  std::vector<float> recv(static_cast<size_t>(total));
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ialltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT,
+                           recv.data(), recv_counts.data(), recv_displs.data(), MPI_FLOAT,
+                           group.comm(), &request));
+  try {
+    wait_with_timeout(request, "the exchange of sharded state for a checkpoint");
+  } catch (...) {
+    // MPI may still write into the buffers (runtime/mpi_wait.h): they are left alive.
+    new std::vector<float>(std::move(send));
+    new std::vector<float>(std::move(recv));
+    throw;
+  }
+  size_t at = 0;
+  for (int q = 0; q < n; ++q) {
+    for_blocks_in(plan, q, begin, end, [&](size_t, const HeldRange&, const HeldRange& p) {
+      std::memcpy(out + (p.begin - begin), recv.data() + at, p.numel() * sizeof(float));
+      at += static_cast<size_t>(p.numel());
+    });
+  }
+  for (size_t k = 0; k < plan.buckets().size(); ++k) {  // replicated: every rank's own copy
+    const Bucket& r = plan.buckets()[k];
+    const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.end);
+    if (r.replicated && lo < hi) std::memcpy(out + (lo - begin), held(k) + (lo - r.begin), (hi - lo) * sizeof(float));
+  }
+}
+
+}  // namespace etr

@@ -1,0 +1,81 @@
+#include "parallel/zero_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/error.h"
+
+namespace etr {
+
+ZeroPlan::ZeroPlan(const ParamLayout& layout, int ranks, BucketOptions options)
+    : layout_(layout), ranks_(ranks) {
+  options.shard_ranks = ranks;
+  buckets_ = plan_buckets(layout, sizeof(float), options);
+}
+
+HeldRange ZeroPlan::block(size_t b, int r) const {
+  const Bucket& k = buckets_.at(b);
+  if (k.replicated) return {k.begin, k.end};
+  const int64_t len = k.numel() / ranks_;
+  return {k.begin + len * r, k.begin + len * (r + 1)};
+}
+
+std::vector<HeldRange> ZeroPlan::held(int r) const {
+  std::vector<HeldRange> out;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    const HeldRange h = block(b, r);
+    if (h.numel() > 0) out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<HeldRange> ZeroPlan::norm_ranges(int r) const {
+  std::vector<HeldRange> out;
+  for (size_t b = buckets_.size(); b-- > 0;) {
+    if (buckets_[b].replicated && r != 0) continue;
+    const HeldRange h = block(b, r);
+    if (h.numel() > 0) out.push_back(h);
+  }
+  return out;
+}
+
+std::vector<size_t> ZeroPlan::buckets_touching(int64_t begin, int64_t end) const {
+  std::vector<size_t> out;
+  if (begin >= end) return out;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].begin < end && buckets_[b].end > begin) out.push_back(b);
+  }
+  return out;
+}
+
+int64_t ZeroPlan::replicated_numel() const {
+  int64_t n = 0;
+  for (const Bucket& b : buckets_) n += b.replicated ? b.numel() : 0;
+  return n;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  // Blocks of a fixed size summed in parallel, then added in block order: the same bits
+  // on any number of threads.
+  constexpr int64_t kBlock = int64_t{1} << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (blocks > 4)
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t lo = k * kBlock, hi = std::min(n, lo + kBlock);
+    double s = 0;
+    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[static_cast<size_t>(k)] = s;
+  }
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+double norm_from_partials(std::span<const double> partials) {
+  double sum = 0;
+  for (double p : partials) sum += p;
+  return std::sqrt(sum);
+}
+
+}  // namespace etr

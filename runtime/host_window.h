@@ -1,0 +1,62 @@
+// HostWindow: a flat float buffer of a whole layout whose memory exists only where a
+// range is held: ZeRO-2/3 keep the full gradient or parameter buffer as a window, so the
+// layers stay bound to fixed addresses while only the buckets in use take memory
+// (parallel/zero_engine.h).
+//
+//   HostWindow w(layout.numel(), alloc, "parameters");   // address space only
+//   w.acquire(b, e);         // pages of [b, e) charged to alloc's budget (OutOfMemory)
+//   ... write w.data()[b .. e) ...
+//   w.release(b, e);         // pages no held range touches go back to the OS
+//   w.drop_all();            // every page back; the buffer reads as zeros again
+//
+// The address space is reserved with mmap (MAP_NORESERVE); a page is counted while any
+// held range touches it (a count per page), and returned with madvise(MADV_DONTNEED)
+// when the last one is released, after which it reads as zeros. A page touched without
+// acquire() is not counted; drop_all() returns it too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/host_allocator.h"
+
+namespace etr {
+
+class HostWindow {
+ public:
+  // `numel` floats of address space (OutOfMemory when the system refuses it).
+  HostWindow(int64_t numel, HostAllocator& account, std::string name);
+  ~HostWindow();
+  HostWindow(const HostWindow&) = delete;
+  HostWindow& operator=(const HostWindow&) = delete;
+
+  float* data() const { return data_; }
+  int64_t numel() const { return numel_; }
+  // Holds the pages of [begin, end) (0 <= begin <= end <= numel); InvalidArgument outside.
+  void acquire(int64_t begin, int64_t end);
+  // Ends one hold of [begin, end) (acquired before).
+  void release(int64_t begin, int64_t end);
+  void drop_all();
+
+  size_t resident_bytes() const { return resident_pages_ * page_; }
+  size_t peak_bytes() const { return peak_pages_ * page_; }
+  void reset_peak() { peak_pages_ = resident_pages_; }
+
+ private:
+  std::pair<size_t, size_t> pages(int64_t begin, int64_t end) const;
+  void return_pages(size_t first, size_t last);  // [first, last)
+
+  HostAllocator& account_;
+  std::string name_;
+  size_t page_;
+  float* data_ = nullptr;
+  int64_t numel_ = 0;
+  size_t bytes_ = 0;  // mapped, a multiple of page_
+  std::vector<uint32_t> holds_;  // per page
+  size_t resident_pages_ = 0;
+  size_t peak_pages_ = 0;
+};
+
+}  // namespace etr

@@ -1,0 +1,206 @@
+// ZeRO stages 1-3 (parallel/zero_engine.h) at np 1-4: after k steps every stage's
+// parameters and AdamW moments are bitwise those of stage 0 (data parallelism) on the
+// same ranks with the same global batch, with and without gradient accumulation, with
+// buckets smaller than a layer and a world that does not divide the layout (the
+// replicated tail); a checkpoint saved at one stage and world size loads at every other
+// one with the same state, and continues bitwise at the same world size; a model that
+// does not fit the host memory budget at stage 0 trains at stage 3 under that budget.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "mpi/checkpoint_test_util.h"
+#include "mpi/mpi_test_main.h"
+#include "runtime/config/train_config.h"
+#include "runtime/error.h"
+#include "parallel/zero_engine.h"
+#include "runtime/state_names.h"
+
+namespace etr::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tiny GPT, global batch 12: at np 3 and 4 the shares are 4+4+4 and 3+3+3+3, with
+// micro_batch 2 a short last micro-batch; buckets of 8 and 20 KiB split its 196 KB
+// blocks into many buckets.
+TrainConfig config(int stage, std::vector<std::string> extra) {
+  TrainConfig c = parse_config(R"(
+    model { preset: "tiny" }
+    optimizer { lr: 3e-3 grad_clip: 0.5 }
+    schedule { warmup_steps: 1 max_steps: 100 }
+    batch { global_batch: 12 micro_batch: 6 }
+    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
+    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" }
+    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
+    runtime { threads: 1 }
+  )");
+  extra.push_back("parallel.zero_stage=" + std::to_string(stage));
+  apply_overrides(c, extra);
+  resolve(c, gpt::model_presets());
+  return c;
+}
+
+struct State {
+  std::vector<float> param, m, v;
+  std::vector<double> losses;
+};
+
+State state_of(Trainer& t) {
+  State s;
+  s.param = t.gather_state(state::kParam);
+  s.m = t.gather_state(state::kAdamM);
+  s.v = t.gather_state(state::kAdamV);
+  return s;
+}
+
+State train(Trainer& t, int steps) {
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(t.train_step().loss);
+  State s = state_of(t);
+  s.losses = losses;
+  return s;
+}
+
+bool bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_same_state(const State& want, const State& got, const std::string& what) {
+  EXPECT_TRUE(bitwise(want.param, got.param)) << what << ": parameters differ";
+  EXPECT_TRUE(bitwise(want.m, got.m)) << what << ": adam.m differs";
+  EXPECT_TRUE(bitwise(want.v, got.v)) << what << ": adam.v differs";
+  ASSERT_EQ(want.losses.size(), got.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_EQ(want.losses[i], got.losses[i]) << what << ": loss of step " << i + 1;
+  }
+}
+
+void every_stage_equals_stage_0(const std::vector<std::string>& extra) {
+  World& w = testing::world();
+  Trainer zero(config(0, extra), w);
+  const State ref = train(zero, 3);
+  for (int stage = 1; stage <= 3; ++stage) {
+    Trainer t(config(stage, extra), w);
+    expect_same_state(ref, train(t, 3), "stage " + std::to_string(stage) + " on " +
+                                            std::to_string(w.group().size()) + " ranks");
+  }
+}
+
+TEST(Zero, EveryStageEqualsStage0Bitwise) { every_stage_equals_stage_0({}); }
+
+TEST(Zero, EveryStageEqualsStage0BitwiseWithAccumulation) {
+  every_stage_equals_stage_0({"batch.micro_batch=1"});
+}
+
+TEST(Zero, EveryStageEqualsStage0BitwiseWithOverlapOffAndOneBucket) {
+  every_stage_equals_stage_0({"parallel.overlap=false", "parallel.first_bucket_size=64MiB",
+                              "parallel.bucket_size=64MiB"});
+}
+
+// Stage 3 gathers each layer's buckets before its forward and backward: the recorded
+// order predicts every later step (no re-recording), and it gathers about 2 Psi per
+// micro-batch (forward and backward).
+TEST(Zero, Stage3PrefetchesInTheRecordedOrder) {
+  World& w = testing::world();
+  Trainer t(config(3, {}), w);
+  for (int i = 0; i < 3; ++i) t.train_step();
+  auto& e = dynamic_cast<ZeroEngine&>(t.session().engine());
+  ASSERT_NE(e.gatherer(), nullptr);
+  EXPECT_EQ(e.gatherer()->reorders(), 0);
+  const double psi_bytes = static_cast<double>(t.model().layout().numel()) * sizeof(float);
+  const double per_pass = static_cast<double>(e.gathered_bytes()) /
+                          (3.0 * static_cast<double>(t.rank_batch().accumulation));
+  EXPECT_GT(per_pass, 1.9 * psi_bytes);  // forward and backward of every micro-batch
+  EXPECT_LT(per_pass, 3.1 * psi_bytes);  // the head re-gathers the tied wte's buckets
+}
+
+// A checkpoint written at stage 3 on every rank, read at every stage on every world
+// size from 1 to N (the first ranks): the restored state is the saved one, and at the
+// same world size the continuation is bitwise the uninterrupted one.
+TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  testing::SharedTempDir dir(w.group(), "zero_ckpt");
+  const std::vector<std::string> ckpt = {"checkpoint.dir=" + dir.path().string(),
+                                         "checkpoint.every=0", "checkpoint.async=false"};
+  State saved, continued;
+  fs::path step_dir;
+  {
+    Trainer t(config(3, ckpt), w);
+    train(t, 2);
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+    step_dir = t.checkpoint_writer()->stats().back().dir;
+    saved = state_of(t);
+    continued = train(t, 2);
+  }
+  for (int world = 1; world <= n; ++world) {
+    std::optional<Group> g = testing::first_ranks(world);
+    if (g) {
+      testing::guarded([&] {
+        for (int stage = 0; stage <= 3; ++stage) {
+          const std::string what = "stage 3 on " + std::to_string(n) + " ranks read at stage " +
+                                   std::to_string(stage) + " on " + std::to_string(world);
+          Trainer t(config(stage, {}), *g, w.log());
+          t.restore(step_dir);
+          State s = state_of(t);
+          s.losses = saved.losses;
+          expect_same_state(saved, s, what);
+          if (world == n) expect_same_state(continued, train(t, 2), what + ", continued");
+        }
+      });
+    }
+    testing::idle_barrier(w.group());
+  }
+}
+
+// ETR_HOST_MEMORY_BUDGET halfway between what stage 3 and stage 0 take: stage 0 runs out
+// of memory, stage 3 trains.
+TEST(Zero, Stage3TrainsAModelThatStage0CannotFit) {
+  World& w = testing::world();
+  if (w.group().size() == 1) GTEST_SKIP() << "one rank holds everything at every stage";
+  // 8 blocks of 0.75 MiB: stage 3 gathers two at a time; no accumulation.
+  const std::vector<std::string> wide = {"model.n_layer=8", "model.d_model=128",
+                                         "model.seq_len=16", "batch.global_batch=4",
+                                         "batch.micro_batch=4",
+                                         "parallel.first_bucket_size=256KiB",
+                                         "parallel.bucket_size=256KiB"};
+  constexpr int kSteps = 4;
+  size_t peak[4] = {};
+  for (int stage : {0, 3}) {
+    Trainer t(config(stage, wide), w);
+    for (int i = 0; i < kSteps; ++i) t.train_step();
+    peak[stage] = t.session().allocator().stats().peak;
+  }
+  ASSERT_LT(peak[3], peak[0]) << "stage 3 should need less memory than stage 0";
+  const std::string budget = std::to_string((peak[0] + peak[3]) / 2);
+  setenv("ETR_HOST_MEMORY_BUDGET", budget.c_str(), 1);
+  // Refused up front (ConfigError: the state does not fit) or by the allocator.
+  EXPECT_THROW(Trainer(config(0, wide), w), Error) << "budget " << budget;
+  {
+    Trainer t(config(3, wide), w);
+    double last = 0;
+    for (int i = 0; i < kSteps; ++i) last = t.train_step().loss;
+    EXPECT_TRUE(std::isfinite(last));
+    EXPECT_LE(t.session().allocator().stats().peak, std::stoull(budget));
+  }
+  unsetenv("ETR_HOST_MEMORY_BUDGET");
+}
+
+// Configuration errors, alike on every rank and before any communication.
+TEST(Zero, RefusesAnImpossibleStage) {
+  EXPECT_THROW(config(4, {}), ConfigError);
+  EXPECT_THROW(config(-1, {}), ConfigError);
+}
+
+}  // namespace
+}  // namespace etr::train
