@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/kernels/cpu/threads.h"
 
 namespace etr {
 
@@ -60,7 +61,7 @@ double sum_squares(const float* x, int64_t n) {
   constexpr int64_t kBlock = int64_t{1} << 14;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (blocks > 4)
+#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if (blocks > 4)
   for (int64_t k = 0; k < blocks; ++k) {
     const int64_t lo = k * kBlock, hi = std::min(n, lo + kBlock);
     double s = 0;

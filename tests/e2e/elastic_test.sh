@@ -15,7 +15,9 @@
 #  e. a host whose rank fails at every launch (ETR_FAIL_AT_STEP on its rank): after
 #     --blacklist-after 2 failures it is excluded and the job completes without it;
 #  f. a step whose gradient is not finite (ETR_NONFINITE_AT_STEP) stops the job with an
-#     error a relaunch would repeat: etr-run does not relaunch it and exits 1.
+#     error a relaunch would repeat: etr-run does not relaunch it and exits 1;
+#  g, h. a. and b. at ZeRO stage 3 (parallel.zero_stage=3): the same final parameters as
+#     the stage 0 reference (bitwise after the kill, 1e-3 after growing to 3 ranks).
 # Usage: elastic_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4
@@ -37,6 +39,7 @@ steps=300
 job=("$train" --config "$config" --set schedule.max_steps=$steps --set log.log_every=50
      --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=5
      --set log.sample_tokens=0)
+extra=()  # more etr-train arguments for the next start
 ckpt() { printf '%s/step-%09d' "$1" "$2"; }
 # discovery NAME SLOTS...: a script printing the lines of $work/NAME.slots, which starts as
 # SLOTS (one per line); echo its path.
@@ -54,7 +57,7 @@ start() {
   local name=$1
   shift
   "$etr_run" --run-dir "$work/$name.run" --checkpoint-dir "$work/$name.ck" --discovery-interval 0.2 \
-    "$@" -- "${job[@]}" >"$work/$name.out" 2>&1 &
+    "$@" -- "${job[@]}" "${extra[@]}" >"$work/$name.out" 2>&1 &
   pid=$!
   pids+=("$pid")
 }
@@ -179,4 +182,24 @@ finish f
 expect f "step 3: the norm of the gradients summed over the 2 ranks is" "no sentence naming the step"
 expect f "error: the job stopped with an error that a relaunch would repeat" "no sentence saying why it stopped"
 grep -q "launch 2" "$work/f.out" && { cat "$work/f.out"; fail "f: relaunched a job that stopped on a non-finite step"; }
+echo "== g. ZeRO stage 3: kill -9 one of 2 ranks"
+extra=(--set parallel.zero_stage=3)
+start g --min-np 1 --max-np 2 --host-discovery-script "$(discovery g localhost:2)"
+wait_step g 100
+signal_rank g KILL
+finish g
+completed g
+expect g "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched on 2 ranks"
+same_params g 0
+
+echo "== h. ZeRO stage 3: the job grows to 3 ranks"
+start h --min-np 1 --max-np 3 --host-discovery-script "$(discovery h localhost:2)"
+wait_step h 100
+[ "$(progress h)" -lt $steps ] || fail "h: the job finished before the join"
+echo "localhost:3" >"$work/h.slots"
+finish h
+completed h
+expect h "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "not relaunched on 3 ranks"
+same_params h 1e-3
+extra=()
 echo "PASS"
