@@ -43,7 +43,9 @@ TEST(ZeroPlan, BlocksAreTheRingSegmentsAndTileTheBuffer) {
             for (int64_t i = k.begin; i < k.end; ++i) owners[i] += n;
             continue;
           }
-          if (n > 1) ASSERT_EQ(k.numel() % (16 * n), 0) << "bucket " << b << " at n " << n;
+          if (n > 1) {
+            ASSERT_EQ(k.numel() % (16 * n), 0) << "bucket " << b << " at n " << n;
+          }
           const std::vector<int64_t> seg = ring_segments(k.numel(), n, sizeof(float));
           for (int r = 0; r < n; ++r) {
             const HeldRange h = plan.block(b, r);
