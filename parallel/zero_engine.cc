@@ -135,6 +135,7 @@ void ZeroEngine::initialize_parameters(
   }
   gather_->forget_all();
   param_window_->drop_all();
+  param_window_->reset_peak();  // the working set of training, not of the start
   add_optimizer_states();
 }
 

@@ -4,19 +4,42 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 
 namespace etr {
 
-HostWindow::HostWindow(int64_t numel, HostAllocator& account, std::string name)
-    : account_(account), name_(std::move(name)), page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
-  if (numel < 0) throw InvalidArgument("a window of " + std::to_string(numel) + " elements");
+namespace {
+
+// 2 MiB when transparent huge pages may be asked for, else the system page.
+size_t default_page() {
+  const size_t small = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const bool thp = modes.find("[always]") != std::string::npos ||
+                   modes.find("[madvise]") != std::string::npos;
+  return thp ? HostAllocator::kHugeAlignment : small;
+}
+
+}  // namespace
+
+HostWindow::HostWindow(int64_t numel, HostAllocator& account, std::string name, size_t page_bytes)
+    : account_(account), name_(std::move(name)), page_(page_bytes ? page_bytes : default_page()) {
+  const size_t small = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (numel < 0 || page_ % small != 0) {
+    throw InvalidArgument("a window of " + std::to_string(numel) + " elements in pages of " +
+                          std::to_string(page_) + " bytes");
+  }
   numel_ = numel;
   bytes_ = (static_cast<size_t>(numel) * sizeof(float) + page_ - 1) / page_ * page_;
   if (bytes_ == 0) return;
-  void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+  map_bytes_ = bytes_ + (page_ > small ? page_ : 0);  // room to align the start to page_
+  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     const MemoryStats st = account_.stats();
@@ -24,12 +47,15 @@ HostWindow::HostWindow(int64_t numel, HostAllocator& account, std::string name)
                           " of address space for the " + name_ + " window",
                       bytes_, st.in_use, st.peak, st.budget);
   }
-  data_ = static_cast<float*>(p);
+  map_ = p;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(p) + page_ - 1) / page_ * page_;
+  data_ = reinterpret_cast<float*>(at);
+  if (page_ > small) madvise(data_, bytes_, MADV_HUGEPAGE);
   holds_.assign(bytes_ / page_, 0);
 }
 
 HostWindow::~HostWindow() {
-  if (data_) munmap(data_, bytes_);
+  if (map_) munmap(map_, map_bytes_);
   account_.discharge(resident_pages_ * page_);
 }
 

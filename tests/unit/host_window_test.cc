@@ -24,7 +24,7 @@ size_t rss_bytes() {
 TEST(HostWindow, ChargesHeldPagesOnceAndReturnsThem) {
   HostAllocator alloc(size_t{64} << 20);
   const int64_t page = sysconf(_SC_PAGESIZE) / static_cast<int64_t>(sizeof(float));
-  HostWindow w(64 * page, alloc, "test");
+  HostWindow w(64 * page, alloc, "test", sysconf(_SC_PAGESIZE));
   EXPECT_EQ(alloc.stats().in_use, 0u);
   w.acquire(0, 3 * page / 2);          // pages 0-1
   w.acquire(page, 3 * page);           // pages 1-2: page 1 is shared
@@ -45,7 +45,8 @@ TEST(HostWindow, ChargesHeldPagesOnceAndReturnsThem) {
 TEST(HostWindow, ReturnedPagesLeaveTheProcess) {
   HostAllocator alloc(size_t{1} << 30);
   const int64_t n = int64_t{64} << 20 >> 2;  // 64 MiB of floats
-  HostWindow w(n, alloc, "test");
+  HostWindow w(n, alloc, "test");  // huge pages where the kernel has them
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.data()) % w.page_bytes(), 0u);
   const size_t before = rss_bytes();
   w.acquire(0, n);
   for (int64_t i = 0; i < n; i += 1024) w.data()[i] = 1.0f;
@@ -58,7 +59,7 @@ TEST(HostWindow, ReturnedPagesLeaveTheProcess) {
 TEST(HostWindow, RefusesPastTheBudgetAndOutsideTheWindow) {
   const int64_t page = sysconf(_SC_PAGESIZE) / static_cast<int64_t>(sizeof(float));
   HostAllocator alloc(2 * static_cast<size_t>(page) * sizeof(float));
-  HostWindow w(8 * page, alloc, "test");
+  HostWindow w(8 * page, alloc, "test", sysconf(_SC_PAGESIZE));
   w.acquire(0, page);
   EXPECT_THROW(w.acquire(page, 4 * page), OutOfMemory);
   EXPECT_EQ(w.resident_bytes(), static_cast<size_t>(page) * sizeof(float)) << "nothing changed";
