@@ -48,7 +48,9 @@ TrainConfig bench_config(const ZeroArgs& a) {
 
 struct Row {
   int stage = 0;
+  bool accumulate = false;     // two micro-batches per rank and step
   EngineMemory memory;
+  size_t largest_layer = 0;    // stage 3: the most one layer gathers
   size_t peak = 0;             // the allocator's peak on the rank with the most
   double volume_psi = 0;       // collective volume per step / (4 Psi bytes)
   double tokens_per_s = 0;     // best round
@@ -68,6 +70,10 @@ double step_volume(const Engine& e, const ReduceStats& comm, int64_t gathered) {
 void measure(BenchContext& ctx, const TrainConfig& base, const ZeroArgs& a, Row& row) {
   TrainConfig c = base;
   c.mutable_parallel()->set_zero_stage(row.stage);
+  if (row.accumulate) {  // two micro-batches per rank
+    const int64_t share = c.batch().global_batch() / ctx.size();
+    c.mutable_batch()->set_micro_batch(static_cast<int32_t>(std::max<int64_t>(1, share / 2)));
+  }
   train::Trainer t(c, ctx.world().group(), ctx.world().log());
   for (int i = 0; i < a.warmup; ++i) t.train_step();
   Engine& e = t.session().engine();
@@ -88,6 +94,7 @@ void measure(BenchContext& ctx, const TrainConfig& base, const ZeroArgs& a, Row&
   row.round_tps.push_back(tps);
   row.tokens_per_s = std::max(row.tokens_per_s, tps);
   row.memory = e.memory();
+  if (auto* z = dynamic_cast<ZeroEngine*>(&e)) row.largest_layer = z->largest_layer_bytes();
   double peak = static_cast<double>(t.session().allocator().stats().peak);
   row.peak = static_cast<size_t>(ctx.max_over_ranks(peak));
   const double psi_bytes = static_cast<double>(row.memory.psi) * sizeof(float);
@@ -97,21 +104,28 @@ void measure(BenchContext& ctx, const TrainConfig& base, const ZeroArgs& a, Row&
 
 double theory_volume(int stage) { return stage == 3 ? 3.0 : 2.0; }
 
+std::string bytes_or_dash(size_t b, bool shown) {
+  return shown ? format_bytes(static_cast<double>(b)) : "-";
+}
+
 std::string row_text(const Row& r, const Row& zero) {
   const EngineMemory& m = r.memory;
   const double state = static_cast<double>(m.state_bytes());
   const double analytic = m.analytic_bytes();
-  return cell("  %5d  %10s  %10s  %6.1f%%  %10s  %10s  %8.2f  %6.1f  %9.0f  %7.1f%%  %10.4f\n",
-              r.stage, format_bytes(state).c_str(), format_bytes(analytic).c_str(),
-              (state / analytic - 1) * 100, format_bytes(static_cast<double>(m.window_peak)).c_str(),
+  return cell("  %5d%-4s  %10s  %10s  %6.1f%%  %10s  %10s  %10s  %10s  %7.2f  %6.1f  %8.0f  %8.0f  %7.1f%%  %9.4f\n",
+              r.stage, r.accumulate ? " acc" : "", format_bytes(state).c_str(), format_bytes(analytic).c_str(),
+              (state / analytic - 1) * 100, bytes_or_dash(m.unreduced_peak, r.stage >= 2).c_str(),
+              bytes_or_dash(m.gathered_peak, r.stage == 3).c_str(),
+              bytes_or_dash(r.largest_layer, r.stage == 3).c_str(),
               format_bytes(static_cast<double>(r.peak)).c_str(), r.volume_psi,
-              theory_volume(r.stage), r.tokens_per_s, 100 * r.tokens_per_s / zero.tokens_per_s,
-              r.loss);
+              theory_volume(r.stage), r.tokens_per_s, median(r.round_tps),
+              100 * r.tokens_per_s / zero.tokens_per_s, r.loss);
 }
 
 nlohmann::json row_json(const Row& r, const Row& zero) {
   const EngineMemory& m = r.memory;
   return {{"stage", r.stage},
+          {"accumulation", r.accumulate},
           {"ranks", m.ranks},
           {"psi", m.psi},
           {"state_bytes", m.state_bytes()},
@@ -119,7 +133,9 @@ nlohmann::json row_json(const Row& r, const Row& zero) {
           {"grads_bytes", m.grads},
           {"optimizer_bytes", m.optimizer},
           {"analytic_bytes", m.analytic_bytes()},
-          {"working_set_peak_bytes", m.window_peak},
+          {"unreduced_grad_peak_bytes", m.unreduced_peak},
+          {"gathered_param_peak_bytes", m.gathered_peak},
+          {"largest_layer_gather_bytes", r.largest_layer},
           {"allocator_peak_bytes", r.peak},
           {"volume_psi", r.volume_psi},
           {"volume_theory_psi", theory_volume(r.stage)},
@@ -135,12 +151,14 @@ void run(BenchContext& ctx, const ZeroArgs& a) {
   std::snprintf(buf, sizeof buf,
                 "# etr-bench zero: GPT-2 n_layer=%d d_model=%d seq_len=%d, global batch %lld, "
                 "micro-batch %d, %d thread(s) per rank, %d ranks\n# %s\n"
-                "# %d round(s) alternating the stages, best shown; %d warm-up + %d timed steps\n"
+                "# %d round(s) alternating the stages, best tokens/s shown (and the median); %d "
+                "warm-up + %d timed steps; \"acc\": two micro-batches per rank and step\n"
                 "# state = parameters + gradients + optimizer held per rank; paper = the ZeRO "
                 "paper's figure (16 Psi, 8 Psi + 8 Psi/N, 4 Psi + 12 Psi/N, 16 Psi/N);\n"
-                "# working set = most gathered parameters + unreduced gradients at once (stages "
-                "2-3); peak = the allocator's, all buffers; volume = collective bytes per step / "
-                "4 Psi\n",
+                "# unreduced = most gradient bytes not reduced yet at once (stages 2-3); gathered = "
+                "most parameter bytes gathered at once, 1 layer's = the largest layer's buckets "
+                "(stage 3: the current and the prefetched next layer);\n# peak = the allocator's, "
+                "all buffers (activations included); volume = collective bytes per step / 4 Psi\n",
                 config.model().n_layer(), config.model().d_model(), config.model().seq_len(),
                 static_cast<long long>(config.batch().global_batch()), config.batch().micro_batch(),
                 config.runtime().threads(), ctx.size(), ctx.machine().placement().c_str(), a.rounds,
@@ -149,14 +167,18 @@ void run(BenchContext& ctx, const ZeroArgs& a) {
   Logger& log = ctx.world().log();
   const LogLevel level = log.level();
   log.set_level(LogLevel::kWarn);
-  std::vector<Row> rows(4);
+  // Stages 0-3, then 2 and 3 with two micro-batches per rank (the full gradients are
+  // kept until the last one: more unreduced gradient memory, the same volume).
+  std::vector<Row> rows(6);
   for (int s = 0; s < 4; ++s) rows[s].stage = s;
+  rows[4].stage = 2, rows[4].accumulate = true;
+  rows[5].stage = 3, rows[5].accumulate = true;
   for (int round = 0; round < a.rounds; ++round) {
     for (Row& r : rows) measure(ctx, config, a, r);
   }
   log.set_level(level);
-  ctx.print("# stage       state       paper     diff  work. set        peak    volume  theory"
-            "   tokens/s  vs stage0  final loss\n");
+  ctx.print("# stage           state       paper     diff   unreduced    gathered   1 layer's"
+            "        peak   volume  theory  tokens/s    median  vs stage0      loss\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r, rows[0]));

@@ -34,7 +34,8 @@ std::string EngineMemory::describe() const {
                   b(optimizer) + ": state " + b(state_bytes()) + " per rank (ZeRO paper, stage " +
                   std::to_string(stage) + " on " + std::to_string(ranks) + " rank(s): " +
                   b(analytic_bytes()) + ")";
-  if (stage >= 2) s += "; gathered and unreduced working set " + b(window_peak) + " at most";
+  if (stage >= 2) s += "; at most " + b(unreduced_peak) + " of gradients not reduced yet";
+  if (stage >= 3) s += " and " + b(gathered_peak) + " of parameters gathered";
   if (checkpoint_staging > 0) s += "; checkpoint staging " + b(checkpoint_staging);
   return s;
 }

@@ -51,7 +51,7 @@ struct HeldState {
 // What one rank holds, in bytes, beside the ZeRO paper's figure (fp32 AdamW, Psi
 // parameters, N ranks): stage 0 16 Psi, 1 8 Psi + 8 Psi / N, 2 4 Psi + 12 Psi / N,
 // 3 16 Psi / N, plus at stages 2 and 3 the working set of gathered parameters and
-// gradients not yet reduced (window_peak).
+// gradients not yet reduced (gathered_peak, unreduced_peak).
 struct EngineMemory {
   int stage = 0;
   int ranks = 1;
@@ -59,7 +59,8 @@ struct EngineMemory {
   size_t params = 0;            // held for the whole run: replicas and shards
   size_t grads = 0;
   size_t optimizer = 0;
-  size_t window_peak = 0;       // largest gathered parameters + unreduced gradients
+  size_t gathered_peak = 0;     // stage 3: most gathered parameter bytes at once
+  size_t unreduced_peak = 0;    // stages 2-3: most gradient bytes not reduced yet at once
   size_t checkpoint_staging = 0;  // buffers a checkpoint's states are gathered into
   size_t state_bytes() const { return params + grads + optimizer; }
   double analytic_bytes() const;

@@ -50,6 +50,11 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", c.peak_bytes}};
+  j["zero_stage"] = c.memory.stage;
+  j["state_bytes"] = c.memory.state_bytes();
+  j["analytic_state_bytes"] = c.memory.analytic_bytes();
+  if (c.memory.stage >= 2) j["unreduced_grad_peak_bytes"] = c.memory.unreduced_peak;
+  if (c.memory.stage >= 3) j["gathered_param_peak_bytes"] = c.memory.gathered_peak;
   if (c.skipped_steps > 0) {
     j["skipped"] = s.skipped;
     j["skipped_steps"] = c.skipped_steps;

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "parallel/bucket_reducer.h"
+#include "parallel/engine.h"
 #include "runtime/config/train_config.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
@@ -59,6 +59,7 @@ struct StepContext {
   size_t peak_bytes = 0;        // of the host allocator
   bool communicates = false;    // data parallel: show the gradient communication
   int64_t skipped_steps = 0;    // non-finite steps skipped so far
+  EngineMemory memory;          // what a rank holds (ZeRO: the shards), for the metrics
 };
 
 class StepReporter {

@@ -181,6 +181,16 @@ void ZeroEngine::gather_state(std::string_view name, float* out) {
   }
 }
 
+size_t ZeroEngine::largest_layer_bytes() const {
+  int64_t most = 0;
+  for (const std::vector<size_t>& buckets : needed_) {
+    int64_t n = 0;
+    for (size_t b : buckets) n += plan_.buckets()[b].numel();
+    most = std::max(most, n);
+  }
+  return static_cast<size_t>(most) * sizeof(float);
+}
+
 EngineMemory ZeroEngine::memory() const {
   EngineMemory m;
   m.stage = options_.stage;
@@ -191,8 +201,8 @@ EngineMemory ZeroEngine::memory() const {
   m.params = options_.stage == 3 ? shard : whole;
   m.grads = options_.stage == 1 ? whole : shard;
   m.optimizer = 2 * shard;
-  m.window_peak = (grad_window_ ? grad_window_->peak_bytes() : 0) +
-                  (param_window_ ? param_window_->peak_bytes() : 0);
+  m.unreduced_peak = grad_window_ ? grad_window_->peak_bytes() : 0;
+  m.gathered_peak = param_window_ ? param_window_->peak_bytes() : 0;
   m.checkpoint_staging = staging_bytes_;
   return m;
 }

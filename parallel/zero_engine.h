@@ -68,6 +68,8 @@ class ZeroEngine final : public Engine {
   const LayerGatherer* gatherer() const { return layers_.get(); }
   // Parameter bytes all-gathered since construction.
   int64_t gathered_bytes() const { return gather_->bytes(); }
+  // The most bytes one layer's forward or backward gathers (its buckets, stage 3).
+  size_t largest_layer_bytes() const;
 
   int zero_stage() const override { return options_.stage; }
   FlatState& state() override { return shard_; }

@@ -14,9 +14,11 @@
 // when the last one is released, after which it reads as zeros. A page touched without
 // acquire() is not counted; drop_all() returns it too.
 //
-// Pages are 2 MiB transparent huge pages when the kernel offers them (madvise): first
-// touch of 4 KiB pages runs at about 2.4 GB/s on these VMs against 14 GB/s with huge
-// pages (MPI_NOTES.md), and a window is touched afresh every step.
+// Pages are 2 MiB transparent huge pages when the kernel offers them (madvise) and the
+// window spans at least 4 of them: first touch of 4 KiB pages runs at about 2.4 GB/s on
+// these VMs against 14 GB/s with huge pages (MPI_NOTES.md), and a window is touched
+// afresh every step; a smaller window keeps 4 KiB pages, so that the memory held follows
+// the ranges held closely.
 #pragma once
 
 #include <cstddef>
