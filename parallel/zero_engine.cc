@@ -22,12 +22,7 @@ ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, HostAl
   if (options_.stage < 1 || options_.stage > 3) {
     throw InvalidArgument("ZeroEngine runs stages 1, 2 and 3, not " + std::to_string(options_.stage));
   }
-  if (plan_.ranks() > 1 && plan_.replicated_numel() == stack.layout().numel()) {
-    throw ConfigError("parallel.zero_stage = " + std::to_string(options_.stage) +
-                      " cannot shard this model over " + std::to_string(plan_.ranks()) +
-                      " ranks: its " + std::to_string(stack.layout().numel()) +
-                      " elements are fewer than 16 per rank; use zero_stage 0");
-  }
+  require_shardable(plan_, options_.stage);
   build_storage();
   build_communication(tracer);
 }

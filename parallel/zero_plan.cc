@@ -55,6 +55,15 @@ int64_t ZeroPlan::replicated_numel() const {
   return n;
 }
 
+void require_shardable(const ZeroPlan& plan, int stage) {
+  if (plan.ranks() > 1 && plan.replicated_numel() == plan.layout().numel()) {
+    throw ConfigError("parallel.zero_stage = " + std::to_string(stage) + " cannot shard this model over " +
+                      std::to_string(plan.ranks()) + " ranks: its " +
+                      std::to_string(plan.layout().numel()) +
+                      " elements are fewer than 16 per rank; use zero_stage 0");
+  }
+}
+
 double sum_squares(const float* x, int64_t n) {
   // Blocks of a fixed size summed in parallel, then added in block order: the same bits
   // on any number of threads.

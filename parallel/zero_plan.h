@@ -64,6 +64,11 @@ class ZeroPlan {
   std::vector<Bucket> buckets_;
 };
 
+// ConfigError (one sentence naming parallel.zero_stage) when `plan` leaves nothing to
+// shard: on more than one rank, every element is in the replicated tail (fewer than 16
+// elements per rank).
+void require_shardable(const ZeroPlan& plan, int stage);
+
 // Sum of x[i]^2 in double, in a fixed order whatever the number of threads.
 double sum_squares(const float* x, int64_t n);
 // sqrt of the partials added in rank order.

@@ -196,6 +196,20 @@ cmp from2.safetensors from3.safetensors || fail "the resharded parameters differ
   { cat resume_r3.out; fail "3 ranks could not resume from the resharded checkpoint"; }
 grep -q "resumed from r3/$(step 6): step 6.*saved by 3 rank(s), now 3" resume_r3.out ||
   { cat resume_r3.out; fail "no resume line"; }
+echo "== 6b. reshard --zero 3: stage 3 on 2 ranks continues as stage 0 did"
+run 0 reshard_z3 reshard "ck/$(step 6)" --world 2 --zero 3 -o rz
+expect reshard_z3 "wrote rz/$(step 6): world 2 \(dp 2, pp 1, zero 3\), 2 shard files"
+for stage in 0 3; do
+  src=ck
+  [ "$stage" -eq 3 ] && src=rz
+  "$mpirun" -np 2 --bind-to none "$train" "${common[@]}" --set schedule.max_steps=7 \
+    --set parallel.zero_stage=$stage --set checkpoint.dir="$work/z$stage" \
+    --resume "$src/$(step 6)" >resume_z$stage.out 2>&1 ||
+    { cat resume_z$stage.out; fail "stage $stage could not resume from $src/$(step 6)"; }
+  run 0 export_z$stage export "z$stage/$(step 7)" -o z$stage.safetensors
+done
+grep -q "ZeRO stage 3" resume_z3.out || { cat resume_z3.out; fail "the resumed run is not at stage 3"; }
+cmp z0.safetensors z3.safetensors || fail "stage 3 continued differently from stage 0"
 run 1 reshard_pp reshard "ck/$(step 6)" --world 4 --pp 2 -o r4
 expect reshard_pp "^etr-ckpt: error: pipeline layouts .*not supported yet"
 run 1 reshard_zero reshard "ck/$(step 6)" --world 4 --zero 4 -o r4

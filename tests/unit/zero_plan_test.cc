@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "collectives/ring_common.h"
 #include "parallel/zero_plan.h"
+#include "runtime/error.h"
 #include "runtime/kernels/cpu/threads.h"
 
 namespace etr {
@@ -76,6 +78,22 @@ TEST(ZeroPlan, HeldAndNormRangesAreSortedAndCountTheTailOnce) {
     for (const HeldRange& h : norm) norm_total += h.numel();
   }
   EXPECT_EQ(norm_total, l.numel());
+}
+
+TEST(ZeroPlan, RefusesALayoutWithNothingToShard) {
+  ParamLayout l;
+  l.add("w", Shape{5}, 0, true);
+  l.add("b", Shape{5}, 0, false);
+  l.add("h", Shape{5}, 1, false);  // 48 elements with the alignment
+  EXPECT_NO_THROW(require_shardable(ZeroPlan(l, 1, BucketOptions{}), 3));
+  EXPECT_NO_THROW(require_shardable(ZeroPlan(l, 2, BucketOptions{}), 3));
+  try {
+    require_shardable(ZeroPlan(l, 4, BucketOptions{}), 3);
+    ADD_FAILURE() << "48 elements over 4 ranks were accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.zero_stage = 3 cannot shard"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ZeroPlan, SumSquaresIsTheDoubleSumOnAnyThreadCount) {
