@@ -3,7 +3,8 @@
 // same ranks with the same global batch, with and without gradient accumulation, with
 // buckets smaller than a layer and a world that does not divide the layout (the
 // replicated tail); a checkpoint saved at one stage and world size loads at every other
-// one with the same state, and continues bitwise at the same world size; a model that
+// one with the same state and continues bitwise as stage 0 does on that world size (and
+// as the uninterrupted run on the same one); a model that
 // does not fit the host memory budget at stage 0 trains at stage 3 under that budget.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -125,8 +126,9 @@ TEST(Zero, Stage3PrefetchesInTheRecordedOrder) {
 }
 
 // A checkpoint written at stage 3 on every rank, read at every stage on every world
-// size from 1 to N (the first ranks): the restored state is the saved one, and at the
-// same world size the continuation is bitwise the uninterrupted one.
+// size from 1 to N (the first ranks): the restored state is the saved one; every stage
+// continues bitwise as stage 0 does on that world size, and on N ranks as the
+// uninterrupted run.
 TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
   World& w = testing::world();
   const int n = w.group().size();
@@ -147,6 +149,7 @@ TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
     std::optional<Group> g = testing::first_ranks(world);
     if (g) {
       testing::guarded([&] {
+        State stage0;  // the continuation at stage 0 on this world size
         for (int stage = 0; stage <= 3; ++stage) {
           const std::string what = "stage 3 on " + std::to_string(n) + " ranks read at stage " +
                                    std::to_string(stage) + " on " + std::to_string(world);
@@ -155,7 +158,10 @@ TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
           State s = state_of(t);
           s.losses = saved.losses;
           expect_same_state(saved, s, what);
-          if (world == n) expect_same_state(continued, train(t, 2), what + ", continued");
+          const State next = train(t, 2);
+          if (stage == 0) stage0 = next;
+          expect_same_state(stage0, next, what + ", continued (against stage 0)");
+          if (world == n) expect_same_state(continued, next, what + ", continued");
         }
       });
     }
