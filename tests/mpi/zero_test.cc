@@ -125,6 +125,32 @@ TEST(Zero, Stage3PrefetchesInTheRecordedOrder) {
   EXPECT_LT(per_pass, 3.1 * psi_bytes);  // the head re-gathers the tied wte's buckets
 }
 
+// A pass in another order (here: forward of the layers backwards) is noticed, logged and
+// recorded; the next normal step is noticed again and recorded again, and from then on
+// the order holds. Training stays exact throughout (stage 0 never sees the odd pass).
+TEST(Zero, Stage3RecordsAChangedOrderAgain) {
+  World& w = testing::world();
+  Trainer t(config(3, {}), w);
+  t.train_step();
+  t.train_step();
+  auto& e = dynamic_cast<ZeroEngine&>(t.session().engine());
+  ASSERT_EQ(e.gatherer()->reorders(), 0);
+  e.begin_step();
+  for (int l = t.session().stack().size(); l-- > 0;) e.before_forward(l);
+  e.end_backward();
+  EXPECT_EQ(e.gatherer()->reorders(), 1);
+  t.train_step();
+  EXPECT_EQ(e.gatherer()->reorders(), 2);
+  t.train_step();
+  t.train_step();
+  EXPECT_EQ(e.gatherer()->reorders(), 2) << "the normal order should hold again";
+  State got = state_of(t);
+  Trainer zero(config(0, {}), w);
+  State want = train(zero, 5);
+  want.losses.clear();
+  expect_same_state(want, got, "stage 3 after an odd pass");
+}
+
 // A checkpoint written at stage 3 on every rank, read at every stage on every world
 // size from 1 to N (the first ranks): the restored state is the saved one; every stage
 // continues bitwise as stage 0 does on that world size, and on N ranks as the
