@@ -162,6 +162,7 @@ std::unique_ptr<Engine> TrainSession::make_engine() {
   o.stage = stage;
   o.dp = data_parallel_options(config_);
   o.log = leader() ? &log_ : nullptr;
+  o.prefetch_bytes = parse_bytes(config_.parallel().zero_prefetch_size());
   return std::make_unique<ZeroEngine>(*model_.stack, *grid_, alloc_, std::move(o), &tracer_);
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <cstring>
 
 #include "runtime/error.h"
@@ -85,12 +86,27 @@ std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
 }
 
 LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack,
-                             HostWindow& window, ParamGather& gather, Logger* log)
+                             HostWindow& window, ParamGather& gather, Logger* log,
+                             size_t prefetch_bytes)
     : plan_(plan),
       window_(window),
       gather_(gather),
       log_(log),
-      needed_(buckets_read_by_layers(plan, stack)) {}
+      needed_(buckets_read_by_layers(plan, stack)) {
+  // The lowest offsets first: the order a layer's tensors are laid out in.
+  for (const std::vector<size_t>& n : needed_) {
+    std::vector<size_t> sorted(n.rbegin(), n.rend()), p;
+    std::sort(sorted.begin(), sorted.end(), std::greater<size_t>());
+    size_t bytes = 0;
+    for (size_t b : sorted) {
+      const size_t size = static_cast<size_t>(plan.buckets()[b].numel()) * sizeof(float);
+      if (!p.empty() && bytes + size > prefetch_bytes) break;
+      p.push_back(b);
+      bytes += size;
+    }
+    prefetch_.push_back(std::move(p));
+  }
+}
 
 void LayerGatherer::acquire_and_launch(size_t b) {
   if (gather_.live(b)) return;
@@ -120,7 +136,7 @@ void LayerGatherer::before(bool backward, int layer) {
   }
   static const std::vector<size_t> kNone;
   const std::vector<size_t>& next =
-      !recording_ && k + 1 < recorded_.size() ? needed_.at(recorded_[k + 1] / 2) : kNone;
+      !recording_ && k + 1 < recorded_.size() ? prefetch_.at(recorded_[k + 1] / 2) : kNone;
   const std::vector<size_t>& now = needed_.at(layer);
   auto wanted = [&](size_t b) {
     return std::find(now.begin(), now.end(), b) != now.end() ||

@@ -55,12 +55,13 @@ std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
 // Stage 3: before each layer's forward and backward, gathers the buckets it reads (its
 // own, and those of the parameters it shares, such as GPT-2's tied wte) into the
 // parameter window, prefetches those of the next layer in the order recorded in the
-// first step, and releases every bucket neither needs. A step whose order differs from
-// the recorded one is logged and recorded again (never silently mispredicted).
+// first step (at most `prefetch_bytes` of them, at least one bucket), and releases every
+// bucket neither needs. A step whose order differs from the recorded one is logged and
+// recorded again (never silently mispredicted).
 class LayerGatherer {
  public:
   LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack, HostWindow& window,
-                ParamGather& gather, Logger* log);
+                ParamGather& gather, Logger* log, size_t prefetch_bytes);
 
   void before(bool backward, int layer);
   // The step's passes are over: everything is released; the order is recorded.
@@ -82,6 +83,7 @@ class LayerGatherer {
   ParamGather& gather_;
   Logger* log_;
   std::vector<std::vector<size_t>> needed_;  // per layer
+  std::vector<std::vector<size_t>> prefetch_;  // per layer: the part of needed_ prefetched
   std::vector<int> recorded_, current_;      // events: 2 layer + backward
   bool recording_ = true;
   int reorders_ = 0;

@@ -221,6 +221,11 @@ void validate_log(const config::LogConfig& l) {
 }
 
 void validate_parallel(const config::ParallelConfig& p) {
+  try {
+    parse_bytes(p.zero_prefetch_size());
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("parallel.zero_prefetch_size: ") + e.what());
+  }
   for (auto [name, value] : {std::pair{"parallel.first_bucket_size", &p.first_bucket_size()},
                              std::pair{"parallel.bucket_size", &p.bucket_size()}}) {
     size_t bytes = 0;
