@@ -51,7 +51,8 @@ struct ZeroOptions {
   int stage = 1;  // 1, 2 or 3
   DataParallelOptions dp;
   Logger* log = nullptr;  // stage 3's order changes
-  // Stage 3: bytes of the next layer's buckets gathered ahead (at least one bucket).
+  // Stage 3: bytes of the next layer's buckets gathered ahead (at least one bucket; 0:
+  // no prefetch).
   size_t prefetch_bytes = size_t{1} << 20;
 };
 

@@ -100,7 +100,7 @@ LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stac
     size_t bytes = 0;
     for (size_t b : sorted) {
       const size_t size = static_cast<size_t>(plan.buckets()[b].numel()) * sizeof(float);
-      if (!p.empty() && bytes + size > prefetch_bytes) break;
+      if (prefetch_bytes == 0 || (!p.empty() && bytes + size > prefetch_bytes)) break;
       p.push_back(b);
       bytes += size;
     }

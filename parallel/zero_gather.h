@@ -55,7 +55,7 @@ std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
 // Stage 3: before each layer's forward and backward, gathers the buckets it reads (its
 // own, and those of the parameters it shares, such as GPT-2's tied wte) into the
 // parameter window, prefetches those of the next layer in the order recorded in the
-// first step (at most `prefetch_bytes` of them, at least one bucket), and releases every
+// first step (at most `prefetch_bytes` of them, at least one bucket; 0: none), and releases every
 // bucket neither needs. A step whose order differs from the recorded one is logged and
 // recorded again (never silently mispredicted).
 class LayerGatherer {
