@@ -61,13 +61,7 @@ void ZeroEngine::build_storage() {
   stack_.bind(full_params_, full_grads_);
   const int r = grid_.dp_rank();
   held_index_.resize(plan_.buckets().size());
-  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
-    const HeldRange h = plan_.block(b, r);
-    const auto held = shard_.held();
-    auto it = std::lower_bound(held.begin(), held.end(), h.begin,
-                               [](const HeldRange& x, int64_t v) { return x.begin < v; });
-    held_index_[b] = static_cast<size_t>(it - held.begin());
-  }
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) held_index_[b] = index_of(plan_.block(b, r));
   needed_ = buckets_read_by_layers(plan_, stack_);
 }
 
@@ -105,20 +99,21 @@ float* ZeroEngine::held(std::string_view state, size_t bucket) {
   return shard_.range<float>(state, held_index_[bucket]);
 }
 
-float* ZeroEngine::grad_of(const HeldRange& r) {
-  if (options_.stage == 1) return full_grads_ + r.begin;
+size_t ZeroEngine::index_of(const HeldRange& r) const {
   const auto held = shard_.held();
   auto it = std::lower_bound(held.begin(), held.end(), r.begin,
                              [](const HeldRange& x, int64_t v) { return x.begin < v; });
-  return shard_.range<float>(state::kGrad, static_cast<size_t>(it - held.begin()));
+  return static_cast<size_t>(it - held.begin());
+}
+
+float* ZeroEngine::grad_of(const HeldRange& r) {
+  if (options_.stage == 1) return full_grads_ + r.begin;
+  return shard_.range<float>(state::kGrad, index_of(r));
 }
 
 float* ZeroEngine::param_of(const HeldRange& r) {
   if (options_.stage < 3) return full_params_ + r.begin;
-  const auto held = shard_.held();
-  auto it = std::lower_bound(held.begin(), held.end(), r.begin,
-                             [](const HeldRange& x, int64_t v) { return x.begin < v; });
-  return shard_.range<float>(state::kParam, static_cast<size_t>(it - held.begin()));
+  return shard_.range<float>(state::kParam, index_of(r));
 }
 
 void ZeroEngine::initialize_parameters(

@@ -100,6 +100,7 @@ class ZeroEngine final : public Engine {
   void add_optimizer_states();  // adam.m, adam.v (+ the gradient shard at stages 2-3)
   void build_communication(Tracer* tracer);
   float* held(std::string_view state, size_t bucket);  // this rank's block of a bucket
+  size_t index_of(const HeldRange& r) const;  // of a held range in shard_.held()
   float* grad_of(const HeldRange& r);
   float* param_of(const HeldRange& r);
   void reduced(size_t bucket);

@@ -95,7 +95,7 @@ LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stac
       needed_(buckets_read_by_layers(plan, stack)) {
   // The lowest offsets first: the order a layer's tensors are laid out in.
   for (const std::vector<size_t>& n : needed_) {
-    std::vector<size_t> sorted(n.rbegin(), n.rend()), p;
+    std::vector<size_t> sorted(n), p;  // bucket indices: higher index, lower offset
     std::sort(sorted.begin(), sorted.end(), std::greater<size_t>());
     size_t bytes = 0;
     for (size_t b : sorted) {
