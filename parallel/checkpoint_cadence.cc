@@ -18,7 +18,7 @@ CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGri
   durable_ = CheckpointTier{c.dir(), "durable", c.keep()};
   fast_ = CheckpointTier{c.fast_dir(), "fast", c.fast_keep()};
   if (!c.dir().empty() || !c.fast_dir().empty()) {
-    writer_ = std::make_unique<CheckpointWriter>(grid_.dp_group(), c.async(), log_,
+    writer_ = std::make_unique<CheckpointWriter>(grid_.world_group(), c.async(), log_,
                                                  c.writer_cpus() == config::WRITER_CPUS_SPARE);
   }
 }
@@ -40,12 +40,12 @@ std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
     }
     paths.emplace_back(c.resume());
   }
-  const auto found = find_resumable(paths, grid_.dp_group(), log_);
+  const auto found = find_resumable(paths, grid_.world_group(), log_);
   if (found) return found;
   std::string where;
   for (const auto& p : paths) where += (where.empty() ? "" : " and ") + p.string();
   if (!latest) throw CheckpointError("nothing in " + where + " is a usable checkpoint to resume from");
-  if (grid_.dp_rank() == 0) log_.info("no checkpoint to resume from in ", where, "; starting from step 0");
+  if (grid_.rank() == 0) log_.info("no checkpoint to resume from in ", where, "; starting from step 0");
   return std::nullopt;
 }
 
@@ -68,7 +68,7 @@ Restored CheckpointCadence::restore(const std::filesystem::path& dir,
   } catch (const std::exception& e) {
     error = e.what();
   }
-  error = first_error(grid_.dp_group(), error);
+  error = first_error(grid_.world_group(), error);
   if (!error.empty()) throw CheckpointError("cannot resume from " + dir.string() + ": " + error);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -116,7 +116,8 @@ double DataParallelEngine::grad_norm() {
   std::vector<double> partials(static_cast<size_t>(plan_.ranks()));
   const float* g = grads();
   for (int r = 0; r < plan_.ranks(); ++r) {
-    partials[r] = plan_.partial_norm(r, [&](const HeldRange& h) { return g + h.begin; });
+    partials[r] = plan_.partial_norm(r, [&](const HeldRange& h) { return g + h.begin; },
+                                    options_.norm_begin);
   }
   return norm_from_partials(partials);
 }

@@ -37,6 +37,9 @@ struct DataParallelOptions {
   BucketOptions buckets;
   CommOptions comm;  // of the gradient communicator (the defaults above are filled in)
   AdamWOptions adamw;
+  // Elements [0, norm_begin) of the layout are left out of grad_norm(): a pipeline
+  // stage's borrowed copies of tied parameters (their owner's stage counts them).
+  int64_t norm_begin = 0;
 };
 
 // The gradient communicator's options: `o` with the defaults above filled in where it

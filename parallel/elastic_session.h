@@ -36,7 +36,7 @@ class ElasticSession {
               const std::function<bool(const std::string&)>& save) const;
 
  private:
-  bool leader() const { return grid_.dp_rank() == 0; }
+  bool leader() const { return grid_.rank() == 0; }
   void log_relaunch(int64_t first_step) const;
 
   ElasticReporter* reporter_;

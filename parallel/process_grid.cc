@@ -40,6 +40,7 @@ ProcessGrid::ProcessGrid(const Group& world, int pp_size)
       dp_rank_(world.rank() / pp_size),
       // Same stage -> one dp group, ordered by replica; same replica -> one pipeline,
       // ordered by stage.
+      world_group_(world.dup("world")),
       dp_group_(split_all(world, pp_rank_, dp_rank_, "dp")),
       pp_group_(split_all(world, dp_rank_, pp_rank_, "pp")) {}
 

@@ -45,6 +45,9 @@ class ProcessGrid {
   // The ranks holding the same stage in every replica ("dp"), and the stages of this
   // rank's replica ("pp").
   const Group& dp_group() const { return dp_group_; }
+  // Every rank of the grid (a duplicate of the world it was built from): checkpoints,
+  // which span the stages, and the sums every rank takes part in.
+  const Group& world_group() const { return world_group_; }
   const Group& pp_group() const { return pp_group_; }
 
   bool is_first_stage() const { return pp_rank_ == 0; }
@@ -71,6 +74,7 @@ class ProcessGrid {
   int dp_size_;
   int pp_rank_;
   int dp_rank_;
+  Group world_group_;
   Group dp_group_;
   Group pp_group_;
 };

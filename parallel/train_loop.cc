@@ -74,6 +74,8 @@ RunSummary TrainSession::run() {
   if ((config_.log().sample_tokens() > 0 && program_.sample) ||
       (!config_.output().export_safetensors().empty() && program_.export_weights)) {
     engine_->materialize_parameters();  // collective: stage 3 gathers them
+    // A pipeline gathers the whole model on world rank 0, bound to its whole stack.
+    if (pipeline_ && leader()) model_.stack->plan(alloc_, 1, data_->seq_len());
   }
   if (leader() && config_.log().sample_tokens() > 0 && program_.sample) {
     sum.sample = program_.sample(*this);
@@ -91,7 +93,13 @@ double TrainSession::evaluate() {
   const uint64_t max = static_cast<uint64_t>(config_.log().eval_batches()) * b;
   const EvalShare share = eval_share(data_->eval_samples(), b, max, grid_->dp_rank(),
                                      grid_->dp_size());
-  engine_->materialize_parameters();  // collective: forward without the engine's hooks
+  if (pipeline_) {
+    for (int c = 0; c < pipeline_->chunks(); ++c) pipeline_->chunk_engine(c).materialize_parameters();
+  } else {
+    engine_->materialize_parameters();  // collective: forward without the engine's hooks
+  }
+  // A pipeline's loss is on its last stage: it alone counts the samples.
+  const bool counts = !pipeline_ || grid_->is_last_stage();
   double sums[2] = {0, 0};  // loss summed over samples, samples
   for (uint64_t k = 0; k < share.batches; ++k) {
     const uint64_t lo = std::min(share.count, k * b), hi = std::min(share.count, lo + b);
@@ -99,14 +107,17 @@ double TrainSession::evaluate() {
     if (m == 0) continue;  // this rank's share ran out; the others go on
     data_->gather_eval(share.first + lo, hi - lo, std::span(inputs_).first(m * T),
                        std::span(targets_).first(m * T));
-    sums[0] += model_.stack->forward(Batch{inputs_.data(), targets_.data(), m, T, 0}) *
-               static_cast<double>(m);
+    const Batch batch{inputs_.data(), targets_.data(), m, T, 0};
+    const double loss = pipeline_ ? pipeline_->executor().forward_only(batch)
+                                  : model_.stack->forward(batch);
+    if (!counts) continue;
+    sums[0] += loss * static_cast<double>(m);
     sums[1] += static_cast<double>(m);
   }
   sum_over_ranks(sums, 2);
   return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
 }
 
-void TrainSession::write_trace() { reporter_->write_trace(tracer_, grid_->dp_group()); }
+void TrainSession::write_trace() { reporter_->write_trace(tracer_, grid_->world_group()); }
 
 }  // namespace etr

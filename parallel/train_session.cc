@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "parallel/pipeline_setup.h"
 #include "runtime/adamw.h"
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
@@ -81,13 +82,19 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
                            const TrainProgram& program, ElasticReporter* elastic)
     : config_(config),
       log_(log),
-      grid_(std::make_unique<ProcessGrid>(group, 1)),
+      grid_(std::make_unique<ProcessGrid>(group, config.parallel().pp())),
       alloc_(host_budget(config)),
       program_(program) {
-  // Every rank needs at least one sequence (checked alike on every rank, before anything
-  // is built); the data is checked against the batch once it is loaded.
+  // Every rank needs at least one sequence, and a pipeline a schedule it can run (checked
+  // alike on every rank, before anything is built); the data is checked against the
+  // batch once it is loaded.
   plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
                                          config_.batch().micro_batch()));
+  if (grid_->pp_size() > 1) {
+    for (const RankBatch& r : plan_->ranks()) {
+      pipeline_schedule_spec(config_, grid_->pp_size(), static_cast<int>(r.accumulation));
+    }
+  }
   build(program, group);
   setup_parallel();
   log_memory();
@@ -109,16 +116,21 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const SessionContext ctx{config_, log_, leader(), alloc_, threads, grid_->dp_size()};
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
-  engine_ = make_engine();
-  engine_->initialize_parameters(model_.init);
   const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
   const int64_t b = static_cast<int64_t>(rank_batch().micro_batch);
   if (leader()) {
     log_.info("model: ", model_.description, "; activations for micro-batch ", b, " x ", T, ": ",
               format_bytes(static_cast<double>(model_.stack->activation_bytes(b, T))));
   }
-  model_.stack->plan(alloc_, std::max(b, micro), T);
-  inputs_.resize(static_cast<size_t>(std::max(b, micro) * T));
+  if (grid_->pp_size() > 1) {
+    build_pipeline(program, ctx);
+  } else {
+    engine_ = make_engine(*model_.stack);
+    engine_->initialize_parameters(model_.init);
+    model_.stack->plan(alloc_, std::max(b, micro), T);
+  }
+  const size_t micro_batches = pipeline_ ? rank_batch().accumulation : 1;
+  inputs_.resize(micro_batches * static_cast<size_t>(std::max(b, micro) * T));
   targets_.resize(inputs_.size());
   data_ = program.data(ctx);
   if (data_->seq_len() != T) {
@@ -128,14 +140,45 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(), micro,
                                          data_->train_samples()));
   position_.seed = data_->seed();
-  hooks_ = engine_->hooks();
+  if (!pipeline_) hooks_ = engine_->hooks();
+}
+
+void TrainSession::build_pipeline(const TrainProgram& program, const SessionContext& ctx) {
+  const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
+  const int64_t b = std::max<int64_t>(static_cast<int64_t>(rank_batch().micro_batch), micro);
+  const ScheduleSpec spec = pipeline_schedule_spec(config_, grid_->pp_size(),
+                                                   static_cast<int>(rank_batch().accumulation));
+  // Measured costs: world rank 0 times the layers once, every rank takes its figures.
+  std::vector<double> costs = layer_parameter_costs(*model_.stack);
+  if (config_.parallel().pp_partition() == "measure") {
+    if (grid_->rank() == 0) costs = measure_layer_costs(*model_.stack, alloc_, b, T);
+    MPI_CHECK(MPI_Bcast(costs.data(), static_cast<int>(costs.size()), MPI_DOUBLE, 0,
+                        grid_->world_group().comm()));
+  }
+  PipelineOptions o;
+  o.schedule = spec;
+  o.bounds = pipeline_bounds(config_, *model_.stack, spec, costs);
+  o.comm = CommOptions::from_config(config_.comm());
+  if (leader()) log_.info(describe_pipeline(config_, spec, o.bounds, costs));
+  ModelSpec layers = program.model(ctx);  // a second instance: its layers become the chunks
+  auto factory = [this](LayerStack<float>& stack, int64_t norm_begin) {
+    return make_engine(stack, norm_begin);
+  };
+  auto engine = std::make_unique<PipelineEngine>(*model_.stack, layers.stack->release_layers(), *grid_,
+                                                 alloc_, std::move(o), factory, &tracer_);
+  pipeline_ = engine.get();
+  engine_ = std::move(engine);
+  engine_->initialize_parameters(model_.init);
+  pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, T);
 }
 
 void TrainSession::setup_parallel() {
   const int dp = grid_->dp_size();
-  if (dp > 1) {
-    control_comm_ = std::make_unique<HostCommunicator>(grid_->dp_group(),
+  if (grid_->size() > 1) {
+    control_comm_ = std::make_unique<HostCommunicator>(grid_->world_group(),
                                                        CommOptions::from_config(config_.comm()));
+  }
+  if (dp > 1) {
     if (leader()) {
       const RankBatch& r0 = plan_->rank(0);
       log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
@@ -144,34 +187,36 @@ void TrainSession::setup_parallel() {
     }
   }
   if (!config_.log().trace_file().empty()) {
-    MPI_CHECK(MPI_Barrier(grid_->dp_group().comm()));  // line the ranks' clocks up
+    MPI_CHECK(MPI_Barrier(grid_->world_group().comm()));  // line the ranks' clocks up
     tracer_.enable(Clock::now());
     ExecContext<float> ctx = model_.stack->context();
     ctx.tracer = &tracer_;
     model_.stack->set_context(ctx);
+    for (int c = 0; pipeline_ && c < pipeline_->chunks(); ++c) pipeline_->chunk_stack(c).set_context(ctx);
   }
 }
 
-std::unique_ptr<Engine> TrainSession::make_engine() {
+std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {
   const int stage = config_.parallel().zero_stage();
-  if (stage == 0) {
-    return std::make_unique<DataParallelEngine>(*model_.stack, *grid_, alloc_,
-                                                data_parallel_options(config_), &tracer_);
-  }
+  DataParallelOptions dp = data_parallel_options(config_);
+  dp.norm_begin = norm_begin;
+  if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
   ZeroOptions o;
   o.stage = stage;
-  o.dp = data_parallel_options(config_);
+  o.dp = dp;
   o.log = leader() ? &log_ : nullptr;
   o.prefetch_bytes = parse_bytes(config_.parallel().zero_prefetch_size());
-  return std::make_unique<ZeroEngine>(*model_.stack, *grid_, alloc_, std::move(o), &tracer_);
+  return std::make_unique<ZeroEngine>(stack, *grid_, alloc_, std::move(o), &tracer_);
 }
 
 void TrainSession::log_memory() const {
   if (!leader()) return;
   const EngineMemory m = engine_->memory();
   const int64_t b = static_cast<int64_t>(plan_->rank(0).micro_batch);
+  const size_t activations = pipeline_ ? pipeline_->executor().planned_bytes()
+                                       : model_.stack->activation_bytes(b, data_->seq_len());
   log_.info("memory per rank: ", m.describe(), "; activations ",
-            format_bytes(static_cast<double>(model_.stack->activation_bytes(b, data_->seq_len()))),
+            format_bytes(static_cast<double>(activations)),
             "; allocated ", format_bytes(static_cast<double>(alloc_.stats().in_use)), " of the budget ",
             format_bytes(static_cast<double>(alloc_.stats().budget)));
 }
@@ -181,7 +226,30 @@ void TrainSession::sum_over_ranks(double* values, int count) {
   control_comm_->allreduce(TensorView::flat(values, count, DType::kF64), ReduceOp::kSum)->wait();
 }
 
+void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
+  const int r = grid_->dp_rank();
+  const RankBatch& mine = plan_->rank(r);
+  const int64_t stride = static_cast<int64_t>(inputs_.size() / mine.accumulation);
+  std::vector<Batch> batches;
+  std::vector<double> weights;
+  for (uint64_t m = 0; m < mine.accumulation; ++m) {
+    const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+    const int64_t b = static_cast<int64_t>(mb.count);
+    int32_t* in = inputs_.data() + static_cast<int64_t>(m) * stride;
+    int32_t* tg = targets_.data() + static_cast<int64_t>(m) * stride;
+    {
+      auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
+      data_->gather(mb.first, mb.count, std::span(in, static_cast<size_t>(b * T)),
+                    std::span(tg, static_cast<size_t>(b * T)));
+    }
+    batches.push_back(Batch{in, tg, b, T, 1.0 / static_cast<double>(B * T)});
+    weights.push_back(static_cast<double>(b) / static_cast<double>(B));
+  }
+  loss_sum += pipeline_->run_step(batches, weights);
+}
+
 void TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
+  if (pipeline_) return run_pipeline(B, T, loss_sum);
   const int r = grid_->dp_rank();
   const RankBatch& mine = plan_->rank(r);
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
@@ -218,8 +286,11 @@ StepStats TrainSession::train_step() {
   if (nonfinite_at_step_ == static_cast<int64_t>(position_.step) + 1) {
     // A NaN in this rank's gradient of the last tensor (backward accumulates into it, and
     // the engine sums it into every rank's).
-    const TensorEntry& e = model_.stack->layout().entries().back();
-    engine_->gradients()[e.offset] = std::nanf("");
+    const LayerStack<float>& last =
+        pipeline_ ? pipeline_->chunk_stack(pipeline_->chunks() - 1) : *model_.stack;
+    if (!pipeline_ || grid_->is_last_stage()) {
+      engine_->gradients()[last.layout().entries().back().offset] = std::nanf("");
+    }
   }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
   run_micro_batches(B, T, loss_sum);

@@ -38,6 +38,7 @@
 #include "parallel/zero_engine.h"
 #include "parallel/data_source.h"
 #include "parallel/elastic_session.h"
+#include "parallel/pipeline_engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/step_report.h"
 #include "runtime/config/train_config.h"
@@ -139,13 +140,17 @@ class TrainSession {
   Tracer& tracer() { return tracer_; }
   HostAllocator& allocator() { return alloc_; }
   Logger& log() { return log_; }
-  bool leader() const { return grid_->dp_rank() == 0; }
+  bool leader() const { return grid_->rank() == 0; }
+  // Null without a pipeline (parallel.pp = 1).
+  PipelineEngine* pipeline() { return pipeline_; }
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
  private:
   void build(const TrainProgram& program, const Group& group);
-  std::unique_ptr<Engine> make_engine();
+  std::unique_ptr<Engine> make_engine(LayerStack<float>& stack, int64_t norm_begin = 0);
+  void build_pipeline(const TrainProgram& program, const SessionContext& ctx);
+  void run_pipeline(int64_t B, int64_t T, double& loss_sum);
   void log_memory() const;
   void setup_parallel();
   void resume();
@@ -162,9 +167,10 @@ class TrainSession {
   std::unique_ptr<DataSource> data_;
   std::optional<BatchPlan> plan_;
   DataPosition position_;
-  std::vector<int32_t> inputs_, targets_;  // [micro_batch, T]
+  std::vector<int32_t> inputs_, targets_;  // [micro_batch, T] (a pipeline: every micro-batch's)
   Tracer tracer_;
   std::unique_ptr<Engine> engine_;
+  PipelineEngine* pipeline_ = nullptr;  // engine_, when parallel.pp > 1
   std::unique_ptr<HostCommunicator> control_comm_;  // small sums: loss, flags, evaluation
   std::unique_ptr<CheckpointCadence> checkpoints_;
   std::unique_ptr<ElasticSession> elastic_;

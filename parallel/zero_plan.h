@@ -22,6 +22,7 @@
 // adds them the same way, so its clipping factor is bitwise the ZeRO stages'.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -56,7 +57,7 @@ class ZeroPlan {
   // Rank r's partial: the sum of squares of `values` over norm_ranges(r), where `values`
   // holds element begin of range i at values_of(i).
   template <typename ValuesOf>
-  double partial_norm(int r, ValuesOf values_of) const;
+  double partial_norm(int r, ValuesOf values_of, int64_t from = 0) const;
 
  private:
   const ParamLayout& layout_;
@@ -75,10 +76,13 @@ double sum_squares(const float* x, int64_t n);
 double norm_from_partials(std::span<const double> partials);
 
 template <typename ValuesOf>
-double ZeroPlan::partial_norm(int r, ValuesOf values_of) const {
+double ZeroPlan::partial_norm(int r, ValuesOf values_of, int64_t from) const {
   const std::vector<HeldRange> ranges = norm_ranges(r);
   double sum = 0;
-  for (size_t i = 0; i < ranges.size(); ++i) sum += sum_squares(values_of(ranges[i]), ranges[i].numel());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const int64_t skip = std::clamp<int64_t>(from - ranges[i].begin, 0, ranges[i].numel());
+    sum += sum_squares(values_of(ranges[i]) + skip, ranges[i].numel() - skip);
+  }
   return sum;
 }
 

@@ -63,7 +63,8 @@ ReduceStats ZeroEngine::end_backward() {
 
 double ZeroEngine::grad_norm() {
   const int n = plan_.ranks();
-  double mine = plan_.partial_norm(grid_.dp_rank(), [&](const HeldRange& h) { return grad_of(h); });
+  double mine = plan_.partial_norm(grid_.dp_rank(), [&](const HeldRange& h) { return grad_of(h); },
+                                  options_.dp.norm_begin);
   std::vector<double> all(static_cast<size_t>(n), mine);
   if (n > 1) {
     grad_comm_->allgather(TensorView::flat(&mine, 1, DType::kF64),

@@ -23,6 +23,7 @@ struct LayerStack<Real>::Impl {
   std::vector<int64_t> offsets;  // per layer, within a slot
   int64_t grad_numel = 0;        // one of the two inter-layer gradient buffers
   int current = -1;              // the slot the layers point into
+  std::vector<const void*> inputs;  // per slot: the first layer's input of its forward
   std::vector<std::string> forward_names, backward_names;
 
   Real* slot(int s) const {
@@ -62,6 +63,21 @@ template <typename Real>
 LayerStack<Real>::LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers)
     : layers_(std::move(layers)), impl_(std::make_unique<Impl>()) {
   if (layers_.empty()) throw InvalidArgument("a layer stack needs at least one layer");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]) throw InvalidArgument("layer " + std::to_string(i) + " of the stack is null");
+    layers_[i]->declare(layout_, static_cast<int>(i));
+    impl_->forward_names.push_back("forward " + layers_[i]->name());
+    impl_->backward_names.push_back("backward " + layers_[i]->name());
+  }
+  set_context(ExecContext<Real>{});
+}
+
+template <typename Real>
+LayerStack<Real>::LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers,
+                             const std::vector<TensorEntry>& borrowed)
+    : layers_(std::move(layers)), impl_(std::make_unique<Impl>()) {
+  if (layers_.empty()) throw InvalidArgument("a layer stack needs at least one layer");
+  for (const TensorEntry& e : borrowed) layout_.add(e.name, e.shape, 0, e.weight_decay, e.dtype);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) throw InvalidArgument("layer " + std::to_string(i) + " of the stack is null");
     layers_[i]->declare(layout_, static_cast<int>(i));
@@ -148,6 +164,7 @@ void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_fligh
   m.slot_numel = s.slot;
   m.grad_numel = s.grad;
   m.current = -1;
+  m.inputs.assign(static_cast<size_t>(in_flight), nullptr);
   select(0);
 }
 
@@ -180,11 +197,13 @@ void LayerStack<Real>::check_fits(const Batch& b) const {
 }
 
 template <typename Real>
-double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot) {
+double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot,
+                                 const Real* input) {
   check_fits(b);
   select(slot);
+  impl_->inputs[static_cast<size_t>(slot)] = input;
   Tracer* tracer = context_.tracer;
-  const Real* in = nullptr;
+  const Real* in = input;
   for (int i = 0; i < size(); ++i) {
     if (hooks.before_forward) hooks.before_forward(i);
     auto scope = tracer ? tracer->scope(TraceTrack::kCompute, impl_->forward_names[i], "forward")
@@ -198,7 +217,8 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
 }
 
 template <typename Real>
-void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slot) {
+void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slot,
+                                const Real* dout, Real* din_stage) {
   check_fits(b);
   select(slot);
   Impl& m = *impl_;
@@ -211,13 +231,14 @@ void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slo
   const int last = size() - 1;
   for (int i = last; i >= 0; --i) {
     if (hooks.before_backward) hooks.before_backward(i);
-    const Real* in = i > 0 ? layers_[i - 1]->output() : nullptr;
-    Real* din = i > 0 ? dnext : nullptr;
+    const Real* in = i > 0 ? layers_[i - 1]->output()
+                           : static_cast<const Real*>(m.inputs[static_cast<size_t>(slot)]);
+    Real* din = i > 0 ? dnext : din_stage;
     {
       auto scope = tracer ? tracer->scope(TraceTrack::kCompute, m.backward_names[i], "backward")
                           : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
-      if (din) k.fill(din, Real(0), layers_[i - 1]->output_numel(b.B, b.T));
-      layers_[i]->backward(in, i == last ? nullptr : dcur, din, layer_scratch, b);
+      if (i > 0) k.fill(din, Real(0), layers_[i - 1]->output_numel(b.B, b.T));
+      layers_[i]->backward(in, i == last ? dout : dcur, din, layer_scratch, b);
     }
     if (hooks.after_backward) hooks.after_backward(i);
     std::swap(dcur, dnext);

@@ -53,11 +53,21 @@ class LayerStack {
  public:
   // Declares every layer's tensors into layout() as layers 0..n-1 (forward order).
   explicit LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers);
+  // A pipeline stage (parallel/pipeline_stage.h): `borrowed` tensors, read by a layer of
+  // this stage but owned by a layer of another (GPT-2's wte on the last stage), are
+  // declared first, as part of layer 0 (so their gradients are final once every layer of
+  // the stage has run backward), then the layers as layers 0..n-1. Each borrowed tensor's
+  // name, shape and weight decay are the owner's; share() declares its users.
+  LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers,
+             const std::vector<TensorEntry>& borrowed);
   ~LayerStack();
 
   const ParamLayout& layout() const { return layout_; }
   int size() const { return static_cast<int>(layers_.size()); }
   Layer<Real>& layer(int i) { return *layers_.at(i); }
+  // Moves the layers out, for a pipeline stage to take its range of them; the stack keeps
+  // its layout() and shared(), and must not run afterwards.
+  std::vector<std::unique_ptr<Layer<Real>>> release_layers() { return std::move(layers_); }
   const Layer<Real>& layer(int i) const { return *layers_.at(i); }
 
   // Declares that layer `user` reads tensor `name`, owned by layer `owner` < user.
@@ -83,10 +93,18 @@ class LayerStack {
 
   // Runs forward of micro-batch `batch` into slot `slot`; with targets returns the mean
   // of the last layer's output (the loss per position) over the batch's B x T positions.
-  double forward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0);
+  // `input`: the first layer's input (a pipeline stage's activations from the previous
+  // stage; null for the model's first layer), read again by backward of the slot, so it
+  // must stay unchanged until then.
+  double forward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
+                 const Real* input = nullptr);
   // Backward of the micro-batch whose forward is in slot `slot` (with the same batch).
-  // Parameter gradients accumulate (+=) into the bound gradients.
-  void backward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0);
+  // Parameter gradients accumulate (+=) into the bound gradients. `dout`: the gradient of
+  // the last layer's output (from the next pipeline stage; null for a loss layer);
+  // `din`: the gradient of the slot's input is added (+=) into it (to send to the previous
+  // stage; null when nobody needs it).
+  void backward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
+                const Real* dout = nullptr, Real* din = nullptr);
   // The last layer's output of slot `slot`'s last forward.
   const Real* output(int slot = 0) const;
 

@@ -239,6 +239,9 @@ void validate_parallel(const config::ParallelConfig& p) {
   }
   require(p.zero_stage() >= 0 && p.zero_stage() <= 3, "parallel.zero_stage", p.zero_stage(),
           "0 (replicas), 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters)");
+  require(p.pp() >= 1, "parallel.pp", p.pp(), "1 (no pipeline) or more stages");
+  require(p.pp_virtual_stages() >= 0, "parallel.pp_virtual_stages", p.pp_virtual_stages(),
+          "0 (automatic) or more model chunks per rank");
 }
 
 void validate_checkpoint(const config::CheckpointConfig& c) {

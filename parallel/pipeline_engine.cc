@@ -1,0 +1,194 @@
+#include "parallel/pipeline_engine.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "checkpoint/shard_plan.h"
+#include "parallel/range_exchange.h"
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+
+PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique_ptr<Layer<float>>> layers,
+                               const ProcessGrid& grid, HostAllocator& alloc, PipelineOptions options,
+                               const EngineFactory& make_engine, Tracer* tracer)
+    : model_(model),
+      grid_(grid),
+      alloc_(alloc),
+      options_(std::move(options)),
+      cut_(model, options_.bounds, grid.pp_size()) {
+  std::vector<PipelineChunk> run;
+  for (int c = 0; c < cut_.virtual_stages(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), c);
+    chunks_.push_back(cut_.make_chunk(layers, j));
+    chunks_.back()->set_context(model_.context());
+    engines_.push_back(make_engine(*chunks_.back(), cut_.borrowed_numel(j)));
+    run.push_back(PipelineChunk{j, chunks_.back().get(), engines_.back().get()});
+  }
+  executor_ = std::make_unique<PipelineExecutor>(cut_, grid_, std::move(run), alloc_, options_.comm, tracer);
+}
+
+PipelineEngine::~PipelineEngine() = default;
+
+void PipelineEngine::plan(int micro_batches, int64_t B, int64_t T) {
+  ScheduleSpec spec = options_.schedule;
+  spec.micro_batches = micro_batches;
+  check_schedule_spec(spec);
+  executor_->plan(build_schedule(spec), B, T);
+}
+
+double PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights) {
+  return executor_->run(batches, weights);
+}
+
+void PipelineEngine::initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) {
+  // The whole model's initial parameters, once, then each chunk's tensors by name.
+  const ParamLayout& whole = model_.layout();
+  std::vector<float> all(static_cast<size_t>(whole.numel()), 0.0f);
+  if (init) init(whole, all.data());
+  for (auto& e : engines_) {
+    e->initialize_parameters([&](const ParamLayout& l, float* p) {
+      for (const TensorEntry& t : l.entries()) {
+        const TensorEntry& w = *whole.find(t.name);
+        std::memcpy(p + t.offset, all.data() + w.offset, static_cast<size_t>(t.numel()) * sizeof(float));
+      }
+    });
+  }
+}
+
+void PipelineEngine::collect(std::string_view name, float* out, int64_t begin, int64_t end) {
+  // Each chunk contributes its own tensors of what its engine hands a dp-group writer.
+  std::vector<NamedState> held;
+  std::vector<FlatPiece> pieces;
+  for (size_t c = 0; c < engines_.size(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
+    const ParamLayout& l = chunks_[c]->layout();
+    for (const NamedState& s : engines_[c]->states()) {
+      if (s.name != name) continue;
+      auto [a, b] = ShardPlan(l, grid_.dp_size(), {s.name}).flat_range(grid_.dp_rank());
+      a = std::max(a, cut_.borrowed_numel(j));
+      if (a >= b) continue;
+      const int64_t shift = cut_.own_offset(j);
+      pieces.push_back(FlatPiece{a + shift, b + shift, s.data + (a - s.begin)});
+    }
+  }
+  exchange_pieces(grid_.world_group(), pieces, out, begin, end);
+}
+
+std::vector<NamedState> PipelineEngine::states() {
+  const auto [a, b] = ShardPlan(model_.layout(), grid_.size(), {std::string(state::kParam)})
+                          .flat_range(grid_.rank());
+  const std::string_view names[] = {state::kParam, state::kAdamM, state::kAdamV};
+  staging_.resize(3);
+  std::vector<NamedState> out;
+  for (int i = 0; i < 3; ++i) {
+    const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
+    if (staging_[i].size() != bytes) staging_[i] = Buffer(alloc_, bytes);
+    float* stage = static_cast<float*>(staging_[i].data());
+    std::fill(stage, stage + (b - a), 0.0f);
+    collect(names[i], stage, a, b);
+    out.push_back({std::string(names[i]), stage, a});
+  }
+  return out;
+}
+
+void PipelineEngine::gather_state(std::string_view name, float* out) {
+  std::fill(out, out + model_.layout().numel(), 0.0f);
+  collect(name, out, 0, model_.layout().numel());
+}
+
+std::vector<HeldState> PipelineEngine::held_states() {
+  std::vector<HeldState> out;
+  for (auto& e : engines_) {
+    for (HeldState& h : e->held_states()) out.push_back(std::move(h));
+  }
+  return out;
+}
+
+void PipelineEngine::materialize_parameters() {
+  for (auto& e : engines_) e->materialize_parameters();
+  const int64_t n = model_.layout().numel();
+  const bool root = grid_.rank() == 0;
+  if (root && whole_params_.size() == 0) {
+    whole_params_ = Buffer(alloc_, static_cast<size_t>(n) * sizeof(float));
+    whole_grads_ = Buffer(alloc_, static_cast<size_t>(n) * sizeof(float));
+    std::memset(whole_grads_.data(), 0, whole_grads_.size());
+  }
+  float* p = root ? static_cast<float*>(whole_params_.data()) : nullptr;
+  collect(state::kParam, p, 0, root ? n : 0);
+  if (root) model_.bind(p, static_cast<float*>(whole_grads_.data()));
+}
+
+float* PipelineEngine::parameters() {
+  if (grid_.rank() != 0 || whole_params_.size() == 0) {
+    throw InvalidArgument("a pipeline's whole parameters are on world rank 0 after "
+                          "materialize_parameters() only");
+  }
+  return static_cast<float*>(whole_params_.data());
+}
+
+float* PipelineEngine::gradients() { return engines_.back()->gradients(); }
+
+EngineMemory PipelineEngine::memory() const {
+  EngineMemory m = engines_.front()->memory();
+  for (size_t c = 1; c < engines_.size(); ++c) {
+    const EngineMemory o = engines_[c]->memory();
+    m.psi += o.psi;
+    m.params += o.params;
+    m.grads += o.grads;
+    m.optimizer += o.optimizer;
+    m.gathered_peak = std::max(m.gathered_peak, o.gathered_peak);
+    m.unreduced_peak += o.unreduced_peak;
+    m.checkpoint_staging += o.checkpoint_staging;
+  }
+  for (const Buffer& b : staging_) m.checkpoint_staging += b.size();
+  return m;
+}
+
+std::string PipelineEngine::describe() const {
+  std::string s = "pipeline " + std::string(schedule_name(options_.schedule.kind)) + ", " +
+                  std::to_string(grid_.pp_size()) + " stages";
+  if (cut_.virtual_stages() > 1) s += " x " + std::to_string(cut_.virtual_stages()) + " chunks";
+  s += "; this rank's chunks: ";
+  for (size_t c = 0; c < engines_.size(); ++c) {
+    s += (c ? "; " : "") + engines_[c]->describe();
+  }
+  return s;
+}
+
+void PipelineEngine::begin_step() {
+  for (auto& e : engines_) e->begin_step();
+}
+
+void PipelineEngine::begin_backward(bool) {
+  throw InvalidArgument("a pipeline's backward is run by its executor (run_step), not layer by layer");
+}
+
+void PipelineEngine::layer_grads_final(int) {
+  throw InvalidArgument("a pipeline's backward is run by its executor (run_step), not layer by layer");
+}
+
+ReduceStats PipelineEngine::end_backward() {
+  ReduceStats s;
+  for (auto& e : engines_) s += e->end_backward();
+  return s;
+}
+
+double PipelineEngine::grad_norm() {
+  double squares = 0;
+  for (auto& e : engines_) {
+    const double n = e->grad_norm();
+    squares += n * n;
+  }
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm()));
+  return std::sqrt(squares);
+}
+
+void PipelineEngine::optimizer_step(const OptimizerStep& step) {
+  for (auto& e : engines_) e->optimizer_step(step);
+}
+
+}  // namespace etr

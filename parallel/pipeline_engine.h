@@ -1,0 +1,101 @@
+// PipelineEngine: the step seam (parallel/engine.h) for a pipeline of pp stages on a
+// dp x pp grid (parallel/process_grid.h): this rank's chunks of the model
+// (parallel/pipeline_stage.h), each with its own engine (data parallel or ZeRO 1-3 over
+// the stage's dp group), run by the executor (parallel/pipeline_executor.h) from a
+// schedule (parallel/pipeline_schedule.h).
+//
+// The loop calls begin_step(), run_step() (instead of driving a stack itself), then
+// end_backward(), grad_norm(), optimizer_step() as for any engine; the per-layer phases
+// (begin_backward, layer_grads_final) belong to the chunks' engines, which the executor
+// calls. What differs from one stack:
+//   grad_norm    each chunk's norm over its dp group (a borrowed tied copy left out), the
+//                squares summed over the pp group
+//   states       the whole model's layout: each state moved from the ranks that hold it
+//                (each chunk's own tensors, as its engine hands them to a writer of the
+//                dp group) to the world's checkpoint writers (ShardPlan over N ranks), so
+//                a checkpoint is the same files whatever pp, dp and ZeRO stage wrote it
+//   held_states  the chunks' states, read by tensor name: any checkpoint loads into any
+//                split
+//   parameters   after materialize_parameters(): the whole model on world rank 0 only
+//                (generation, export), gathered from the stages
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/engine.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline_stage.h"
+#include "runtime/host_allocator.h"
+
+namespace etr {
+
+struct PipelineOptions {
+  ScheduleSpec schedule;   // kind, stages, virtual stages (micro-batches set per plan)
+  std::vector<int> bounds;  // P v + 1 layer boundaries
+  CommOptions comm;         // of the activation transfers
+};
+
+class PipelineEngine final : public Engine {
+ public:
+  // An engine for chunk `stack` whose first `norm_begin` elements are borrowed copies.
+  using EngineFactory = std::function<std::unique_ptr<Engine>(LayerStack<float>& stack, int64_t norm_begin)>;
+
+  // Collective over the grid. `model`: the whole model (its layout and layers' sizes; it is
+  // bound to the gathered parameters by materialize_parameters() on world rank 0).
+  // `layers`: a second instance of the model's layers, cut into this rank's chunks.
+  PipelineEngine(LayerStack<float>& model, std::vector<std::unique_ptr<Layer<float>>> layers,
+                 const ProcessGrid& grid, HostAllocator& alloc, PipelineOptions options,
+                 const EngineFactory& make_engine, Tracer* tracer = nullptr);
+  ~PipelineEngine() override;
+
+  const PipelineCut& cut() const { return cut_; }
+  PipelineExecutor& executor() { return *executor_; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  LayerStack<float>& chunk_stack(int c) { return *chunks_.at(c); }
+  Engine& chunk_engine(int c) { return *engines_.at(c); }
+  // Plans the step for `micro_batches` micro-batches of up to B x T (ConfigError when the
+  // schedule cannot take them). Again when the number changes.
+  void plan(int micro_batches, int64_t B, int64_t T);
+  // Runs one step's micro-batches (see PipelineExecutor::run).
+  double run_step(std::span<const Batch> batches, std::span<const double> weights);
+
+  int zero_stage() const override { return engines_.front()->zero_stage(); }
+  FlatState& state() override { return engines_.front()->state(); }
+  void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
+  float* parameters() override;
+  void materialize_parameters() override;
+  float* gradients() override;
+  std::vector<HeldState> held_states() override;
+  void gather_state(std::string_view name, float* out) override;
+  EngineMemory memory() const override;
+  const BucketReducer* reducer() const override { return engines_.front()->reducer(); }
+  std::string describe() const override;
+  void begin_step() override;
+  void begin_backward(bool last) override;
+  void layer_grads_final(int layer) override;
+  ReduceStats end_backward() override;
+  double grad_norm() override;
+  void optimizer_step(const OptimizerStep& step) override;
+  std::vector<NamedState> states() override;
+
+ private:
+  // Moves state `name` of every chunk into [begin, end) of the model's layout in `out`,
+  // on every rank (collective over the world).
+  void collect(std::string_view name, float* out, int64_t begin, int64_t end);
+
+  LayerStack<float>& model_;
+  const ProcessGrid& grid_;
+  HostAllocator& alloc_;
+  PipelineOptions options_;
+  PipelineCut cut_;
+  std::vector<std::unique_ptr<LayerStack<float>>> chunks_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
+  Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
+};
+
+}  // namespace etr

@@ -1,0 +1,339 @@
+#include "parallel/pipeline_executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/error.h"
+
+namespace etr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Most micro-batches of `chunk` whose activations are held at once, in list order.
+int chunk_in_flight(const std::vector<PipeAction>& list, int chunk) {
+  int held = 0, most = 0;
+  for (const PipeAction& a : list) {
+    if (a.chunk != chunk) continue;
+    if (a.op == PipeOp::kForward) most = std::max(most, ++held);
+    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) --held;
+  }
+  return most;
+}
+
+constexpr int kTieTag = 1 << 28;
+
+}  // namespace
+
+// A tied parameter's gradient exchange on one side.
+struct TieSide {
+  int64_t offset = 0, numel = 0;  // in the chunk's layout
+  int layer = 0;                  // the chunk's layer whose "final" it precedes
+  bool owner = false;
+  int peer = 0;                   // in the pp group
+  int tag = 0;
+  std::vector<float> mine, theirs;
+  WorkPtr sent, received;
+  bool pending = false;
+};
+
+struct PipelineExecutor::ChunkState {
+  PipelineChunk c;
+  bool first = false, last = false;  // the model's first / last virtual stage
+  int64_t in_max = 0, out_max = 0;   // elements for a micro-batch of B x T
+  std::vector<Buffer> inputs, douts, dins;
+  std::vector<int> free_slots, free_inputs, free_douts;
+  std::vector<int> slot_of, input_of, dout_of;  // per micro-batch (-1: none)
+  std::vector<WorkPtr> recv_in, recv_dout;      // per micro-batch
+  std::vector<WorkPtr> act_sent, grad_sent;     // per slot
+  size_t final_backward = 0;                    // index of the step's last backward
+  std::vector<TieSide> ties;
+};
+
+PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid,
+                                   std::vector<PipelineChunk> chunks, Allocator& alloc,
+                                   CommOptions comm, Tracer* tracer)
+    : cut_(cut), grid_(grid), alloc_(alloc), tracer_(tracer) {
+  comm.inline_bytes = 0;  // a transfer never blocks the caller
+  comm_ = std::make_unique<HostCommunicator>(grid_.pp_group(), comm);
+  for (const PipelineChunk& c : chunks) {
+    auto s = std::make_unique<ChunkState>();
+    s->c = c;
+    s->first = c.vstage == 0;
+    s->last = c.vstage == cut_.num_vstages() - 1;
+    const ParamLayout& l = c.stack->layout();
+    for (size_t i = 0; i < cut_.ties().size(); ++i) {
+      const Tie& t = cut_.ties()[i];
+      if (t.owner_vstage != c.vstage && t.user_vstage != c.vstage) continue;
+      TieSide side;
+      side.owner = t.owner_vstage == c.vstage;
+      const TensorEntry& e = *l.find(t.name);
+      side.offset = e.offset;
+      side.numel = e.numel();
+      side.layer = side.owner ? e.layer : 0;
+      side.peer = (side.owner ? t.user_vstage : t.owner_vstage) % cut_.stages();
+      side.tag = kTieTag + static_cast<int>(i);
+      s->ties.push_back(std::move(side));
+    }
+    chunks_.push_back(std::move(s));
+  }
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+int PipelineExecutor::tag(int mb, int vstage, bool grad) const {
+  return (mb * cut_.num_vstages() + vstage) * 2 + (grad ? 1 : 0);
+}
+
+void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
+  validate_schedule(schedule);
+  schedule_ = schedule;
+  T_ = T;
+  planned_bytes_ = 0;
+  const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
+  slots_.clear();
+  const int m = schedule_.spec.micro_batches;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    ChunkState& c = *chunks_[k];
+    const int chunk = static_cast<int>(k);
+    const int slots = std::max(1, chunk_in_flight(list, chunk));
+    slots_.push_back(slots);
+    c.c.stack->plan(alloc_, B, T, slots);
+    planned_bytes_ += c.c.stack->activation_bytes(B, T, slots);
+    c.in_max = cut_.input_numel(c.c.vstage, B, T);
+    c.out_max = c.c.stack->layer(c.c.stack->size() - 1).output_numel(B, T);
+    auto pool = [&](std::vector<Buffer>& v, int64_t numel, int count) {
+      v.clear();
+      if (numel == 0) return;
+      for (int i = 0; i < count; ++i) v.emplace_back(alloc_, static_cast<size_t>(numel) * sizeof(float));
+      planned_bytes_ += static_cast<size_t>(numel * count) * sizeof(float);
+    };
+    // One more than the slots: a receive is posted before the backward that frees one.
+    pool(c.inputs, c.first ? 0 : c.in_max, slots + 1);
+    pool(c.douts, c.last ? 0 : c.out_max, slots + 1);
+    pool(c.dins, c.first ? 0 : c.in_max, slots);
+    c.act_sent.assign(static_cast<size_t>(slots), nullptr);
+    c.grad_sent.assign(static_cast<size_t>(slots), nullptr);
+    c.final_backward = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PipeOp op = list[i].op;
+      if (list[i].chunk == chunk && (op == PipeOp::kBackward || op == PipeOp::kBackwardWeight)) {
+        c.final_backward = i;
+      }
+    }
+    c.slot_of.assign(static_cast<size_t>(m), -1);
+    c.input_of.assign(static_cast<size_t>(m), -1);
+    c.dout_of.assign(static_cast<size_t>(m), -1);
+    c.recv_in.assign(static_cast<size_t>(m), nullptr);
+    c.recv_dout.assign(static_cast<size_t>(m), nullptr);
+  }
+}
+
+StackHooks PipelineExecutor::hooks_for(ChunkState& c, bool final) {
+  StackHooks h = c.c.engine->hooks();
+  if (!final) {
+    h.after_backward = nullptr;  // only the step's last backward makes gradients final
+    return h;
+  }
+  h.after_backward = [this, &c](int layer) {
+    for (TieSide& t : c.ties) {
+      if (t.layer != layer) continue;
+      exchange_tie(c, t.owner);
+      if (!t.owner) return;  // the user's layer 0 is final once the owner's part is in
+    }
+    c.c.engine->layer_grads_final(layer);
+  };
+  return h;
+}
+
+void PipelineExecutor::exchange_tie(ChunkState& c, bool owner) {
+  float* g = c.c.engine->gradients();
+  for (TieSide& t : c.ties) {
+    if (t.owner != owner) continue;
+    t.mine.assign(g + t.offset, g + t.offset + t.numel);
+    t.theirs.resize(static_cast<size_t>(t.numel));
+    t.sent = comm_->send(TensorView::flat(t.mine.data(), t.numel, DType::kF32), t.peer, t.tag);
+    t.received = comm_->recv(TensorView::flat(t.theirs.data(), t.numel, DType::kF32), t.peer, t.tag);
+    t.pending = true;
+    if (!owner) continue;
+    // owner + user, in this order on both sides: both hold the same sum.
+    t.received->wait();
+    for (int64_t i = 0; i < t.numel; ++i) g[t.offset + i] += t.theirs[static_cast<size_t>(i)];
+    t.pending = false;
+  }
+}
+
+void PipelineExecutor::finish_ties() {
+  for (auto& cp : chunks_) {
+    ChunkState& c = *cp;
+    bool deferred = false;
+    float* g = c.c.engine->gradients();
+    for (TieSide& t : c.ties) {
+      if (t.pending) {
+        t.received->wait();
+        for (int64_t i = 0; i < t.numel; ++i) {
+          g[t.offset + i] = t.theirs[static_cast<size_t>(i)] + g[t.offset + i];
+        }
+        t.pending = false;
+        deferred = !t.owner;
+      }
+      if (t.sent) t.sent->wait();
+      t.sent.reset();
+      t.received.reset();
+    }
+    if (deferred) c.c.engine->layer_grads_final(0);
+  }
+}
+
+void PipelineExecutor::post_recv(const PipeAction& a, bool grad) {
+  ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
+  const size_t mb = static_cast<size_t>(a.micro_batch);
+  std::vector<int>& free = grad ? c.free_douts : c.free_inputs;
+  if (free.empty()) throw InvalidArgument("pipeline: no free receive buffer (the schedule holds too many)");
+  const int buf = free.back();
+  free.pop_back();
+  (grad ? c.dout_of : c.input_of)[mb] = buf;
+  const int64_t numel = grad ? c.out_max : c.in_max;  // whole buffers: sizes agree on both sides
+  float* p = static_cast<float*>((grad ? c.douts : c.inputs)[static_cast<size_t>(buf)].data());
+  const int from_vstage = c.c.vstage + (grad ? 1 : -1);
+  (grad ? c.recv_dout : c.recv_in)[mb] = comm_->recv(
+      TensorView::flat(p, numel, DType::kF32), from_vstage % cut_.stages(), tag(a.micro_batch, c.c.vstage, grad));
+}
+
+void PipelineExecutor::send(const PipeAction& a, bool grad) {
+  ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
+  const int slot = grad ? c.slot_of[static_cast<size_t>(a.micro_batch)] : c.slot_of[static_cast<size_t>(a.micro_batch)];
+  const int64_t numel = grad ? c.in_max : c.out_max;
+  const float* p = grad ? static_cast<const float*>(c.dins[static_cast<size_t>(slot)].data())
+                        : c.c.stack->output(slot);
+  const int to_vstage = c.c.vstage + (grad ? -1 : 1);
+  (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
+      comm_->send(TensorView::flat(const_cast<float*>(p), numel, DType::kF32), to_vstage % cut_.stages(),
+                  tag(a.micro_batch, to_vstage, grad));
+  if (grad) c.free_slots.push_back(slot);  // its activations are no longer needed
+}
+
+void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batches,
+                               std::span<const double> weights, double& loss) {
+  ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
+  const size_t mb = static_cast<size_t>(a.micro_batch);
+  if (c.free_slots.empty()) throw InvalidArgument("pipeline: no free activation slot");
+  const int slot = c.free_slots.back();
+  c.free_slots.pop_back();
+  c.slot_of[mb] = slot;
+  if (WorkPtr& w = c.act_sent[static_cast<size_t>(slot)]) w->wait();  // the slot's last output left
+  const float* input = nullptr;
+  if (!c.first) {
+    c.recv_in[mb]->wait();
+    input = static_cast<const float*>(c.inputs[static_cast<size_t>(c.input_of[mb])].data());
+  }
+  Batch b = batches[mb];
+  if (!c.first) b.tokens = nullptr;
+  if (!c.last) b.targets = nullptr;
+  const auto t0 = Clock::now();
+  const double l = c.c.stack->forward(b, hooks_for(c, false), slot, input);
+  stats_.compute_seconds += seconds_since(t0);
+  if (c.last) loss += l * weights[mb];
+}
+
+void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batches) {
+  ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
+  const size_t mb = static_cast<size_t>(a.micro_batch);
+  const int slot = c.slot_of[mb];
+  const float* dout = nullptr;
+  if (!c.last) {
+    c.recv_dout[mb]->wait();
+    dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
+  }
+  float* din = nullptr;
+  if (!c.first) {
+    if (WorkPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
+    din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
+    std::fill(din, din + c.in_max, 0.0f);
+  }
+  const bool final = &a == &schedule_.stages[static_cast<size_t>(grid_.pp_rank())][c.final_backward];
+  c.c.engine->begin_backward(final);
+  Batch b = batches[mb];
+  if (!c.first) b.tokens = nullptr;
+  if (!c.last) b.targets = nullptr;
+  const auto t0 = Clock::now();
+  c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
+  stats_.compute_seconds += seconds_since(t0);
+  if (!c.first) c.free_inputs.push_back(c.input_of[mb]);
+  if (!c.last) c.free_douts.push_back(c.dout_of[mb]);
+  if (c.first) c.free_slots.push_back(slot);  // nothing to send: the slot is free now
+}
+
+double PipelineExecutor::run(std::span<const Batch> batches, std::span<const double> weights) {
+  const int m = schedule_.spec.micro_batches;
+  if (static_cast<int>(batches.size()) != m || static_cast<int>(weights.size()) != m) {
+    throw InvalidArgument("pipeline: the step has " + std::to_string(batches.size()) +
+                          " micro-batches but the schedule was planned for " + std::to_string(m));
+  }
+  for (auto& cp : chunks_) {
+    ChunkState& c = *cp;
+    auto reset = [](std::vector<int>& v, size_t n) {
+      v.clear();
+      for (size_t i = n; i-- > 0;) v.push_back(static_cast<int>(i));
+    };
+    reset(c.free_slots, c.act_sent.size());
+    reset(c.free_inputs, c.inputs.size());
+    reset(c.free_douts, c.douts.size());
+  }
+  stats_ = {};
+  const auto t0 = Clock::now();
+  double loss = 0;
+  for (const PipeAction& a : schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()))) {
+    switch (a.op) {
+      case PipeOp::kRecvActivation: post_recv(a, false); break;
+      case PipeOp::kForward: forward(a, batches, weights, loss); break;
+      case PipeOp::kSendActivation: send(a, false); break;
+      case PipeOp::kRecvGrad: post_recv(a, true); break;
+      case PipeOp::kBackward: backward(a, batches); break;
+      case PipeOp::kSendGrad: send(a, true); break;
+      case PipeOp::kOptimizerStep: finish_ties(); break;
+      case PipeOp::kBackwardInput:
+      case PipeOp::kBackwardWeight:
+        throw InvalidArgument("pipeline: the executor runs whole backwards only (split backward "
+                              "is not supported by this build)");
+    }
+  }
+  for (auto& cp : chunks_) {
+    for (WorkPtr& w : cp->act_sent) if (w) w->wait();
+    for (WorkPtr& w : cp->grad_sent) if (w) w->wait();
+  }
+  stats_.wall_seconds = seconds_since(t0);
+  return loss;
+}
+
+double PipelineExecutor::forward_only(const Batch& batch) {
+  double loss = 0;
+  for (auto& cp : chunks_) {  // in virtual-stage order: chunk c is virtual stage c P + s
+    ChunkState& c = *cp;
+    const int64_t in = cut_.input_numel(c.c.vstage, batch.B, batch.T);
+    const float* input = nullptr;
+    if (!c.first) {
+      float* p = static_cast<float*>(c.inputs.at(0).data());
+      comm_->recv(TensorView::flat(p, in, DType::kF32), (c.c.vstage - 1) % cut_.stages(),
+                  tag(0, c.c.vstage, false))->wait();
+      input = p;
+    }
+    Batch b = batch;
+    if (!c.first) b.tokens = nullptr;
+    if (!c.last) b.targets = nullptr;
+    const double l = c.c.stack->forward(b, {}, 0, input);
+    if (c.last) loss = l;
+    if (!c.last) {
+      const int64_t out = c.c.stack->layer(c.c.stack->size() - 1).output_numel(batch.B, batch.T);
+      comm_->send(TensorView::flat(const_cast<float*>(c.c.stack->output(0)), out, DType::kF32),
+                  (c.c.vstage + 1) % cut_.stages(), tag(0, c.c.vstage + 1, false))->wait();
+    }
+  }
+  return loss;
+}
+
+}  // namespace etr

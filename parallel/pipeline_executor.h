@@ -1,0 +1,107 @@
+// PipelineExecutor: runs a pipeline schedule (parallel/pipeline_schedule.h) on this
+// rank's chunks (parallel/pipeline_stage.h), one optimizer step at a time.
+//
+// Protocol of one step, on every rank of a pipeline, in its list's order:
+//   kRecvActivation   an irecv of the chunk's input into a free input buffer (posted
+//                     early, so the transfer overlaps the compute before it)
+//   kForward          waits for it; forward into a free activation slot of the chunk
+//   kSendActivation   an isend of the chunk's output (from the slot's activations, which
+//                     stay until the slot's backward)
+//   kRecvGrad         an irecv of the gradient of the chunk's output
+//   kBackward         waits for it; backward, the input's gradient into the slot's send
+//                     buffer; the slot and the input buffer are free again
+//   kSendGrad         an isend of that gradient
+//   kOptimizerStep    the tied gradients are exchanged, every send is waited for
+// Transfers run on a HostCommunicator over the pp group (its progress thread moves the
+// bytes while the caller computes; its timeout turns a dead peer into a CommError naming
+// it). Messages are tagged by (micro-batch, receiving virtual stage, kind).
+//
+// Each chunk has its own engine (data parallel or ZeRO over the stage's dp group): its
+// hooks run around every layer, and only the chunk's last backward of the step is
+// "final" (begin_backward(true), layer_grads_final), so its buckets are reduced while
+// the rest of the pipeline drains. A tied parameter's gradient (Tie) is exchanged at the
+// owner's and user's final backward: the user posts its part and defers its layer 0's
+// "final" to the end of the step; the owner waits for the user's part (sent long before:
+// the owner's last backward depends on the user's) and adds it before its layer 0 is
+// final.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "collectives/host_communicator.h"
+#include "parallel/engine.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_stage.h"
+#include "parallel/process_grid.h"
+#include "runtime/allocator.h"
+#include "runtime/trace.h"
+
+namespace etr {
+
+// One of this rank's chunks.
+struct PipelineChunk {
+  int vstage = 0;
+  LayerStack<float>* stack = nullptr;
+  Engine* engine = nullptr;
+};
+
+// What a step measured.
+struct PipelineStepStats {
+  double wall_seconds = 0;     // the schedule's actions, first to last
+  double compute_seconds = 0;  // forward and backward
+  double bubble() const { return wall_seconds > 0 ? 1 - compute_seconds / wall_seconds : 0; }
+};
+
+class PipelineExecutor {
+ public:
+  PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid, std::vector<PipelineChunk> chunks,
+                   Allocator& alloc, CommOptions comm, Tracer* tracer = nullptr);
+  ~PipelineExecutor();
+
+  // Plans activations and transfer buffers for `schedule` with micro-batches of up to
+  // B x T (OutOfMemory). Again when the schedule changes.
+  void plan(const Schedule& schedule, int64_t B, int64_t T);
+  const Schedule& schedule() const { return schedule_; }
+  // Activation slots of each chunk (the schedule's bound).
+  const std::vector<int>& slots() const { return slots_; }
+  // Bytes of activations, scratch and transfer buffers planned.
+  size_t planned_bytes() const { return planned_bytes_; }
+
+  // One step: micro-batch mb is batches[mb] (valid for the whole call; tokens read by
+  // the first virtual stage, targets by the last). Returns the sum over the micro-batches
+  // of the mean loss times weights[mb] on the rank of the last virtual stage, 0 elsewhere.
+  double run(std::span<const Batch> batches, std::span<const double> weights);
+  const PipelineStepStats& last_step() const { return stats_; }
+  // Forward only through every stage (evaluation); the mean loss on the rank of the last
+  // virtual stage, 0 elsewhere.
+  double forward_only(const Batch& batch);
+
+ private:
+  struct ChunkState;
+  void forward(const PipeAction& a, std::span<const Batch> batches, std::span<const double> weights,
+               double& loss);
+  void backward(const PipeAction& a, std::span<const Batch> batches);
+  void post_recv(const PipeAction& a, bool grad);
+  void send(const PipeAction& a, bool grad);
+  StackHooks hooks_for(ChunkState& c, bool final);
+  void exchange_tie(ChunkState& c, bool owner);
+  void finish_ties();
+  int tag(int mb, int vstage, bool grad) const;
+
+  const PipelineCut& cut_;
+  const ProcessGrid& grid_;
+  Allocator& alloc_;
+  Tracer* tracer_;
+  std::unique_ptr<HostCommunicator> comm_;  // over the pp group
+  std::vector<std::unique_ptr<ChunkState>> chunks_;
+  Schedule schedule_;
+  std::vector<int> slots_;
+  size_t planned_bytes_ = 0;
+  int64_t T_ = 0;
+  PipelineStepStats stats_;
+};
+
+}  // namespace etr

@@ -1,0 +1,41 @@
+// From a job's configuration to a pipeline (parallel/pipeline_engine.h): the schedule
+// (parallel.pp_schedule, pp_virtual_stages) and the cut of the layers into stages
+// (parallel.pp_partition: balanced by parameters read or by measured time, or explicit).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline_engine.h"
+#include "runtime/config/train_config.h"
+#include "runtime/layer_stack.h"
+#include "runtime/log.h"
+
+namespace etr {
+
+// The schedule of parallel.* for `stages` stages and `micro_batches` micro-batches per
+// replica, checked (ConfigError naming the fields) before any communication.
+ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int micro_batches);
+
+// Per layer: the parameters it reads (its own, and each shared tensor it uses).
+std::vector<double> layer_parameter_costs(const LayerStack<float>& model);
+
+// Per layer: seconds of forward + backward on a micro-batch of B x T, measured with the
+// layers of `model` bound to scratch buffers from `alloc` (OutOfMemory when the whole
+// model's parameters, gradients and one micro-batch's activations do not fit). The
+// median of `rounds` after one warm-up.
+std::vector<double> measure_layer_costs(LayerStack<float>& model, Allocator& alloc, int64_t B,
+                                        int64_t T, int rounds = 3);
+
+// The boundaries of parallel.pp_partition for `spec` over `model`'s layers: "params",
+// "measure" (costs from `measured`, which the caller provides: the same on every rank),
+// or an explicit list. ConfigError when the model has fewer layers than parts.
+std::vector<int> pipeline_bounds(const TrainConfig& config, const LayerStack<float>& model,
+                                 const ScheduleSpec& spec, const std::vector<double>& measured);
+
+// "pipeline: 1f1b over 2 stages, 8 micro-batches per replica (bubble in theory 11.1 %);
+// layers 0-2 | 3-5; cost per stage 1.02 | 0.98 (measure)" for the start-up log.
+std::string describe_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
+                              const std::vector<int>& bounds, const std::vector<double>& costs);
+
+}  // namespace etr

@@ -1,0 +1,29 @@
+// exchange_pieces: moves ranges of a flat buffer between the ranks of a group, for
+// checkpoints and gathers that cross pipeline stages (parallel/pipeline_engine.h).
+//
+// Every rank contributes pieces (ranges of the flat buffer with their data; each element
+// is contributed by at most one rank of the group) and asks for one range. One
+// MPI_Allgather of the asked ranges, one MPI_Alltoall of counts, then two
+// MPI_Alltoallv: the (offset, count) headers of what is sent, and the elements.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/group.h"
+
+namespace etr {
+
+struct FlatPiece {
+  int64_t begin = 0;  // [begin, end) elements of the flat buffer
+  int64_t end = 0;
+  const float* data = nullptr;  // data[0] is element begin
+};
+
+// Collective over `group`. Writes into out[0 .. out_end - out_begin) every contributed
+// element of [out_begin, out_end) (out[0] is element out_begin); elements nobody
+// contributes are left as they are. An MPI failure throws CommError (MPI_CHECK).
+void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, float* out,
+                     int64_t out_begin, int64_t out_end);
+
+}  // namespace etr

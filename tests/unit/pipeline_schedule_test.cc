@@ -1,0 +1,368 @@
+// Pipeline schedules as data (parallel/pipeline_schedule.h), for every kind, every P in
+// 1..8, m in 1..16 and (interleaved) v in 2..4 that check_schedule_spec accepts:
+//   - the lists pass validate_schedule, end with one optimizer step, and post each receive
+//     right after the stage's previous compute action;
+//   - max_in_flight: GPipe m on every stage; 1F1B and ZB-H1 min(m, P - s) on stage s;
+//     interleaved Megatron-LM's min(v m, 2 (P - s - 1) + (v - 1) P + 1) (its warm-up
+//     forwards plus the one of the first steady-state pair);
+//   - simulate_schedule with unit costs (F = B = W = 1, so a whole backward costs 2) gives
+//     theoretical_bubble exactly for GPipe, 1F1B and interleaved. ZB-H1 gives exactly
+//     2 (P-1) / (3m + 2 (P-1)), the best any list can do when a micro-batch is held until
+//     its W and stage s holds at most P - s (see the ZbH1 test); that is theory plus a
+//     stated slack of 3m (P-1) / ((3m + P-1)(3m + 2 (P-1))), and below 1F1B for P >= 2;
+//   - exact lists for small cases pin the orders; broken lists are refused with a message
+//     naming the stage.
+#include "parallel/pipeline_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace etr {
+namespace {
+
+constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                                   ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1};
+constexpr double kTolerance = 1e-9;
+
+// Every spec of the sweep that check_schedule_spec accepts.
+std::vector<ScheduleSpec> sweep(ScheduleKind kind) {
+  std::vector<ScheduleSpec> out;
+  const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 16; ++m) {
+      for (int v = interleaved ? 2 : 1; v <= (interleaved ? 4 : 1); ++v) {
+        const ScheduleSpec spec{kind, p, m, v};
+        try {
+          check_schedule_spec(spec);
+        } catch (const ConfigError&) {
+          continue;
+        }
+        out.push_back(spec);
+      }
+    }
+  }
+  return out;
+}
+
+std::string name(const ScheduleSpec& spec) {
+  return std::string(schedule_name(spec.kind)) + " P=" + std::to_string(spec.stages) +
+         " m=" + std::to_string(spec.micro_batches) + " v=" + std::to_string(spec.virtual_stages);
+}
+
+bool is_compute(PipeOp op) {
+  return op == PipeOp::kForward || op == PipeOp::kBackward || op == PipeOp::kBackwardInput ||
+         op == PipeOp::kBackwardWeight;
+}
+
+// Shorthands for hand-written lists: (micro-batch, chunk).
+PipeAction fwd(int mb, int c = 0) {
+  return {PipeOp::kForward, mb, c};
+}
+PipeAction bwd(int mb, int c = 0) {
+  return {PipeOp::kBackward, mb, c};
+}
+PipeAction b_in(int mb, int c = 0) {
+  return {PipeOp::kBackwardInput, mb, c};
+}
+PipeAction b_wt(int mb, int c = 0) {
+  return {PipeOp::kBackwardWeight, mb, c};
+}
+PipeAction recv_act(int mb, int c = 0) {
+  return {PipeOp::kRecvActivation, mb, c};
+}
+PipeAction send_act(int mb, int c = 0) {
+  return {PipeOp::kSendActivation, mb, c};
+}
+PipeAction recv_grad(int mb, int c = 0) {
+  return {PipeOp::kRecvGrad, mb, c};
+}
+PipeAction send_grad(int mb, int c = 0) {
+  return {PipeOp::kSendGrad, mb, c};
+}
+PipeAction step() {
+  return {PipeOp::kOptimizerStep, -1, 0};
+}
+
+std::string show(const std::vector<PipeAction>& list) {
+  std::string out;
+  for (const PipeAction& a : list) out += to_string(a) + " ";
+  return out;
+}
+
+void expect_lists(const ScheduleSpec& spec, const std::vector<std::vector<PipeAction>>& want) {
+  const Schedule got = build_schedule(spec);
+  ASSERT_EQ(got.stages.size(), want.size());
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_EQ(got.stages[s], want[s])
+        << name(spec) << " stage " << s << "\n got: " << show(got.stages[s])
+        << "\nwant: " << show(want[s]);
+  }
+}
+
+// Expects `fn` to throw E with a message containing every one of `parts`.
+template <typename E, typename Fn>
+void expect_refused(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a refusal mentioning '" << parts.front() << "'";
+  } catch (const E& e) {
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << e.what() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+TEST(PipelineSchedule, ParsesNamesAndListsTheChoices) {
+  for (ScheduleKind kind : kKinds) EXPECT_EQ(parse_schedule_kind(schedule_name(kind)), kind);
+  EXPECT_EQ(parse_schedule_kind("interleaved-1f1b"), ScheduleKind::kInterleaved1F1B);
+  for (const char* bad : {"pipedream", "GPipe", "", "zb-h2"}) {
+    expect_refused<ConfigError>(
+        [&] { parse_schedule_kind(bad); },
+        {"'" + std::string(bad) + "'", "gpipe", "1f1b", "interleaved", "zb-h1"});
+  }
+}
+
+TEST(PipelineSchedule, CheckSpecRefusesWhatCannotBeScheduled) {
+  using K = ScheduleKind;
+  auto refuse = [](ScheduleSpec spec, const std::string& value) {
+    expect_refused<ConfigError>([&] { check_schedule_spec(spec); }, {value});
+    expect_refused<ConfigError>([&] { build_schedule(spec); }, {value});
+  };
+  refuse({K::k1F1B, 0, 4, 1}, "stages = 0");
+  refuse({K::kGPipe, -1, 4, 1}, "stages = -1");
+  refuse({K::k1F1B, 2, 0, 1}, "micro-batches = 0");
+  refuse({K::kZeroBubbleH1, 2, 4, 0}, "virtual stages = 0");
+  refuse({K::k1F1B, 2, 4, 2}, "virtual stages = 2");
+  refuse({K::kGPipe, 2, 4, 3}, "virtual stages = 3");
+  refuse({K::kZeroBubbleH1, 2, 4, 2}, "virtual stages = 2");
+  refuse({K::kInterleaved1F1B, 2, 4, 1}, "not 1");
+  refuse({K::kInterleaved1F1B, 2, 3, 2}, "micro-batches (3)");
+  refuse({K::kInterleaved1F1B, 4, 2, 2}, "micro-batches (2)");
+  refuse({K::kInterleaved1F1B, 1, 4, 2}, "not 1");
+  EXPECT_NO_THROW(check_schedule_spec({K::kInterleaved1F1B, 4, 8, 3}));
+  EXPECT_NO_THROW(check_schedule_spec({K::kGPipe, 1, 1, 1}));
+}
+
+TEST(PipelineSchedule, EveryListIsValidAndPostsReceivesEarly) {
+  for (ScheduleKind kind : kKinds) {
+    const std::vector<ScheduleSpec> specs = sweep(kind);
+    EXPECT_GT(specs.size(), 60u) << schedule_name(kind);
+    for (const ScheduleSpec& spec : specs) {
+      const Schedule schedule = build_schedule(spec);
+      ASSERT_NO_THROW(validate_schedule(schedule)) << name(spec);
+      for (const std::vector<PipeAction>& list : schedule.stages) {
+        ASSERT_FALSE(list.empty());
+        EXPECT_EQ(list.back(), step());
+        EXPECT_EQ(std::count(list.begin(), list.end(), step()), 1);
+        for (size_t i = 0; i < list.size(); ++i) {
+          const PipeOp op = list[i].op;
+          if (op != PipeOp::kRecvActivation && op != PipeOp::kRecvGrad) continue;
+          // Right after the previous compute action (or first), and the next compute
+          // action is the one it feeds.
+          EXPECT_TRUE(i == 0 || is_compute(list[i - 1].op)) << name(spec) << " at " << i;
+          const auto consumer = std::find_if(list.begin() + i, list.end(),
+                                             [](const PipeAction& a) { return is_compute(a.op); });
+          ASSERT_NE(consumer, list.end());
+          EXPECT_EQ(consumer->micro_batch, list[i].micro_batch) << name(spec) << " at " << i;
+          EXPECT_EQ(consumer->chunk, list[i].chunk) << name(spec) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, InFlightBounds) {
+  for (ScheduleKind kind : kKinds) {
+    for (const ScheduleSpec& spec : sweep(kind)) {
+      const Schedule schedule = build_schedule(spec);
+      const int p = spec.stages, m = spec.micro_batches, v = spec.virtual_stages;
+      for (int s = 0; s < p; ++s) {
+        int bound = std::min(m, p - s);  // 1F1B, ZB-H1
+        if (kind == ScheduleKind::kGPipe) bound = m;
+        if (kind == ScheduleKind::kInterleaved1F1B) {
+          bound = std::min(v * m, 2 * (p - s - 1) + (v - 1) * p + 1);
+        }
+        EXPECT_EQ(max_in_flight(schedule, s), bound) << name(spec) << " stage " << s;
+      }
+    }
+  }
+  EXPECT_THROW(max_in_flight(build_schedule({ScheduleKind::k1F1B, 2, 2, 1}), 2), InvalidArgument);
+}
+
+TEST(PipelineSchedule, SimulatedBubbleIsTheTheory) {
+  for (ScheduleKind kind :
+       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+    for (const ScheduleSpec& spec : sweep(kind)) {
+      const SimulatedRun run = simulate_schedule(build_schedule(spec));
+      EXPECT_NEAR(run.bubble_fraction, theoretical_bubble(spec), kTolerance) << name(spec);
+      const double per_stage = 3.0 * spec.micro_batches * spec.virtual_stages;
+      for (double busy : run.busy) EXPECT_DOUBLE_EQ(busy, per_stage) << name(spec);
+    }
+  }
+}
+
+// ZB-H1 with a micro-batch held until its W and at most P - s held on stage s. The last
+// stage may then hold one: it runs F B W F B W ... from time P-1, so its last B ends at
+// 3m + P - 2 or later; that gradient crosses P - 1 stages (one B each) and stage 0 then
+// runs that micro-batch's W: no list ends before 3m + 2(P-1), a bubble of
+// 2(P-1) / (3m + 2(P-1)). The theory's (P-1) / (3m + P-1) (Qi et al.) needs the last
+// stage to defer P - 1 W's past its last B, i.e. to hold P micro-batches.
+TEST(PipelineSchedule, ZbH1ReachesTheBestBubbleUnderTheActivationBound) {
+  for (const ScheduleSpec& spec : sweep(ScheduleKind::kZeroBubbleH1)) {
+    const double x = spec.stages - 1, m = spec.micro_batches;
+    const double theory = theoretical_bubble(spec);
+    const double slack = 3 * m * x / ((3 * m + x) * (3 * m + 2 * x));  // stated gap
+    const SimulatedRun run = simulate_schedule(build_schedule(spec));
+    EXPECT_NEAR(run.makespan, 3 * m + 2 * x, kTolerance) << name(spec);
+    EXPECT_NEAR(run.bubble_fraction, 2 * x / (3 * m + 2 * x), kTolerance) << name(spec);
+    EXPECT_LE(run.bubble_fraction, theory + slack + kTolerance) << name(spec);
+    EXPECT_GE(run.bubble_fraction, theory - kTolerance) << name(spec);
+    if (spec.stages >= 2) {
+      ScheduleSpec one_f_one_b = spec;
+      one_f_one_b.kind = ScheduleKind::k1F1B;
+      EXPECT_LT(run.bubble_fraction,
+                simulate_schedule(build_schedule(one_f_one_b)).bubble_fraction - 1e-6)
+          << name(spec);
+    }
+  }
+}
+
+TEST(PipelineSchedule, SimulationCountsCostsAndCommunication) {
+  // GPipe P=2 m=1 with F=1, B=2+3, p2p 0.5: F [0,1], send [1,1.5]; stage 1 F [1.5,2.5],
+  // B [2.5,7.5], send [7.5,8]; stage 0 B [8,13].
+  const SimulatedRun run =
+      simulate_schedule(build_schedule({ScheduleKind::kGPipe, 2, 1, 1}), {1, 2, 3, 0.5});
+  EXPECT_DOUBLE_EQ(run.makespan, 13);
+  EXPECT_EQ(run.busy, (std::vector<double>{6, 6}));
+  EXPECT_DOUBLE_EQ(run.bubble_fraction, 1 - 12.0 / 26);
+  const SimulatedRun single = simulate_schedule(build_schedule({ScheduleKind::k1F1B, 1, 4, 1}));
+  EXPECT_DOUBLE_EQ(single.makespan, 12);
+  EXPECT_DOUBLE_EQ(single.bubble_fraction, 0);
+}
+
+TEST(PipelineSchedule, GPipeListsP2M3) {
+  expect_lists({ScheduleKind::kGPipe, 2, 3, 1},
+               {{fwd(0), send_act(0), fwd(1), send_act(1), fwd(2), recv_grad(0), send_act(2),
+                 bwd(0), recv_grad(1), bwd(1), recv_grad(2), bwd(2), step()},
+                {recv_act(0), fwd(0), recv_act(1), fwd(1), recv_act(2), fwd(2), bwd(0),
+                 send_grad(0), bwd(1), send_grad(1), bwd(2), send_grad(2), step()}});
+}
+
+TEST(PipelineSchedule, OneFOneBListsP2M3) {
+  expect_lists({ScheduleKind::k1F1B, 2, 3, 1},
+               {{fwd(0), send_act(0), fwd(1), recv_grad(0), send_act(1), bwd(0), fwd(2),
+                 recv_grad(1), send_act(2), bwd(1), recv_grad(2), bwd(2), step()},
+                {recv_act(0), fwd(0), bwd(0), recv_act(1), send_grad(0), fwd(1), bwd(1),
+                 recv_act(2), send_grad(1), fwd(2), bwd(2), send_grad(2), step()}});
+}
+
+TEST(PipelineSchedule, ZbH1ListsP2M3) {
+  expect_lists(
+      {ScheduleKind::kZeroBubbleH1, 2, 3, 1},
+      {{fwd(0), send_act(0), fwd(1), recv_grad(0), send_act(1), b_in(0), b_wt(0), fwd(2),
+        recv_grad(1), send_act(2), b_in(1), b_wt(1), recv_grad(2), b_in(2), b_wt(2), step()},
+       {recv_act(0), fwd(0), b_in(0), send_grad(0), b_wt(0), recv_act(1), fwd(1), b_in(1),
+        send_grad(1), b_wt(1), recv_act(2), fwd(2), b_in(2), send_grad(2), b_wt(2), step()}});
+}
+
+TEST(PipelineSchedule, InterleavedListsP2V2M2) {
+  // Virtual stages: stage 0 holds 0 and 2, stage 1 holds 1 and 3. Stage 0 warms up with
+  // all 4 forwards (2 (P-1) + (v-1) P = 4), stage 1 with 2.
+  expect_lists(
+      {ScheduleKind::kInterleaved1F1B, 2, 2, 2},
+      {{fwd(0, 0),       send_act(0, 0),  fwd(1, 0), recv_act(0, 1),  send_act(1, 0),  fwd(0, 1),
+        recv_act(1, 1),  send_act(0, 1),  fwd(1, 1), recv_grad(0, 1), send_act(1, 1),  bwd(0, 1),
+        recv_grad(1, 1), send_grad(0, 1), bwd(1, 1), recv_grad(0, 0), send_grad(1, 1), bwd(0, 0),
+        recv_grad(1, 0), bwd(1, 0),       step()},
+       {recv_act(0, 0),  fwd(0, 0),       recv_act(1, 0),  send_act(0, 0),  fwd(1, 0),
+        recv_act(0, 1),  send_act(1, 0),  fwd(0, 1),       bwd(0, 1),       recv_act(1, 1),
+        send_grad(0, 1), fwd(1, 1),       bwd(1, 1),       recv_grad(0, 0), send_grad(1, 1),
+        bwd(0, 0),       recv_grad(1, 0), send_grad(0, 0), bwd(1, 0),       send_grad(1, 0),
+        step()}});
+}
+
+TEST(PipelineSchedule, InterleavedComputeOrderP2V2M4) {
+  // Megatron-LM's order: forwards go by groups of P micro-batches through the chunks,
+  // backwards the same with the chunks mirrored.
+  const Schedule schedule = build_schedule({ScheduleKind::kInterleaved1F1B, 2, 4, 2});
+  const std::vector<std::vector<PipeAction>> want = {
+      {fwd(0, 0), fwd(1, 0), fwd(0, 1), fwd(1, 1), fwd(2, 0), bwd(0, 1), fwd(3, 0), bwd(1, 1),
+       fwd(2, 1), bwd(0, 0), fwd(3, 1), bwd(1, 0), bwd(2, 1), bwd(3, 1), bwd(2, 0), bwd(3, 0)},
+      {fwd(0, 0), fwd(1, 0), fwd(0, 1), bwd(0, 1), fwd(1, 1), bwd(1, 1), fwd(2, 0), bwd(0, 0),
+       fwd(3, 0), bwd(1, 0), fwd(2, 1), bwd(2, 1), fwd(3, 1), bwd(3, 1), bwd(2, 0), bwd(3, 0)}};
+  for (int s = 0; s < 2; ++s) {
+    std::vector<PipeAction> compute;
+    std::copy_if(schedule.stages[s].begin(), schedule.stages[s].end(), std::back_inserter(compute),
+                 [](const PipeAction& a) { return is_compute(a.op); });
+    EXPECT_EQ(compute, want[s]) << "stage " << s << ": " << show(compute);
+  }
+}
+
+// `schedule` with actions `what` and `where` of `stage` swapped.
+Schedule swapped(Schedule schedule, int stage, PipeAction what, PipeAction where) {
+  std::vector<PipeAction>& list = schedule.stages[stage];
+  const auto a = std::find(list.begin(), list.end(), what);
+  const auto b = std::find(list.begin(), list.end(), where);
+  EXPECT_TRUE(a != list.end() && b != list.end());
+  std::iter_swap(a, b);
+  return schedule;
+}
+
+TEST(PipelineSchedule, BrokenListsAreRefused) {
+  const Schedule gpipe = build_schedule({ScheduleKind::kGPipe, 2, 2, 1});
+  // A send swapped with its own forward: sends what is not computed yet.
+  expect_refused<InvalidArgument>(
+      [&] { validate_schedule(swapped(gpipe, 0, send_act(1), fwd(1))); },
+      {"stage 0", "send-activation(mb 1, chunk 0)", "before its forward"});
+  // A send swapped with a backward that waits for it (through stage 1): the lists are
+  // well-formed but deadlock.
+  const Schedule stuck = swapped(gpipe, 0, send_act(1), bwd(0));
+  EXPECT_NO_THROW(validate_schedule(stuck));
+  expect_refused<InvalidArgument>(
+      [&] { simulate_schedule(stuck); },
+      {"deadlock", "stage 0 waits at action 4 (backward(mb 0, chunk 0))",
+       "stage 1 waits at action 3 (forward(mb 1, chunk 0))"});
+  // The same across the chunks of the interleaved schedule.
+  const Schedule interleaved = build_schedule({ScheduleKind::kInterleaved1F1B, 2, 2, 2});
+  const Schedule cycle = swapped(interleaved, 1, send_act(1, 0), recv_grad(0, 0));
+  EXPECT_NO_THROW(validate_schedule(cycle));
+  expect_refused<InvalidArgument>([&] { simulate_schedule(cycle); },
+                                  {"deadlock", "stage 0 waits", "stage 1 waits"});
+  // A dropped backward.
+  Schedule dropped = build_schedule({ScheduleKind::k1F1B, 3, 4, 1});
+  auto& middle = dropped.stages[1];
+  middle.erase(std::find(middle.begin(), middle.end(), bwd(2)));
+  expect_refused<InvalidArgument>([&] { validate_schedule(dropped); },
+                                  {"stage 1", "send-grad(mb 2, chunk 0)"});
+  // A duplicated forward.
+  Schedule twice = build_schedule({ScheduleKind::kZeroBubbleH1, 3, 4, 1});
+  auto& last = twice.stages[2];
+  last.insert(std::find(last.begin(), last.end(), fwd(1)) + 1, fwd(1));
+  expect_refused<InvalidArgument>([&] { validate_schedule(twice); },
+                                  {"stage 2", "forward(mb 1, chunk 0)", "forwarded twice"});
+  // Stage 0 forwards (and sends) micro-batches 0 and 1 in the other order: each list is
+  // well-formed, but the channel pairs stage 0's mb 1 with stage 1's receive of mb 0.
+  const Schedule crossed = swapped(swapped(gpipe, 0, fwd(0), fwd(1)), 0, send_act(0), send_act(1));
+  expect_refused<InvalidArgument>(
+      [&] { validate_schedule(crossed); },
+      {"stage 0 sends activations to stage 1 in another order than stage 1 receives them",
+       "message 0 is mb 1"});
+  // W without its B, and a missing optimizer step.
+  Schedule no_b = build_schedule({ScheduleKind::kZeroBubbleH1, 1, 2, 1});
+  std::iter_swap(no_b.stages[0].begin() + 1, no_b.stages[0].begin() + 2);
+  expect_refused<InvalidArgument>([&] { validate_schedule(no_b); },
+                                  {"stage 0", "before its backward-input"});
+  Schedule no_step = gpipe;
+  no_step.stages[1].pop_back();
+  expect_refused<InvalidArgument>([&] { validate_schedule(no_step); },
+                                  {"stage 1", "optimizer-step"});
+}
+
+}  // namespace
+}  // namespace etr
