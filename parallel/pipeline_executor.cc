@@ -25,7 +25,8 @@ int chunk_in_flight(const std::vector<PipeAction>& list, int chunk) {
   return most;
 }
 
-constexpr int kTieTag = 1 << 28;
+// Tags: transfers 0..2 m (P v) - 1, ties from kTieTag (the communicator takes < 2^20).
+constexpr int kTieTag = (1 << 20) - 256;
 
 }  // namespace
 
@@ -97,6 +98,11 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
   const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
   slots_.clear();
   const int m = schedule_.spec.micro_batches;
+  if (static_cast<int64_t>(m) * cut_.num_vstages() * 2 > kTieTag) {
+    throw ConfigError("a pipeline of " + std::to_string(cut_.num_vstages()) + " virtual stages runs at most " +
+                      std::to_string(kTieTag / 2 / cut_.num_vstages()) + " micro-batches per step, not " +
+                      std::to_string(m) + "; raise batch.micro_batch.");
+  }
   for (size_t k = 0; k < chunks_.size(); ++k) {
     ChunkState& c = *chunks_[k];
     const int chunk = static_cast<int>(k);

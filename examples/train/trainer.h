@@ -72,6 +72,8 @@ class Trainer {
   }
   const DataPosition& position() const { return session_.position(); }
   const ProcessGrid& grid() const { return session_.grid(); }
+  // Null without a pipeline (parallel.pp = 1).
+  PipelineEngine* pipeline() { return session_.pipeline(); }
   const RankBatch& rank_batch() const { return session_.rank_batch(); }
   const BucketReducer* reducer() const { return session_.reducer(); }
   Tracer& tracer() { return session_.tracer(); }

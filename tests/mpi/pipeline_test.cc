@@ -1,0 +1,215 @@
+// Pipeline stages (parallel/pipeline_engine.h) at np 2-4 against the single-process run
+// with the same global batch: after 3 steps the parameters, AdamW moments and losses of
+// every schedule (GPipe, 1F1B, interleaved 1F1B), with pp = np and with dp 2 x pp 2 at
+// every ZeRO stage, agree within a stated tolerance (the only differences in summation
+// order: the tied wte's two halves are added after, not during, backward, and the
+// gradient norm is summed per stage); the tied copies on the first and last stage stay
+// bitwise equal; 1F1B holds at most pp - s micro-batches on stage s; a checkpoint saved
+// by one split loads bitwise into another and continues as the single-process run; an
+// impossible layout is one sentence before any communication.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "mpi/mpi_test_main.h"
+#include "runtime/config/train_config.h"
+#include "runtime/error.h"
+#include "runtime/state_names.h"
+
+namespace etr::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tolerances: float sums in another order, through 3 AdamW steps at lr 3e-3 (measured
+// differences are about 1e-7; a wrong gradient moves parameters by about 1e-3).
+constexpr double kParamTol = 2e-5;
+constexpr double kLossTol = 1e-5;
+
+// 6 blocks (8 layers: pp 4 x 2 chunks fit), global batch 12 in micro-batches of 1 (12
+// micro-batches per pipeline at dp 1, 6 at dp 2: every schedule's m is a multiple of pp).
+TrainConfig config(std::vector<std::string> extra) {
+  TrainConfig c = parse_config(R"(
+    model { preset: "tiny" n_layer: 6 }
+    optimizer { lr: 3e-3 grad_clip: 0.5 }
+    schedule { warmup_steps: 1 max_steps: 100 }
+    batch { global_batch: 12 micro_batch: 1 }
+    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
+    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" pp_partition: "params" }
+    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
+    runtime { threads: 1 }
+  )");
+  apply_overrides(c, extra);
+  resolve(c, gpt::model_presets());
+  return c;
+}
+
+struct State {
+  std::vector<float> param, m, v;
+  std::vector<double> losses;
+};
+
+State train(Trainer& t, int steps) {
+  State s;
+  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
+  s.param = t.gather_state(state::kParam);
+  s.m = t.gather_state(state::kAdamM);
+  s.v = t.gather_state(state::kAdamV);
+  return s;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = a.size() == b.size() ? 0 : INFINITY;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+void expect_close(const State& want, const State& got, const std::string& what) {
+  EXPECT_LE(max_diff(want.param, got.param), kParamTol) << what << ": parameters";
+  EXPECT_LE(max_diff(want.m, got.m), kParamTol) << what << ": adam.m";
+  EXPECT_LE(max_diff(want.v, got.v), kParamTol) << what << ": adam.v";
+  ASSERT_EQ(want.losses.size(), got.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(want.losses[i], got.losses[i], kLossTol) << what << ": loss of step " << i + 1;
+  }
+}
+
+// The single-process run of `c` (every rank computes it alone).
+State reference(const TrainConfig& c, int steps) {
+  Group self(MPI_COMM_SELF, "self", false);
+  Trainer t(c, self, testing::world().log());
+  return train(t, steps);
+}
+
+// On the rank holding the last virtual stage: its borrowed wte equals the owner's.
+void expect_tied_copies_equal(Trainer& t, const std::vector<float>& whole, const std::string& what) {
+  PipelineEngine* p = t.pipeline();
+  ASSERT_NE(p, nullptr);
+  const int last = p->chunks() - 1;
+  Engine& e = p->chunk_engine(last);
+  e.materialize_parameters();  // collective over the stage's dp group (ZeRO-3 gathers)
+  if (!t.grid().is_last_stage()) return;
+  const TensorEntry* copy = p->chunk_stack(last).layout().find("wte.weight");
+  const TensorEntry* owner = t.model().layout().find("wte.weight");
+  ASSERT_NE(copy, nullptr) << what << ": the last stage has no wte";
+  EXPECT_EQ(0, std::memcmp(e.parameters() + copy->offset, whole.data() + owner->offset,
+                           static_cast<size_t>(owner->numel()) * sizeof(float)))
+      << what << ": the tied copies differ";
+}
+
+void every_schedule_matches(int pp, const std::vector<std::string>& extra) {
+  const int n = testing::world().group().size();
+  std::vector<std::string> base = extra;
+  const State ref = reference(config(base), 3);
+  for (std::string s : {"gpipe", "1f1b", "interleaved"}) {
+    std::vector<std::string> o = base;
+    o.push_back("parallel.pp=" + std::to_string(pp));
+    o.push_back("parallel.pp_schedule=" + s);
+    Trainer t(config(o), testing::world());
+    const std::string what = s + " at pp " + std::to_string(pp) + " on " + std::to_string(n) + " ranks";
+    const State got = train(t, 3);
+    expect_close(ref, got, what);
+    expect_tied_copies_equal(t, got.param, what);
+  }
+}
+
+TEST(Pipeline, EveryScheduleMatchesTheSingleProcessRun) {
+  const int n = testing::world().group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  every_schedule_matches(n, {});
+}
+
+TEST(Pipeline, DpTimesPpMatchesAtEveryZeroStage) {
+  if (testing::world().group().size() != 4) GTEST_SKIP() << "dp 2 x pp 2 needs 4 ranks";
+  for (int z = 0; z <= 3; ++z) every_schedule_matches(2, {"parallel.zero_stage=" + std::to_string(z)});
+}
+
+TEST(Pipeline, OneFOneBHoldsAtMostPpMinusSMicroBatches) {
+  const int n = testing::world().group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  for (std::string s : {"1f1b", "gpipe"}) {
+    Trainer t(config({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=" + s}), testing::world());
+    const int stage = t.grid().pp_rank();
+    const int want = s == "gpipe" ? 12 : std::min(12, n - stage);
+    EXPECT_EQ(t.pipeline()->executor().slots().at(0), want) << s << ", stage " << stage;
+  }
+}
+
+TEST(Pipeline, UnequalStagesFromAnExplicitSplitMatch) {
+  if (testing::world().group().size() != 2) GTEST_SKIP() << "the split names 2 stages";
+  const State ref = reference(config({}), 2);
+  Trainer t(config({"parallel.pp=2", "parallel.pp_partition=1,7"}), testing::world());
+  expect_close(ref, train(t, 2), "stages of 1 and 7 layers");
+}
+
+// Saved by pp = np at ZeRO 1, loaded by pp = 1 (dp = np) and by the single process: the
+// same state bitwise, and 2 more steps as the uninterrupted single-process run.
+TEST(Pipeline, CheckpointLoadsIntoAnotherSplit) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_ckpt_" + std::to_string(n));
+  if (w.rank() == 0) fs::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string ckpt = "checkpoint.dir=" + dir.string();
+  State saved;
+  {
+    Trainer t(config({"parallel.pp=" + std::to_string(n), "parallel.zero_stage=1", ckpt}), w);
+    saved = train(t, 2);
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+    t.flush_checkpoints();
+  }
+  const State whole = reference(config({}), 4);
+  const fs::path step = dir / "step-000000002";
+  for (const std::string& pp : {std::string("1"), std::to_string(n)}) {
+    Trainer t(config({"parallel.pp=" + pp, "parallel.zero_stage=2", ckpt}), w);
+    t.restore(step);
+    const State back{t.gather_state(state::kParam), t.gather_state(state::kAdamM),
+                     t.gather_state(state::kAdamV), {}};
+    EXPECT_EQ(0, std::memcmp(back.param.data(), saved.param.data(), saved.param.size() * sizeof(float)))
+        << "pp " << pp << ": restored parameters";
+    EXPECT_EQ(0, std::memcmp(back.v.data(), saved.v.data(), saved.v.size() * sizeof(float)))
+        << "pp " << pp << ": restored adam.v";
+    State more = train(t, 2);
+    more.losses.clear();
+    State want = whole;
+    want.losses.clear();
+    expect_close(want, more, "resumed at pp " + pp);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w.rank() == 0) fs::remove_all(dir);
+}
+
+TEST(Pipeline, ImpossibleLayoutsAreOneSentenceBeforeAnyCommunication) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  auto refused = [&](std::vector<std::string> o, const std::string& words) {
+    try {
+      Trainer t(config(o), w);
+      ADD_FAILURE() << "accepted: " << o.front();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused({"parallel.pp=" + std::to_string(n + 1)}, "divide");
+  if (n >= 2) {
+    refused({"parallel.pp=" + std::to_string(n), "model.n_layer=1", "parallel.pp_schedule=interleaved"},
+            "layers");
+    refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=interleaved",
+             "batch.global_batch=" + std::to_string(n + 1), "batch.micro_batch=1"},
+            "multiple");
+    refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=pipedream"}, "parallel.pp_schedule");
+    refused({"parallel.pp=" + std::to_string(n), "parallel.pp_partition=1,1"}, "parallel.pp_partition");
+  }
+}
+
+}  // namespace
+}  // namespace etr::train
