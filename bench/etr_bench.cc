@@ -15,6 +15,7 @@
 #include "bench/ckpt_bench.h"
 #include "bench/collective_bench.h"
 #include "bench/dp_bench.h"
+#include "bench/pipeline_bench.h"
 #include "bench/zero_bench.h"
 #include "bench/elastic_bench.h"
 #include "bench/memory_bandwidth.h"
@@ -36,6 +37,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_dp_subcommand,                // dp
     etr::bench::add_ckpt_subcommand,              // ckpt
     etr::bench::add_elastic_subcommand,           // elastic
+    etr::bench::add_pipeline_subcommand,          // pipeline
     etr::bench::add_zero_subcommand,              // zero
 };
 

@@ -1,0 +1,160 @@
+// `etr-bench pipeline`: every pipeline schedule at pp = the job's ranks (bench/run_pipeline.sh
+// runs np 2, one core per stage), for m = 1, 2, 4, 8, 16
+// micro-batches per step: tokens/s, the measured bubble (1 - compute / wall of the
+// schedule's actions, averaged over the stages and the timed steps) beside the schedule's
+// theory ((P-1)/(m+P-1) for GPipe and 1F1B, (P-1)/(v m+P-1) interleaved), and the
+// activation memory each stage planned.
+#include "bench/pipeline_bench.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_context.h"
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "runtime/bytes.h"
+#include "runtime/config/train_config.h"
+#include "runtime/error.h"
+
+namespace etr::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct PipelineArgs {
+  int steps = 4;
+  int warmup = 1;
+  std::vector<int> micro_batches{1, 2, 4, 8, 16};
+  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved"};
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string json;
+};
+
+struct Row {
+  std::string schedule;
+  int m = 0;
+  double theory = 0;
+  double bubble = 0;  // measured, mean over stages and steps
+  double tokens_per_s = 0;
+  std::vector<double> activation_bytes;  // per stage
+  double loss = 0;
+};
+
+TrainConfig bench_config(const PipelineArgs& a, int P, const std::string& schedule, int m) {
+  TrainConfig c = bench_train_config(R"(model { preset: "small" }
+                                        batch { global_batch: 8 micro_batch: 2 })",
+                                     1, "etr-bench pipeline", a.config, a.overrides);
+  apply_overrides(c, {"parallel.pp=" + std::to_string(P), "parallel.pp_schedule=" + schedule,
+                      "batch.global_batch=" + std::to_string(m * c.batch().micro_batch())});
+  resolve(c, gpt::model_presets());
+  return c;
+}
+
+Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedule, int m) {
+  const int P = ctx.size();
+  const TrainConfig config = bench_config(a, P, schedule, m);
+  Row r;
+  r.schedule = schedule;
+  r.m = m;
+  train::Trainer t(config, ctx.world());
+  PipelineEngine& p = *t.pipeline();
+  r.theory = theoretical_bubble(p.executor().schedule().spec);
+  for (int i = 0; i < a.warmup; ++i) t.train_step();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double bubble = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < a.steps; ++i) {
+    r.loss = t.train_step().loss;
+    bubble += p.executor().last_step().bubble();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.tokens_per_s = static_cast<double>(a.steps) * config.batch().global_batch() *
+                   config.model().seq_len() / seconds;
+  bubble /= a.steps;
+  MPI_Allreduce(MPI_IN_PLACE, &bubble, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  r.bubble = bubble / P;
+  double mine = static_cast<double>(p.executor().planned_bytes());
+  r.activation_bytes.resize(static_cast<size_t>(P));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, r.activation_bytes.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  return r;
+}
+
+std::string row_text(const Row& r) {
+  std::string act;
+  for (double b : r.activation_bytes) act += (act.empty() ? "" : " | ") + format_bytes(b);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %10.0f   %s\n", r.schedule.c_str(),
+                r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory), r.tokens_per_s,
+                act.c_str());
+  return buf;
+}
+
+void run(BenchContext& ctx, const PipelineArgs& a) {
+  const int P = ctx.size();
+  if (P < 2) throw ConfigError("etr-bench pipeline needs at least 2 ranks (one per stage)");
+  const TrainConfig c = bench_config(a, P, "1f1b", P);
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
+                "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
+                "bubble = 1 - compute / wall of the schedule's actions, mean over stages and steps; "
+                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1); activations = planned per stage\n",
+                c.model().n_layer(), c.model().d_model(), c.model().seq_len(), c.batch().micro_batch(),
+                P, ctx.machine().placement().c_str(), a.warmup, a.steps);
+  ctx.print(buf);
+  Logger& log = ctx.world().log();
+  const LogLevel level = log.level();
+  log.set_level(LogLevel::kWarn);
+  std::vector<Row> rows;
+  for (const std::string& s : a.schedules) {
+    for (int m : a.micro_batches) {
+      if (s == "interleaved" && m % P != 0) continue;  // the schedule needs m a multiple of P
+      rows.push_back(measure(ctx, a, s, m));
+    }
+  }
+  log.set_level(level);
+  ctx.print("#   schedule    m   measured     theory   points   tokens/s   activations per stage\n");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    ctx.print(row_text(r));
+    out.push_back({{"schedule", r.schedule}, {"micro_batches", r.m}, {"bubble", r.bubble},
+                   {"theory", r.theory}, {"tokens_per_s", r.tokens_per_s},
+                   {"activation_bytes", r.activation_bytes}, {"final_loss", r.loss}});
+  }
+  if (!a.json.empty()) {
+    ctx.write_json(a.json, {{"benchmark", "pipeline"},
+                            {"machine", ctx.machine().to_json()},
+                            {"steps", a.steps},
+                            {"rows", out}});
+  }
+}
+
+}  // namespace
+
+void add_pipeline_subcommand(CLI::App& app, SubcommandList& list) {
+  auto args = std::make_shared<PipelineArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "pipeline", "Pipeline schedules: measured vs theoretical bubble, tokens/s, activations (bench/run_pipeline.sh)");
+  cmd->add_option("--steps", args->steps, "Timed optimizer steps per row")->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--micro-batches", args->micro_batches, "Micro-batches per step (m) to measure")
+      ->capture_default_str();
+  cmd->add_option("--schedules", args->schedules, "Schedules to measure")->capture_default_str();
+  add_training_config_options(cmd, args->config, args->overrides, args->json);
+  list.push_back({cmd, [args](BenchContext& ctx) {
+                    if (args->steps < 1 || args->warmup < 0) {
+                      throw ConfigError("--steps must be at least 1 and --warmup at least 0");
+                    }
+                    run(ctx, *args);
+                  }});
+}
+
+}  // namespace etr::bench
