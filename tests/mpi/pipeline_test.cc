@@ -207,6 +207,7 @@ TEST(Pipeline, ImpossibleLayoutsAreOneSentenceBeforeAnyCommunication) {
              "batch.global_batch=" + std::to_string(n + 1), "batch.micro_batch=1"},
             "multiple");
     refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=pipedream"}, "parallel.pp_schedule");
+    refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=zb-h1"}, "zb-h1");
     refused({"parallel.pp=" + std::to_string(n), "parallel.pp_partition=1,1"}, "parallel.pp_partition");
   }
 }
