@@ -45,6 +45,8 @@ struct Row {
   double bubble = 0;  // measured, mean over stages and steps
   double tokens_per_s = 0;
   std::vector<double> activation_bytes;  // per stage
+  std::vector<double> compute_ms;        // per stage: forward + backward per step
+  double wall_ms = 0;                    // the schedule's actions per step (rank 0)
   double loss = 0;
 };
 
@@ -69,12 +71,17 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   r.theory = theoretical_bubble(p.executor().schedule().spec);
   for (int i = 0; i < a.warmup; ++i) t.train_step();
   MPI_Barrier(MPI_COMM_WORLD);
-  double bubble = 0;
+  double bubble = 0, compute = 0;
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     r.loss = t.train_step().loss;
     bubble += p.executor().last_step().bubble();
+    compute += p.executor().last_step().compute_seconds;
+    r.wall_ms += 1e3 * p.executor().last_step().wall_seconds / a.steps;
   }
+  compute *= 1e3 / a.steps;
+  r.compute_ms.resize(static_cast<size_t>(P));
+  MPI_Allgather(&compute, 1, MPI_DOUBLE, r.compute_ms.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = static_cast<double>(a.steps) * config.batch().global_batch() *
                    config.model().seq_len() / seconds;
@@ -88,12 +95,17 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
 }
 
 std::string row_text(const Row& r) {
-  std::string act;
+  std::string act, ms;
   for (double b : r.activation_bytes) act += (act.empty() ? "" : " | ") + format_bytes(b);
+  for (double c : r.compute_ms) {
+    char x[32];
+    std::snprintf(x, sizeof x, "%s%.1f", ms.empty() ? "" : " | ", c);
+    ms += x;
+  }
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %10.0f   %s\n", r.schedule.c_str(),
-                r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory), r.tokens_per_s,
-                act.c_str());
+  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %10.0f %8.1f   %-15s  %s\n",
+                r.schedule.c_str(), r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory),
+                r.tokens_per_s, r.wall_ms, ms.c_str(), act.c_str());
   return buf;
 }
 
@@ -121,7 +133,8 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
     }
   }
   log.set_level(level);
-  ctx.print("#   schedule    m   measured     theory   points   tokens/s   activations per stage\n");
+  ctx.print("#   schedule    m   measured     theory   points   tokens/s  wall ms   compute ms/stage "
+            "activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r));

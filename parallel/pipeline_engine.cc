@@ -1,5 +1,6 @@
 #include "parallel/pipeline_engine.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -183,8 +184,14 @@ double PipelineEngine::grad_norm() {
     const double n = e->grad_norm();
     squares += n * n;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm()));
+  norm_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::sqrt(squares);
+}
+
+double PipelineEngine::theoretical_bubble() const {
+  return etr::theoretical_bubble(executor_->schedule().spec);
 }
 
 void PipelineEngine::optimizer_step(const OptimizerStep& step) {

@@ -61,6 +61,10 @@ class PipelineEngine final : public Engine {
   void plan(int micro_batches, int64_t B, int64_t T);
   // Runs one step's micro-batches (see PipelineExecutor::run).
   double run_step(std::span<const Batch> batches, std::span<const double> weights);
+  // The time the last grad_norm() waited for the other stages (the clipping's stall).
+  double norm_wait_seconds() const { return norm_wait_seconds_; }
+  // The schedule's theoretical bubble.
+  double theoretical_bubble() const;
 
   int zero_stage() const override { return engines_.front()->zero_stage(); }
   FlatState& state() override { return engines_.front()->state(); }
@@ -96,6 +100,7 @@ class PipelineEngine final : public Engine {
   std::unique_ptr<PipelineExecutor> executor_;
   std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
+  double norm_wait_seconds_ = 0;
 };
 
 }  // namespace etr

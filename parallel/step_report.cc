@@ -42,6 +42,10 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                        s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
                        s.comm.hidden_fraction() * 100);
   }
+  if (s.bubble >= 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+    n += std::snprintf(line + n, sizeof line - n, " | bubble %.0f%% (theory %.0f%%)", s.bubble * 100,
+                       s.bubble_theory * 100);
+  }
   if (c.skipped_steps > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
     std::snprintf(line + n, sizeof line - n, " | %s%lld non-finite step(s) skipped",
                   s.skipped ? "SKIPPED, " : "", static_cast<long long>(c.skipped_steps));
@@ -58,6 +62,12 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   if (c.skipped_steps > 0) {
     j["skipped"] = s.skipped;
     j["skipped_steps"] = c.skipped_steps;
+  }
+  if (s.bubble >= 0) {
+    j["bubble"] = s.bubble;
+    j["bubble_theory"] = s.bubble_theory;
+    j["norm_wait_ms"] = s.norm_wait_seconds * 1e3;
+    j["stage_activation_bytes"] = c.stage_activation_bytes;
   }
   if (c.communicates) {
     j["comm_ms"] = s.comm.comm_seconds * 1e3;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "parallel/engine.h"
 #include "runtime/config/train_config.h"
@@ -30,6 +31,12 @@ struct StepStats {
   // The loss or gradient norm was not finite and optimizer.skip_nonfinite_steps let the
   // step be skipped: parameters and moments are as before it (the data moved on).
   bool skipped = false;
+  // A pipeline (parallel.pp > 1): the measured bubble (1 - compute / wall of the
+  // schedule's actions, mean over the ranks), the schedule's theory, and the mean time a
+  // rank waited in the gradient norm's sum over the stages (the clipping's stall).
+  double bubble = -1;
+  double bubble_theory = 0;
+  double norm_wait_seconds = 0;
 };
 
 struct RunSummary {
@@ -60,6 +67,8 @@ struct StepContext {
   bool communicates = false;    // data parallel: show the gradient communication
   int64_t skipped_steps = 0;    // non-finite steps skipped so far
   EngineMemory memory;          // what a rank holds (ZeRO: the shards), for the metrics
+  // A pipeline: the activations each stage planned (activations, scratch, transfers).
+  std::vector<double> stage_activation_bytes;
 };
 
 class StepReporter {

@@ -23,6 +23,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.communicates = engine_->reducer() != nullptr;
     c.skipped_steps = skipped_steps_;
     c.memory = engine_->memory();
+    c.stage_activation_bytes = stage_activation_bytes_;
     reporter_->step(s, c);
   }
   if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || step == steps) {

@@ -170,6 +170,12 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   engine_ = std::move(engine);
   engine_->initialize_parameters(model_.init);
   pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, T);
+  std::vector<double> planned(static_cast<size_t>(grid_->size()));
+  const double mine = static_cast<double>(pipeline_->executor().planned_bytes());
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, planned.data(), 1, MPI_DOUBLE,
+                          grid_->world_group().comm()));
+  planned.resize(static_cast<size_t>(grid_->pp_size()));  // replica 0's stages: ranks 0..P-1
+  stage_activation_bytes_ = planned;
 }
 
 void TrainSession::setup_parallel() {
@@ -300,11 +306,19 @@ StepStats TrainSession::train_step() {
   // agree on them at no extra cost. The summed loss is finite on every rank or on none
   // (a NaN or an infinity in any term makes every rank's sum one), so together with the
   // summed flag every rank takes the same finite-or-stop decision.
-  double sums[3] = {loss_sum, resize_requested() ? 1.0 : 0.0,
-                    std::isfinite(st.grad_norm) ? 0.0 : 1.0};
-  sum_over_ranks(sums, 3);
+  // A pipeline's measured bubble and norm wait ride along too (means over the ranks).
+  double sums[5] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+                    std::isfinite(st.grad_norm) ? 0.0 : 1.0,
+                    pipeline_ ? pipeline_->executor().last_step().bubble() : 0.0,
+                    pipeline_ ? pipeline_->norm_wait_seconds() : 0.0};
+  sum_over_ranks(sums, pipeline_ ? 5 : 3);
   st.loss = sums[0];
   st.resize = sums[1] > 0;
+  if (pipeline_) {
+    st.bubble = sums[3] / grid_->size();
+    st.norm_wait_seconds = sums[4] / grid_->size();
+    st.bubble_theory = pipeline_->theoretical_bubble();
+  }
   if (!std::isfinite(st.loss) || sums[2] > 0) {
     skip_or_stop(st, std::isfinite(st.loss));  // throws unless the step may be skipped
   } else {

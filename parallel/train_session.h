@@ -177,6 +177,7 @@ class TrainSession {
   std::unique_ptr<StepReporter> reporter_;
   TrainProgram program_;
   StackHooks hooks_;  // the engine's, for the stack
+  std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
   int64_t fail_at_step_ = -1;       // ETR_FAIL_AT_STEP (tests): throw at that step
   int64_t nonfinite_at_step_ = -1;  // ETR_NONFINITE_AT_STEP (tests): a NaN gradient
   int64_t skipped_steps_ = 0;

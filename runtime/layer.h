@@ -4,7 +4,8 @@
 // A model is an ordered stack of layers. Each layer
 //   - declares its parameter tensors into the model's ParamLayout (forward order), so its
 //     parameters and gradients are one contiguous range of the flat buffers: the unit a
-//     gradient bucket is made of, final as soon as the layer's backward returns;
+//     gradient bucket is made of, final as soon as the layer's backward returns (its
+//     backward_weight, when the backward is split in two halves: see below);
 //   - states how much activation memory it keeps from forward to backward, and how much
 //     scratch its backward needs, for a micro-batch of B x T, so peak memory is planned
 //     from the configuration before a step, never discovered;
@@ -66,6 +67,35 @@ class Layer {
   // gradients are accumulated (+=) into the bound gradient buffer.
   virtual void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                         const Batch& batch) = 0;
+
+  // Split backward, for zero-bubble pipeline schedules (ZB-H1, Qi et al. 2023): the input
+  // half B is on the pipeline's critical path, the weight half W fills its bubbles.
+  //
+  //   backward_input(in, dout, din, scratch, batch)   B: din += d/d(in), and the cheap
+  //       parameter gradients (LayerNorm); keeps in its split storage what W needs (the
+  //       gradients of its matrix products' outputs; `dout` itself if W needs it).
+  //   backward_weight(in, scratch, batch)              W: the weight (and bias) gradients
+  //       of its matrix products, from its activations and its split storage.
+  //
+  // Protocol: forward, B, then W of the same micro-batch with the same `batch` and `in`;
+  // the activations and the split storage must stay unchanged from forward until W
+  // returns (LayerStack holds the slot), so W needs no `dout`: whatever it reads of it B
+  // copied. B then W accumulates into every gradient bitwise what backward() does, and
+  // W's of different micro-batches in the order of their B's give bitwise backward()'s
+  // accumulation (each gradient is written by only one of the halves).
+  //
+  // Storage: split_numel(B, T) elements per micro-batch of up to B x T, handed by
+  // plan_split() (pointer arithmetic only, like plan()). A layer that cannot split returns
+  // false from supports_split_backward(): its backward_input() is the whole backward()
+  // and its backward_weight() does nothing.
+  virtual bool supports_split_backward() const { return false; }
+  virtual int64_t split_numel(int64_t /*B*/, int64_t /*T*/) const { return 0; }
+  virtual void plan_split(Real* /*storage*/, int64_t /*B*/, int64_t /*T*/) {}
+  virtual void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
+                              const Batch& batch) {
+    backward(in, dout, din, scratch, batch);
+  }
+  virtual void backward_weight(const Real* /*in*/, Real* /*scratch*/, const Batch& /*batch*/) {}
 
   // Where the layer computes; LayerStack sets it. A layer built alone computes on the CPU.
   void set_context(const ExecContext<Real>& context) { context_ = context; }

@@ -14,9 +14,21 @@
 // k + 1 before backward of micro-batch k. activation_bytes(B, T, in_flight) is the
 // memory plan() takes, known before the first step.
 //
+// Split backward (zero-bubble schedules, ZB-H1; Layer's "Split backward"): a stack
+// planned with split = true may run a slot's backward in two halves,
+//   stack.backward_input(batch, hooks, slot, dout, din);  // B: din, critical path
+//   ...                                                   // other micro-batches
+//   stack.backward_weight(batch, hooks, slot);            // W: the weight gradients
+// Each slot then also holds every layer's split storage (split_numel). A slot's
+// activations, split storage and stage input are held from its forward until its
+// backward_weight returns: no forward or backward_input into the slot in between. B then
+// W equals backward() bitwise, and so do the B's of several slots followed by their W's
+// in the same micro-batch order (W's in the order of their B's).
+//
 // Hooks: before each layer's forward and backward (a ZeRO-3 gather, a prefetch) and
 // after its backward, once nothing in this call writes that layer's gradients again
-// (a bucket launch). A parameter shared between layers (GPT-2's tied wte, read by the
+// (a bucket launch). Split: before_backward before each layer's B and again before its W;
+// after_backward after its W only (B leaves the matmul weight gradients to W). A parameter shared between layers (GPT-2's tied wte, read by the
 // head and owned by the embedding) is declared with share(): its gradient is final only
 // after the owner's backward (layers run backward in reverse, so the owner must come
 // first), and a pipeline that splits owner and user knows to sum the two.
@@ -83,13 +95,15 @@ class LayerStack {
   void set_context(const ExecContext<Real>& context);
   const ExecContext<Real>& context() const { return context_; }
 
-  // Bytes of activations (every slot) + scratch for micro-batches of B x T (no
-  // allocation).
-  size_t activation_bytes(int64_t B, int64_t T, int in_flight = 1) const;
+  // Bytes of activations (every slot, with the layers' split storage when `split`) +
+  // scratch for micro-batches of B x T (no allocation).
+  size_t activation_bytes(int64_t B, int64_t T, int in_flight = 1, bool split = false) const;
   // Allocates activations of `in_flight` slots and the scratch from `alloc` for
-  // micro-batches of up to B x T (throws OutOfMemory).
-  void plan(Allocator& alloc, int64_t B, int64_t T, int in_flight = 1);
+  // micro-batches of up to B x T (throws OutOfMemory); with `split` each slot also holds
+  // every layer's split storage, for backward_input() / backward_weight().
+  void plan(Allocator& alloc, int64_t B, int64_t T, int in_flight = 1, bool split = false);
   int in_flight() const;
+  bool split() const;  // planned for the split backward
 
   // Runs forward of micro-batch `batch` into slot `slot`; with targets returns the mean
   // of the last layer's output (the loss per position) over the batch's B x T positions.
@@ -105,6 +119,18 @@ class LayerStack {
   // stage; null when nobody needs it).
   void backward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
                 const Real* dout = nullptr, Real* din = nullptr);
+  // The split backward's first half B of slot `slot`: as backward() (same arguments;
+  // `din` is complete when it returns), hooks.before_backward(i) before each layer i, but
+  // every matmul weight gradient is left to backward_weight() and hooks.after_backward is
+  // not called. InvalidArgument unless planned with split, or if the slot's previous B
+  // still waits for its W.
+  void backward_input(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
+                      const Real* dout = nullptr, Real* din = nullptr);
+  // The second half W of slot `slot` (the same batch as its B): layers n-1..0, each
+  // hooks.before_backward(i), the layer's W, hooks.after_backward(i) (layer i's gradients
+  // of this micro-batch are final then). Frees the slot for the next forward.
+  // InvalidArgument unless planned with split and the slot's B has run.
+  void backward_weight(const Batch& batch, const StackHooks& hooks = {}, int slot = 0);
   // The last layer's output of slot `slot`'s last forward.
   const Real* output(int slot = 0) const;
 
@@ -112,6 +138,13 @@ class LayerStack {
   struct Impl;
   void select(int slot) const;  // points the layers at slot `slot`'s activations
   void check_fits(const Batch& batch) const;
+  // Throws unless planned with split and slot `slot`'s W is (`pending`) or is not waiting.
+  void check_split(int slot, bool pending, const char* call) const;
+  // Layer i's input in slot `slot` (the previous layer's output, or the stage input).
+  const Real* input_of(int i, int slot) const;
+  // backward() (split false) or backward_input() (split true), once checked.
+  void run_backward(const Batch& batch, const StackHooks& hooks, int slot, const Real* dout,
+                    Real* din, bool split);
   std::vector<std::unique_ptr<Layer<Real>>> layers_;
   ParamLayout layout_;
   std::vector<SharedParam> shared_;

@@ -28,6 +28,17 @@ void EmbeddingLayer<Real>::backward(const Real*, const Real* dout, Real*, Real*,
   this->k().encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
 }
 
+template <typename Real>
+void EmbeddingLayer<Real>::backward_input(const Real*, const Real* dout, Real*, Real*,
+                                          const Batch& b) {
+  this->k().copy(dout_, dout, b.B * b.T * c_.d_model);
+}
+
+template <typename Real>
+void EmbeddingLayer<Real>::backward_weight(const Real*, Real*, const Batch& b) {
+  this->k().encoder_backward(dwte_, dwpe_, dout_, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
+}
+
 template class EmbeddingLayer<float>;
 template class EmbeddingLayer<double>;
 

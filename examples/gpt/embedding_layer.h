@@ -2,6 +2,11 @@
 //
 //   params   wte [Vp, C] (tied to the LM head), wpe [maxT, C]
 //   output   [B, T, C] = wte[tokens] + wpe[t]
+//
+// Split backward (runtime/layer.h): B has nothing to compute (no input gradient) and
+// keeps dout [N, C] (its split storage, N = B T); W = the encoder backward into dwte, dwpe
+// from it. (W, not B: the tied dwte then accumulates the head's and this layer's part of
+// each micro-batch in backward()'s order.)
 #pragma once
 
 #include "examples/gpt/gpt_config.h"
@@ -24,6 +29,12 @@ class EmbeddingLayer final : public Layer<Real> {
   void forward(const Real* in, const Batch& batch) override;
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                 const Batch& batch) override;
+  bool supports_split_backward() const override { return true; }
+  int64_t split_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
+  void plan_split(Real* storage, int64_t, int64_t) override { dout_ = storage; }
+  void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
+                      const Batch& batch) override;
+  void backward_weight(const Real* in, Real* scratch, const Batch& batch) override;
 
  private:
   GptConfig c_;
@@ -32,6 +43,7 @@ class EmbeddingLayer final : public Layer<Real> {
   Real* dwte_ = nullptr;
   Real* dwpe_ = nullptr;
   Real* out_ = nullptr;
+  Real* dout_ = nullptr;  // split storage: [N, C], the gradient handed to backward_input
 };
 
 }  // namespace etr::gpt

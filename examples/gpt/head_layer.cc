@@ -54,12 +54,31 @@ void HeadLayer<Real>::forward(const Real* x, const Batch& b) {
 template <typename Real>
 void HeadLayer<Real>::backward(const Real* x, const Real*, Real* din, Real* scratch,
                                const Batch& b) {
+  backward_path(x, din, scratch, b, true);
+}
+
+template <typename Real>
+void HeadLayer<Real>::backward_input(const Real* x, const Real*, Real* din, Real* scratch,
+                                     const Batch& b) {
+  backward_path(x, din, scratch, b, false);
+}
+
+template <typename Real>
+void HeadLayer<Real>::backward_weight(const Real*, Real*, const Batch& b) {
+  // dwte [Vp, C] += dlogits^T . lnf: the logits buffer still holds dlogits [N, Vp].
+  this->k().matmul_backward(static_cast<Real*>(nullptr), dwte_, static_cast<Real*>(nullptr),
+                            logits_, lnf_, wte_, b.B * b.T, c_.d_model, c_.padded_vocab());
+}
+
+template <typename Real>
+void HeadLayer<Real>::backward_path(const Real* x, Real* din, Real* scratch, const Batch& b,
+                                    bool weights) {
   const int64_t N = b.B * b.T, C = c_.d_model;
-  Real* dlnf = scratch;
+  Real* dlnf = scratch;  // [N, C]
   const auto& k = this->k();
   k.fill(dlnf, Real(0), N * C);
-  k.matmul_backward(dlnf, dwte_, static_cast<Real*>(nullptr), logits_, lnf_, wte_, N, C,
-                       c_.padded_vocab());
+  k.matmul_backward(dlnf, weights ? dwte_ : nullptr, static_cast<Real*>(nullptr), logits_, lnf_,
+                    wte_, N, C, c_.padded_vocab());
   k.layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
 }
 

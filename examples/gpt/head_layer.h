@@ -7,6 +7,9 @@
 //   scratch      dlnf [N, C]
 // With targets and dloss != 0, forward also writes dlogits over the logits (the fused
 // kernel), which backward consumes; without targets it leaves the logits for sampling.
+// Split backward (runtime/layer.h): B = din through ln_f (and ln_f's gradients), from
+// dlnf = dlogits . wte; W = dwte += dlogits^T . lnf. Both read only activations (logits,
+// lnf): no split storage.
 #pragma once
 
 #include "examples/gpt/gpt_config.h"
@@ -30,8 +33,15 @@ class HeadLayer final : public Layer<Real> {
   void forward(const Real* in, const Batch& batch) override;
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                 const Batch& batch) override;
+  bool supports_split_backward() const override { return true; }
+  void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
+                      const Batch& batch) override;
+  void backward_weight(const Real* in, Real* scratch, const Batch& batch) override;
 
  private:
+  // backward's input path: din, ln_f's gradients, and with `weights` dwte.
+  void backward_path(const Real* x, Real* din, Real* scratch, const Batch& batch, bool weights);
+
   GptConfig c_;
   const Real *w_ = nullptr, *b_ = nullptr, *wte_ = nullptr;
   Real *dw_ = nullptr, *db_ = nullptr, *dwte_ = nullptr;

@@ -91,35 +91,78 @@ template <typename Real>
 void TransformerBlock<Real>::backward(const Real* x, const Real* dout, Real* din, Real* scratch,
                                       const Batch& b) {
   const int64_t N = b.B * b.T, C = c_.d_model;
-  Real* dx1 = scratch;               // [N, C]  assigned below
-  Real* dln2 = dx1 + N * C;          // [N, C]  the rest accumulate (+=): zeroed first
-  Real* dfch_gelu = dln2 + N * C;    // [N, 4C]
-  Real* dfch = dfch_gelu + 4 * N * C;  // [N, 4C]
-  Real* datty = dfch + 4 * N * C;    // [N, C]
-  Real* dqkv = datty + N * C;        // [N, 3C]
-  Real* dln1 = dqkv + 3 * N * C;     // [N, C]
-  Real* attn_scratch = dln1 + N * C;
-  const int64_t attn_scratch_size =
-      scratch_numel(b.B, b.T) - 15 * N * C;
+  // The matmul output gradients in their places of the scratch (see backward_path).
+  const MatmulGrads g{scratch + 11 * N * C, scratch, scratch + 6 * N * C};
+  backward_path(x, dout, g, din, scratch, b, true);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::plan_split(Real* p, int64_t B, int64_t T) {
+  const int64_t N = B * T, C = c_.d_model;
+  split_.dqkv = p;                        // [N, 3C]
+  split_.dx1 = split_.dqkv + 3 * N * C;   // [N, C]
+  split_.dfch = split_.dx1 + N * C;       // [N, 4C]
+  split_dout_ = split_.dfch + 4 * N * C;  // [N, C]
+}
+
+template <typename Real>
+void TransformerBlock<Real>::backward_input(const Real* x, const Real* dout, Real* din,
+                                            Real* scratch, const Batch& b) {
+  this->k().copy(split_dout_, dout, b.B * b.T * c_.d_model);
+  backward_path(x, dout, split_, din, scratch, b, false);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::backward_weight(const Real*, Real*, const Batch& b) {
+  const int64_t N = b.B * b.T, C = c_.d_model;
   const auto& k = this->k();
-  k.fill(dln2, Real(0), attn_scratch - dln2);
+  Real* const none = nullptr;  // no input gradient: backward_input made it
+  k.matmul_backward(none, g_[kFcProjW], g_[kFcProjB], split_dout_, a_.fch_gelu, p_[kFcProjW],
+                    N, 4 * C, C);
+  k.matmul_backward(none, g_[kFcW], g_[kFcB], split_.dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
+  k.matmul_backward(none, g_[kProjW], g_[kProjB], split_.dx1, a_.atty, p_[kProjW], N, C, C);
+  k.matmul_backward(none, g_[kQkvW], g_[kQkvB], split_.dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
+}
+
+template <typename Real>
+void TransformerBlock<Real>::backward_path(const Real* x, const Real* dout, const MatmulGrads& g,
+                                           Real* din, Real* scratch, const Batch& b,
+                                           bool weights) {
+  const int64_t N = b.B * b.T, C = c_.d_model;
+  // scratch: dx1 [N, C] | dln2 [N, C] | dfch_gelu [N, 4C] | dfch [N, 4C] | datty [N, C] |
+  //          dqkv [N, 3C] | dln1 [N, C] | attention's scratch
+  // (the places of dx1, dfch and dqkv are unused when `g` points elsewhere). dx1 is
+  // assigned below; the rest accumulate (+=): zeroed first.
+  Real* dln2 = scratch + N * C;
+  Real* dfch_gelu = dln2 + N * C;
+  Real* datty = scratch + 10 * N * C;
+  Real* dln1 = scratch + 14 * N * C;
+  Real* attn_scratch = scratch + 15 * N * C;
+  const int64_t attn_scratch_size = scratch_numel(b.B, b.T) - 15 * N * C;
+  const auto& k = this->k();
+  k.fill(dln2, Real(0), 5 * N * C);  // dln2, dfch_gelu
+  k.fill(g.dfch, Real(0), 4 * N * C);
+  k.fill(datty, Real(0), N * C);
+  k.fill(g.dqkv, Real(0), 3 * N * C);
+  k.fill(dln1, Real(0), N * C);
+  auto dw = [&](Param p) { return weights ? g_[p] : nullptr; };  // the matmul's gradients
 
   // y = x1 + mlp(x1): the MLP branch gets dout as it is; dx1 = dout + its LN path.
-  k.matmul_backward(dfch_gelu, g_[kFcProjW], g_[kFcProjB], dout, a_.fch_gelu, p_[kFcProjW], N,
-                       4 * C, C);
-  k.gelu_backward(dfch, a_.fch, dfch_gelu, N * 4 * C);
-  k.matmul_backward(dln2, g_[kFcW], g_[kFcB], dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
-  k.copy(dx1, dout, N * C);
-  k.layernorm_backward(dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
-                          a_.ln2_rstd, N, C);
+  k.matmul_backward(dfch_gelu, dw(kFcProjW), dw(kFcProjB), dout, a_.fch_gelu, p_[kFcProjW], N,
+                    4 * C, C);
+  k.gelu_backward(g.dfch, a_.fch, dfch_gelu, N * 4 * C);
+  k.matmul_backward(dln2, dw(kFcW), dw(kFcB), g.dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
+  k.copy(g.dx1, dout, N * C);
+  k.layernorm_backward(g.dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
+                       a_.ln2_rstd, N, C);
   // x1 = x + proj(attention(qkv(ln_1(x)))): the same split.
-  k.matmul_backward(datty, g_[kProjW], g_[kProjB], dx1, a_.atty, p_[kProjW], N, C, C);
-  k.attention_backward(dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B, b.T,
-                          C, c_.n_head);
-  k.matmul_backward(dln1, g_[kQkvW], g_[kQkvB], dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
-  k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean,
-                          a_.ln1_rstd, N, C);
-  k.add_inplace(din, dx1, N * C);
+  k.matmul_backward(datty, dw(kProjW), dw(kProjB), g.dx1, a_.atty, p_[kProjW], N, C, C);
+  k.attention_backward(g.dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B,
+                       b.T, C, c_.n_head);
+  k.matmul_backward(dln1, dw(kQkvW), dw(kQkvB), g.dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
+  k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean, a_.ln1_rstd,
+                       N, C);
+  k.add_inplace(din, g.dx1, N * C);
 }
 
 template class TransformerBlock<float>;

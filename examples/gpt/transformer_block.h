@@ -14,6 +14,13 @@
 //   out [N, C] (fcproj is added into out in place)
 // scratch for backward: dx1 [N, C], dln2 [N, C], dfch_gelu [N, 4C], dfch [N, 4C],
 //   datty [N, C], dqkv [N, 3C], dln1 [N, C], then attention's own scratch
+//
+// split backward (runtime/layer.h): B computes din through every sub-op and the LayerNorm
+// gradients, and keeps the gradients of the 4 matmul outputs; W computes the 4 matmul
+// weight and bias gradients from them and the matmul inputs (ln1, atty, ln2, fch_gelu).
+// split storage per micro-batch, 9 N C elements:
+//   dqkv [N, 3C], dx1 [N, C] (of attn.c_proj's output), dfch [N, 4C], dout [N, C] (of
+//   mlp.c_proj's output: a copy of the gradient handed to B)
 #pragma once
 
 #include "examples/gpt/gpt_config.h"
@@ -37,6 +44,13 @@ class TransformerBlock final : public Layer<Real> {
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                 const Batch& batch) override;
 
+  bool supports_split_backward() const override { return true; }
+  int64_t split_numel(int64_t B, int64_t T) const override { return 9 * B * T * c_.d_model; }
+  void plan_split(Real* storage, int64_t B, int64_t T) override;
+  void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
+                      const Batch& batch) override;
+  void backward_weight(const Real* in, Real* scratch, const Batch& batch) override;
+
  private:
   enum Param { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW,
                kFcProjB, kNumParams };
@@ -44,12 +58,24 @@ class TransformerBlock final : public Layer<Real> {
     Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch,
         *fch_gelu, *out;
   };
+  // Gradients of 3 matmul outputs (the 4th, mlp.c_proj's, is dout): in the backward's
+  // scratch, or in the split storage.
+  struct MatmulGrads {
+    Real *dqkv, *dx1, *dfch;
+  };
+  // The input path of backward: din += d/dx and the LayerNorm gradients, filling `g`; with
+  // `weights` also the matmul weight and bias gradients (whole backward), without them
+  // (split B) for backward_weight to compute later.
+  void backward_path(const Real* x, const Real* dout, const MatmulGrads& g, Real* din,
+                     Real* scratch, const Batch& batch, bool weights);
 
   GptConfig c_;
   int block_;
   Real* p_[kNumParams] = {};
   Real* g_[kNumParams] = {};
   Acts a_{};
+  MatmulGrads split_{};          // the split storage (plan_split) ...
+  Real* split_dout_ = nullptr;   // ... and its copy of dout [N, C]
 };
 
 }  // namespace etr::gpt

@@ -29,8 +29,10 @@
 //   and activation gradients at the start of each backward. The one exception is the
 //   fused softmax_xent_forward_backward, whose dlogits is ASSIGNED (it is the first
 //   gradient of the backward, and it may overwrite the logits in place).
-// - Input gradient pointers may be nullptr where the input needs no gradient (matmul's
-//   dinp under the first layer, a bias that does not exist); each header says which.
+// - Gradient pointers may be nullptr where the gradient is not wanted (matmul's dinp
+//   under the first layer, a bias that does not exist, matmul's dweight in the input half
+//   of a split backward, runtime/layer.h); each header says which. Leaving one out never
+//   changes the others.
 // - Sizes are int64_t; a size of 0 does nothing. Arguments that would index out of range
 //   (a token id >= V, a target >= V, C not divisible by NH) throw etr::InvalidArgument
 //   before any thread starts; buffers are trusted to have the stated shapes.

@@ -47,8 +47,10 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
                                 C);
   }
   // dweight [OC, C] += dout^T [OC, N] . inp [N, C]
-  detail::parallel_gemm<Real>(true, false, OC, C, N, Real(1), dout, OC, inp, C, Real(1), dweight,
-                              C);
+  if (dweight != nullptr) {
+    detail::parallel_gemm<Real>(true, false, OC, C, N, Real(1), dout, OC, inp, C, Real(1),
+                                dweight, C);
+  }
   // dbias [OC] += sum over rows of dout; each thread owns a range of columns.
   if (dbias != nullptr) {
     const int64_t grain = std::max<int64_t>(16, detail::rows_grain(N));  // columns

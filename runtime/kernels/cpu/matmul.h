@@ -8,9 +8,12 @@
 //
 // backward, given dout [N, OC]:
 //   dinp     [N, C]     += dout . weight              nullptr: not needed
-//   dweight  [OC, C]    += dout^T . inp
+//   dweight  [OC, C]    += dout^T . inp               nullptr: not needed
 //   dbias    [OC]       += column sums of dout        nullptr: no bias
 //
+// The three gradients are independent products of dout: any of them may be left out
+// (nullptr) and the others are bitwise what one call computing all three gives. A split
+// backward (runtime/layer.h) computes dinp now and dweight, dbias later that way.
 // The products are OpenBLAS sgemm/dgemm, each split over the threads (blas.h); the bias
 // gradient is split by columns, so it sums the N rows in order on one thread.
 #pragma once
