@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "parallel/engine.h"
+#include "runtime/bytes.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -132,6 +134,41 @@ std::string describe_pipeline(const TrainConfig& config, const ScheduleSpec& spe
     s += x;
   }
   return s + " (" + config.parallel().pp_partition() + ")";
+}
+
+std::vector<std::string> describe_stages(const TrainConfig& config, const ScheduleSpec& spec,
+                                         const LayerStack<float>& model, const std::vector<int>& bounds,
+                                         const std::vector<double>& costs, int dp, int64_t B, int64_t T) {
+  const Schedule schedule = build_schedule(spec);
+  const PipelineCut cut(model, bounds, spec.stages);
+  const bool timed = config.parallel().pp_partition() == "measure";
+  const double share = zero_state_share(config.parallel().zero_stage(), dp);
+  std::vector<std::string> out;
+  for (int s = 0; s < spec.stages; ++s) {
+    double seconds = 0, state = 0, activations = 0;
+    std::string layers;
+    const int held = max_in_flight(schedule, s);
+    for (int c = 0; c < spec.virtual_stages; ++c) {
+      const int j = cut.vstage(s, c);
+      const auto [lo, hi] = cut.own_range(j);
+      state += 16.0 * static_cast<double>(hi - lo + cut.borrowed_numel(j)) * share;
+      for (int i = bounds[j]; i < bounds[j + 1]; ++i) {
+        seconds += costs[static_cast<size_t>(i)];
+        activations += 4.0 * static_cast<double>(model.layer(i).activation_numel(B, T));
+      }
+      layers += (c ? ", " : "") + std::to_string(bounds[j]) + "-" + std::to_string(bounds[j + 1] - 1);
+    }
+    activations *= static_cast<double>(held) / spec.virtual_stages;  // held counts every chunk's
+    char line[256];
+    std::snprintf(line, sizeof line, "  stage %d: layers %s; %s; state %s + activations %s (%d micro-batch(es) held)",
+                  s, layers.c_str(),
+                  timed ? (std::to_string(static_cast<int>(1e3 * seconds * spec.micro_batches + 0.5)) +
+                           " ms of compute per step predicted").c_str()
+                        : "not timed (parallel.pp_partition is not measure)",
+                  format_bytes(state).c_str(), format_bytes(activations).c_str(), held);
+    out.push_back(line);
+  }
+  return out;
 }
 
 }  // namespace etr

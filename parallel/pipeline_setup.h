@@ -34,8 +34,17 @@ std::vector<int> pipeline_bounds(const TrainConfig& config, const LayerStack<flo
                                  const ScheduleSpec& spec, const std::vector<double>& measured);
 
 // "pipeline: 1f1b over 2 stages, 8 micro-batches per replica (bubble in theory 11.1 %);
-// layers 0-2 | 3-5; cost per stage 1.02 | 0.98 (measure)" for the start-up log.
+// layers 0-2 | 3-5; cost per part 51 % | 49 % (measure)" for the start-up log.
 std::string describe_pipeline(const TrainConfig& config, const ScheduleSpec& spec,
                               const std::vector<int>& bounds, const std::vector<double>& costs);
+
+// One line per stage: its layers, its predicted compute per step (with measured costs:
+// the layers' seconds per micro-batch times m), and its predicted memory: the state of
+// its layers' parameters at the configured ZeRO stage over `dp` replicas (borrowed tied
+// copies included) plus the activations of the schedule's bound on micro-batches of
+// B x T held at once.
+std::vector<std::string> describe_stages(const TrainConfig& config, const ScheduleSpec& spec,
+                                         const LayerStack<float>& model, const std::vector<int>& bounds,
+                                         const std::vector<double>& costs, int dp, int64_t B, int64_t T);
 
 }  // namespace etr

@@ -159,7 +159,13 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   o.schedule = spec;
   o.bounds = pipeline_bounds(config_, *model_.stack, spec, costs);
   o.comm = CommOptions::from_config(config_.comm());
-  if (leader()) log_.info(describe_pipeline(config_, spec, o.bounds, costs));
+  if (leader()) {
+    log_.info(describe_pipeline(config_, spec, o.bounds, costs));
+    for (const std::string& line : describe_stages(config_, spec, *model_.stack, o.bounds, costs,
+                                                   grid_->dp_size(), b, T)) {
+      log_.info(line);
+    }
+  }
   ModelSpec layers = program.model(ctx);  // a second instance: its layers become the chunks
   auto factory = [this](LayerStack<float>& stack, int64_t norm_begin) {
     return make_engine(stack, norm_begin);

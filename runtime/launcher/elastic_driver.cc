@@ -289,7 +289,7 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   if (w.discovery && w.discovery->poll(std::chrono::milliseconds(0))) {
     w.next_discovery = Clock::now() + o_.discovery_interval;
     if (const auto now_hosts = finish_discovery(*w.discovery)) {
-      w.reason = resize_reason(hosts, np, *now_hosts, o_.max_np);
+      w.reason = resize_reason(hosts, np, *now_hosts, o_.max_np, o_.pp);
       w.resize_pending = !w.reason.empty();
     }
     w.discovery.reset();
@@ -348,7 +348,7 @@ int Driver::run() {
       exit_status = g_stop_signal ? 128 + g_stop_signal : 1;
       break;
     }
-    int np = std::min(total_slots(*hosts), o_.max_np);
+    int np = whole_pipelines(o_, total_slots(*hosts));
     if (launches_ == 0 && o_.np > 0) np = std::min(np, o_.np);
     const auto assigned = take_slots(*hosts, np);
     if (const std::string why = local_program_problem(o_, assigned); !why.empty()) {

@@ -34,6 +34,8 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--min-np", o.min_np, "Fewest ranks the job may run on; with fewer usable slots "
                  "etr-run waits (--min-np-timeout), then gives up (default 1)");
   app.add_option("--max-np", o.max_np, "Most ranks the job may grow to (default: every usable slot)");
+  app.add_option("--pp", o.pp, "The job's pipeline stages: every launch runs whole pipelines, a "
+                 "multiple of this many ranks (default: the job's parallel.pp=N argument, else 1)");
   auto* list = app.add_option("--hosts,-H", f.hosts, "Fixed hosts and slots, e.g. h1:2,h2:2 (a host "
                            "without :N has one slot)");
   auto* file = app.add_option("--hostfile", f.hostfile, "File of hosts, one per line as HOST, HOST:N or "

@@ -1,5 +1,7 @@
 #include "runtime/launcher/hosts.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,7 +139,7 @@ std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np) {
 // Why a job on `np` ranks on `hosts` should resize now that discovery reports
 // `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
 std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
-                          const std::vector<HostSlots>& now_hosts, int max_np) {
+                          const std::vector<HostSlots>& now_hosts, int max_np, int pp) {
   for (const auto& h : hosts) {
     int avail = 0;
     for (const auto& a : now_hosts) {
@@ -148,7 +150,8 @@ std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
     }
   }
   const int have = total_slots(now_hosts);
-  if (have > np && np < max_np) {
+  pp = std::max(1, pp);
+  if (have >= np + pp && np + pp <= max_np) {
     return "discovery reports " + std::to_string(have) + " usable slots (" +
            format_hosts(now_hosts) + "), the job runs on " + std::to_string(np);
   }

@@ -90,8 +90,9 @@ class HostHealth {
 std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np);
 
 // Why a job on `np` ranks on `hosts` should resize now that discovery reports
-// `now_hosts`: more usable slots (up to max_np), or fewer than it uses; "" when neither.
+// `now_hosts`: more usable slots (up to max_np; with `pp` pipeline stages, enough for
+// another whole pipeline), or fewer than it uses; "" when neither.
 std::string resize_reason(const std::vector<HostSlots>& hosts, int np,
-                          const std::vector<HostSlots>& now_hosts, int max_np);
+                          const std::vector<HostSlots>& now_hosts, int max_np, int pp = 1);
 
 }  // namespace etr::launcher

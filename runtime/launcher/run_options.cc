@@ -3,10 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "runtime/error.h"
 
@@ -18,7 +21,29 @@ bool executable_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
+// N of the job's "parallel.pp=N" argument (etr-train's --set), else 1.
+int pp_of_job(const std::vector<std::string>& command) {
+  constexpr std::string_view kKey = "parallel.pp=";
+  int pp = 1;
+  for (const std::string& arg : command) {
+    if (arg.rfind(kKey, 0) != 0) continue;
+    const std::string_view v = std::string_view(arg).substr(kKey.size());
+    int n = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 1) {
+      throw ConfigError("the job's argument " + arg + " does not name a number of pipeline stages");
+    }
+    pp = n;
+  }
+  return pp;
+}
+
 }  // namespace
+
+int whole_pipelines(const RunOptions& o, int slots) {
+  const int pp = std::max(1, o.pp);
+  return std::min(slots, o.max_np) / pp * pp;
+}
 
 void validate(RunOptions& o) {
   if (!o.hosts)
@@ -31,6 +56,17 @@ void validate(RunOptions& o) {
                       " (the most slots a host list may have)");
   }
   if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
+  if (o.pp == 0) o.pp = pp_of_job(o.command);
+  if (o.pp < 1 || o.pp > kMaxTotalSlots) {
+    throw ConfigError("--pp must be from 1 to " + std::to_string(kMaxTotalSlots) + ", not " +
+                      std::to_string(o.pp));
+  }
+  o.min_np = (o.min_np + o.pp - 1) / o.pp * o.pp;  // whole pipelines
+  if (o.max_np != std::numeric_limits<int>::max()) o.max_np = o.max_np / o.pp * o.pp;
+  if (o.np % o.pp != 0) {
+    throw ConfigError("--np " + std::to_string(o.np) + " is not a multiple of the job's " +
+                      std::to_string(o.pp) + " pipeline stages (--pp); the job runs whole pipelines");
+  }
   if (o.max_np < o.min_np) {
     throw ConfigError("--max-np " + std::to_string(o.max_np) + " is below --min-np " +
                       std::to_string(o.min_np));

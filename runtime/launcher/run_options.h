@@ -15,6 +15,11 @@ struct RunOptions {
   int np = 0;      // ranks of the first launch (0: as many as there are slots, up to max_np)
   int min_np = 1;  // fewer usable slots than this: wait, then give up
   int max_np = 0;  // never more ranks than this (0: no limit but the usable slots)
+  // The job's pipeline stages: every launch runs whole pipelines, a multiple of pp ranks
+  // (a resize changes the replicas and keeps pp). 0: the job's "parallel.pp=N" argument
+  // (as etr-train's --set takes it), else 1. validate() rounds min_np up and max_np down
+  // to multiples of it.
+  int pp = 0;
   std::optional<HostSource> hosts;
   int max_restarts = 5;     // relaunches after failures (resizes do not count)
   int blacklist_after = 3;  // failures before a host is excluded (0: never)
@@ -33,6 +38,9 @@ struct RunOptions {
 
 // Throws ConfigError when the options do not fit together.
 void validate(RunOptions& o);
+
+// The most ranks of whole pipelines (a multiple of o.pp) within `slots` and o.max_np.
+int whole_pipelines(const RunOptions& o, int slots);
 
 // The mpirun command line for `np` ranks on `hosts` (flags this machine needs included).
 std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,

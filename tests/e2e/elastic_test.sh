@@ -17,7 +17,11 @@
 #  f. a step whose gradient is not finite (ETR_NONFINITE_AT_STEP) stops the job with an
 #     error a relaunch would repeat: etr-run does not relaunch it and exits 1;
 #  g, h. a. and b. at ZeRO stage 3 (parallel.zero_stage=3): the same final parameters as
-#     the stage 0 reference (bitwise after the kill, 1e-3 after growing to 3 ranks).
+#     the stage 0 reference (bitwise after the kill, 1e-3 after growing to 3 ranks);
+#  i. a pipeline of 2 stages (parallel.pp=2, which etr-run reads from the job's arguments):
+#     3 slots launch one whole pipeline (2 ranks); a rank killed, the job comes back on 2;
+#     a 4th slot grows it to dp 2 x pp 2; final parameters equal the reference's within
+#     1e-3 (the tied embedding's halves and the replicas are summed in another order).
 # Usage: elastic_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4
@@ -201,5 +205,20 @@ finish h
 completed h
 expect h "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "not relaunched on 3 ranks"
 same_params h 1e-3
+
+echo "== i. a pipeline (pp 2): whole pipelines on 3 slots, a rank killed, grown to 2 x 2"
+extra=(--set parallel.pp=2 --set parallel.pp_partition=params)
+start i --min-np 1 --max-np 4 --host-discovery-script "$(discovery i localhost:3)"
+wait_step i 60
+signal_rank i KILL
+wait_step i 150
+[ "$(progress i)" -lt $steps ] || fail "i: the job finished before the join"
+echo "localhost:4" >"$work/i.slots"
+finish i
+completed i
+expect i "launch 1: 2 rank(s) on localhost:2" "not one whole pipeline on 3 slots"
+expect i "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched on one pipeline"
+expect i "launch 3: 4 rank(s) on localhost:4 (after a resize, relaunch 2)" "not grown to 2 pipelines"
+same_params i 1e-3
 extra=()
 echo "PASS"

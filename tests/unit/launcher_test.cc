@@ -479,3 +479,68 @@ TEST(MpirunOutput, FirstKilledRankIsKept) {
 
 }  // namespace
 }  // namespace etr
+
+namespace etr {
+namespace {
+
+// ---- whole pipelines (--pp) -----------------------------------------------------------
+
+launcher::RunOptions pipeline_options(std::vector<std::string> job) {
+  launcher::RunOptions o;
+  o.hosts = launcher::HostSource(launcher::HostSource::Kind::kList, "localhost:5");
+  o.command = std::move(job);
+  o.mpirun = "mpirun";
+  return o;
+}
+
+TEST(Validate, PipelineStagesComeFromTheJobOrPp) {
+  auto o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
+  launcher::validate(o);
+  EXPECT_EQ(o.pp, 2);
+  EXPECT_EQ(o.min_np, 2);  // 1 rounded up to a whole pipeline
+  o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
+  o.pp = 3;  // the flag wins over the job's argument
+  o.min_np = 4;
+  o.max_np = 8;
+  launcher::validate(o);
+  EXPECT_EQ(o.min_np, 6);
+  EXPECT_EQ(o.max_np, 6);
+  o = pipeline_options({"etr-train"});
+  launcher::validate(o);
+  EXPECT_EQ(o.pp, 1);
+}
+
+TEST(Validate, NpThatIsNotWholePipelinesOrABadPpIsAConfigError) {
+  auto o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
+  o.np = 3;
+  EXPECT_THROW(launcher::validate(o), ConfigError);
+  o = pipeline_options({"etr-train", "--set", "parallel.pp=two"});
+  EXPECT_THROW(launcher::validate(o), ConfigError);
+  o = pipeline_options({"etr-train"});
+  o.pp = -1;
+  EXPECT_THROW(launcher::validate(o), ConfigError);
+  o = pipeline_options({"etr-train", "--set", "parallel.pp=4"});
+  o.max_np = 3;  // rounds down to 0 pipelines, below --min-np
+  EXPECT_THROW(launcher::validate(o), ConfigError);
+}
+
+TEST(WholePipelines, LaunchesAMultipleOfPpWithinSlotsAndMaxNp) {
+  auto o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
+  launcher::validate(o);
+  EXPECT_EQ(launcher::whole_pipelines(o, 5), 4);
+  EXPECT_EQ(launcher::whole_pipelines(o, 1), 0);
+  o.max_np = 2;
+  EXPECT_EQ(launcher::whole_pipelines(o, 5), 2);
+}
+
+TEST(ResizeReason, GrowsOnlyByAWholePipeline) {
+  const std::vector<launcher::HostSlots> job{{"localhost", 2}};
+  const int kNoLimit = std::numeric_limits<int>::max();
+  EXPECT_EQ(launcher::resize_reason(job, 2, {{"localhost", 3}}, kNoLimit, 2), "");
+  EXPECT_NE(launcher::resize_reason(job, 2, {{"localhost", 4}}, kNoLimit, 2), "");
+  EXPECT_NE(launcher::resize_reason(job, 2, {{"localhost", 3}}, kNoLimit, 1), "");
+  EXPECT_EQ(launcher::resize_reason(job, 2, {{"localhost", 4}}, 3, 2), "");
+}
+
+}  // namespace
+}  // namespace etr
