@@ -26,6 +26,15 @@ int chunk_in_flight(const std::vector<PipeAction>& list, int chunk) {
 }
 
 // Tags: transfers 0..2 m (P v) - 1, ties from kTieTag (the communicator takes < 2^20).
+// A trace scope (nothing without a tracer).
+Tracer::Scope scope_of(Tracer* t, TraceTrack track, std::string name, const char* category) {
+  return t ? t->scope(track, std::move(name), category) : Tracer::Scope(nullptr, track, {}, nullptr);
+}
+
+std::string what(const char* op, const PipeAction& a) {
+  return std::string(op) + " mb " + std::to_string(a.micro_batch) + " chunk " + std::to_string(a.chunk);
+}
+
 constexpr int kTieTag = (1 << 20) - 256;
 
 }  // namespace
@@ -234,12 +243,14 @@ void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batch
   if (WorkPtr& w = c.act_sent[static_cast<size_t>(slot)]) w->wait();  // the slot's last output left
   const float* input = nullptr;
   if (!c.first) {
+    auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait activation", a), "pipeline");
     c.recv_in[mb]->wait();
     input = static_cast<const float*>(c.inputs[static_cast<size_t>(c.input_of[mb])].data());
   }
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
   if (!c.last) b.targets = nullptr;
+  auto span = scope_of(tracer_, TraceTrack::kCompute, what("forward", a), "pipeline");
   const auto t0 = Clock::now();
   const double l = c.c.stack->forward(b, hooks_for(c, false), slot, input);
   stats_.compute_seconds += seconds_since(t0);
@@ -252,6 +263,7 @@ void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batc
   const int slot = c.slot_of[mb];
   const float* dout = nullptr;
   if (!c.last) {
+    auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait gradient", a), "pipeline");
     c.recv_dout[mb]->wait();
     dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
   }
@@ -266,6 +278,7 @@ void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batc
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
   if (!c.last) b.targets = nullptr;
+  auto span = scope_of(tracer_, TraceTrack::kCompute, what("backward", a), "pipeline");
   const auto t0 = Clock::now();
   c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
   stats_.compute_seconds += seconds_since(t0);

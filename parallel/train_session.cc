@@ -218,6 +218,8 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   o.dp = dp;
   o.log = leader() ? &log_ : nullptr;
   o.prefetch_bytes = parse_bytes(config_.parallel().zero_prefetch_size());
+  // A pipeline stage runs 2 m passes per step: its parameters are gathered once.
+  o.gather_once_per_step = grid_->pp_size() > 1;
   return std::make_unique<ZeroEngine>(stack, *grid_, alloc_, std::move(o), &tracer_);
 }
 

@@ -54,6 +54,13 @@ struct ZeroOptions {
   // Stage 3: bytes of the next layer's buckets gathered ahead (at least one bucket; 0:
   // no prefetch).
   size_t prefetch_bytes = size_t{1} << 20;
+  // Stage 3: gather every parameter bucket once per step (launched at begin_step, each
+  // layer waits for its own) and hold them until end_backward, instead of layer by layer
+  // before each forward and backward. A pipeline stage runs every micro-batch's forward
+  // and backward within the step, so this gathers once what it would gather 2 m times;
+  // the state (gradients and optimizer) stays sharded, the parameters are whole during
+  // the step and sharded between steps (and in checkpoints).
+  bool gather_once_per_step = false;
 };
 
 class ZeroEngine final : public Engine {

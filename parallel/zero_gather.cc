@@ -160,8 +160,12 @@ void LayerGatherer::end_step() {
 }
 
 void LayerGatherer::gather_all() {
-  for (size_t b = plan_.buckets().size(); b-- > 0;) acquire_and_launch(b);
+  launch_all();
   gather_.wait_all();
+}
+
+void LayerGatherer::launch_all() {
+  for (size_t b = plan_.buckets().size(); b-- > 0;) acquire_and_launch(b);
 }
 
 void LayerGatherer::release_all() {

@@ -66,8 +66,10 @@ class LayerGatherer {
   void before(bool backward, int layer);
   // The step's passes are over: everything is released; the order is recorded.
   void end_step();
-  // Every bucket gathered (materialized parameters) / released.
+  // Every bucket gathered (materialized parameters) / released. launch_all() starts every
+  // bucket's gather and returns (wait for a layer's with ParamGather::wait).
   void gather_all();
+  void launch_all();
   void release_all();
   // Times the order changed after it was first recorded.
   int reorders() const { return reorders_; }

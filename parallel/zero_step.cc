@@ -12,6 +12,7 @@ namespace etr {
 void ZeroEngine::begin_step() {
   add_optimizer_states();  // stage 3 without initialize_parameters()
   if (layers_) layers_->release_all();  // parameters materialized since the last step
+  if (layers_ && options_.gather_once_per_step) layers_->launch_all();
   if (grad_window_) {
     grad_window_->drop_all();
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
@@ -25,12 +26,16 @@ void ZeroEngine::begin_backward(bool last) {
 }
 
 void ZeroEngine::before_forward(int layer) {
-  if (layers_) return layers_->before(false, layer);
+  if (layers_ && !options_.gather_once_per_step) return layers_->before(false, layer);
   for (size_t b : needed_.at(layer)) gather_->wait(b);  // this step's parameters are in
 }
 
 void ZeroEngine::before_backward(int layer) {
-  if (layers_) layers_->before(true, layer);
+  if (layers_ && options_.gather_once_per_step) {
+    for (size_t b : layers_->needed(layer)) gather_->wait(b);
+  } else if (layers_) {
+    layers_->before(true, layer);
+  }
   if (!grad_window_) return;
   for (size_t b : needed_.at(layer)) {
     if (grad_held_[b]) continue;

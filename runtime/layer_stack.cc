@@ -9,8 +9,10 @@
 namespace etr {
 
 // Activations: `in_flight` slots back to back, each holding every layer's activations
-// (layer i at offsets[i] within the slot). Layers keep pointers into the slot they were
+// (layer i at offsets[i] within the slot), then, planned with split, every layer's split
+// storage (layer i at split_offsets[i]). Layers keep pointers into the slot they were
 // last planned on; select(s) re-points them at slot s (pointer arithmetic only).
+// weight_pending[s]: slot s ran backward_input and waits for its backward_weight.
 // Scratch: two buffers for the gradient flowing between layers (the largest output but
 // the last layer's: the loss layer's output gradient is never formed), then the largest
 // scratch of any layer's backward.
@@ -21,10 +23,20 @@ struct LayerStack<Real>::Impl {
   int in_flight = 0;
   int64_t slot_numel = 0;
   std::vector<int64_t> offsets;  // per layer, within a slot
+  bool split = false;
+  std::vector<int64_t> split_offsets;   // per layer, within a slot (planned with split)
+  std::vector<uint8_t> weight_pending;  // per slot
   int64_t grad_numel = 0;        // one of the two inter-layer gradient buffers
   int current = -1;              // the slot the layers point into
   std::vector<const void*> inputs;  // per slot: the first layer's input of its forward
-  std::vector<std::string> forward_names, backward_names;
+  std::vector<std::string> forward_names, backward_names, input_names, weight_names;
+
+  void add_names(const std::string& layer) {
+    forward_names.push_back("forward " + layer);
+    backward_names.push_back("backward " + layer);
+    input_names.push_back("backward_input " + layer);
+    weight_names.push_back("backward_weight " + layer);
+  }
 
   Real* slot(int s) const {
     return static_cast<Real*>(activations.data()) + static_cast<int64_t>(s) * slot_numel;
@@ -35,15 +47,16 @@ namespace {
 
 template <typename Real>
 struct Sizes {
-  int64_t slot = 0, grad = 0, scratch = 0;
+  int64_t slot = 0, grad = 0, scratch = 0;  // slot: activations + split storage
 };
 
 template <typename Real>
 Sizes<Real> sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, int64_t B,
-                     int64_t T) {
+                     int64_t T, bool split) {
   Sizes<Real> s;
   for (size_t i = 0; i < layers.size(); ++i) {
     s.slot += layers[i]->activation_numel(B, T);
+    if (split) s.slot += layers[i]->split_numel(B, T);
     s.scratch = std::max(s.scratch, layers[i]->scratch_numel(B, T));
     if (i + 1 < layers.size()) s.grad = std::max(s.grad, layers[i]->output_numel(B, T));
   }
@@ -66,8 +79,7 @@ LayerStack<Real>::LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers)
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) throw InvalidArgument("layer " + std::to_string(i) + " of the stack is null");
     layers_[i]->declare(layout_, static_cast<int>(i));
-    impl_->forward_names.push_back("forward " + layers_[i]->name());
-    impl_->backward_names.push_back("backward " + layers_[i]->name());
+    impl_->add_names(layers_[i]->name());
   }
   set_context(ExecContext<Real>{});
 }
@@ -81,8 +93,7 @@ LayerStack<Real>::LayerStack(std::vector<std::unique_ptr<Layer<Real>>> layers,
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) throw InvalidArgument("layer " + std::to_string(i) + " of the stack is null");
     layers_[i]->declare(layout_, static_cast<int>(i));
-    impl_->forward_names.push_back("forward " + layers_[i]->name());
-    impl_->backward_names.push_back("backward " + layers_[i]->name());
+    impl_->add_names(layers_[i]->name());
   }
   set_context(ExecContext<Real>{});
 }
@@ -131,21 +142,23 @@ void LayerStack<Real>::set_context(const ExecContext<Real>& context) {
 }
 
 template <typename Real>
-size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight) const {
+size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight,
+                                          bool split) const {
   check_in_flight(in_flight);
-  const Sizes<Real> s = sizes_of(layers_, B, T);
+  const Sizes<Real> s = sizes_of(layers_, B, T, split);
   const int64_t numel = s.slot * in_flight + 2 * s.grad + s.scratch;
   return static_cast<size_t>(numel) * sizeof(Real);
 }
 
 template <typename Real>
-void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_flight) {
+void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_flight,
+                            bool split) {
   check_in_flight(in_flight);
   if (B < 1 || T < 1) {
     throw InvalidArgument("a micro-batch of " + std::to_string(B) + " x " + std::to_string(T) +
                           " has no positions");
   }
-  const Sizes<Real> s = sizes_of(layers_, B, T);
+  const Sizes<Real> s = sizes_of(layers_, B, T, split);
   Impl& m = *impl_;
   m.activations.reset();
   m.scratch.reset();
@@ -153,11 +166,18 @@ void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_fligh
   m.activations = Buffer(alloc, static_cast<size_t>(s.slot * in_flight) * sizeof(Real));
   m.scratch = Buffer(alloc, static_cast<size_t>(2 * s.grad + s.scratch) * sizeof(Real));
   m.offsets.clear();
+  m.split_offsets.clear();
   int64_t offset = 0;
   for (auto& layer : layers_) {
     m.offsets.push_back(offset);
     offset += layer->activation_numel(B, T);
   }
+  for (auto& layer : layers_) {
+    m.split_offsets.push_back(offset);
+    if (split) offset += layer->split_numel(B, T);
+  }
+  m.split = split;
+  m.weight_pending.assign(static_cast<size_t>(in_flight), 0);
   m.B = B;
   m.T = T;
   m.in_flight = in_flight;
@@ -174,6 +194,11 @@ int LayerStack<Real>::in_flight() const {
 }
 
 template <typename Real>
+bool LayerStack<Real>::split() const {
+  return impl_->split;
+}
+
+template <typename Real>
 void LayerStack<Real>::select(int slot) const {
   Impl& m = *impl_;
   if (slot < 0 || slot >= m.in_flight) {
@@ -182,7 +207,10 @@ void LayerStack<Real>::select(int slot) const {
   }
   if (m.current == slot) return;
   Real* base = m.slot(slot);
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(base + m.offsets[i], m.B, m.T);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->plan(base + m.offsets[i], m.B, m.T);
+    if (m.split) layers_[i]->plan_split(base + m.split_offsets[i], m.B, m.T);
+  }
   m.current = slot;
 }
 
@@ -201,6 +229,10 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
                                  const Real* input) {
   check_fits(b);
   select(slot);
+  if (impl_->weight_pending[static_cast<size_t>(slot)]) {
+    throw InvalidArgument("activation slot " + std::to_string(slot) +
+                          " is held until its backward_weight; no forward into it before");
+  }
   impl_->inputs[static_cast<size_t>(slot)] = input;
   Tracer* tracer = context_.tracer;
   const Real* in = input;
@@ -217,13 +249,52 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
 }
 
 template <typename Real>
+void LayerStack<Real>::check_split(int slot, bool pending, const char* call) const {
+  const Impl& m = *impl_;
+  if (!m.split) {
+    throw InvalidArgument(std::string(call) + " needs a layer stack planned for the split " +
+                          "backward (plan(..., split = true))");
+  }
+  if (slot < 0 || slot >= m.in_flight) return;  // select() says so
+  if (m.weight_pending[static_cast<size_t>(slot)] != (pending ? 1 : 0)) {
+    throw InvalidArgument(std::string(call) + " of slot " + std::to_string(slot) +
+                          (pending ? ": the slot has no backward_input waiting for it"
+                                   : ": the slot's last backward_input still waits for its "
+                                     "backward_weight"));
+  }
+}
+
+template <typename Real>
+const Real* LayerStack<Real>::input_of(int i, int slot) const {
+  return i > 0 ? layers_[i - 1]->output()
+               : static_cast<const Real*>(impl_->inputs[static_cast<size_t>(slot)]);
+}
+
+template <typename Real>
 void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slot,
                                 const Real* dout, Real* din_stage) {
   check_fits(b);
   select(slot);
+  run_backward(b, hooks, slot, dout, din_stage, false);
+}
+
+template <typename Real>
+void LayerStack<Real>::backward_input(const Batch& b, const StackHooks& hooks, int slot,
+                                      const Real* dout, Real* din_stage) {
+  check_fits(b);
+  check_split(slot, false, "backward_input");
+  select(slot);
+  run_backward(b, hooks, slot, dout, din_stage, true);
+  impl_->weight_pending[static_cast<size_t>(slot)] = 1;
+}
+
+template <typename Real>
+void LayerStack<Real>::run_backward(const Batch& b, const StackHooks& hooks, int slot,
+                                    const Real* dout, Real* din_stage, bool split) {
   Impl& m = *impl_;
   Tracer* tracer = context_.tracer;
   const KernelSet<Real>& k = *context_.kernels;
+  const std::vector<std::string>& names = split ? m.input_names : m.backward_names;
   Real* scratch = static_cast<Real*>(m.scratch.data());
   Real* dcur = scratch;                // gradient of the current layer's output
   Real* dnext = scratch + m.grad_numel;  // gradient of its input, accumulated by the layer
@@ -231,18 +302,42 @@ void LayerStack<Real>::backward(const Batch& b, const StackHooks& hooks, int slo
   const int last = size() - 1;
   for (int i = last; i >= 0; --i) {
     if (hooks.before_backward) hooks.before_backward(i);
-    const Real* in = i > 0 ? layers_[i - 1]->output()
-                           : static_cast<const Real*>(m.inputs[static_cast<size_t>(slot)]);
+    const Real* in = input_of(i, slot);
     Real* din = i > 0 ? dnext : din_stage;
+    const Real* dlayer = i == last ? dout : dcur;
     {
-      auto scope = tracer ? tracer->scope(TraceTrack::kCompute, m.backward_names[i], "backward")
+      auto scope = tracer ? tracer->scope(TraceTrack::kCompute, names[i], "backward")
                           : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
       if (i > 0) k.fill(din, Real(0), layers_[i - 1]->output_numel(b.B, b.T));
-      layers_[i]->backward(in, i == last ? dout : dcur, din, layer_scratch, b);
+      if (split) {
+        layers_[i]->backward_input(in, dlayer, din, layer_scratch, b);
+      } else {
+        layers_[i]->backward(in, dlayer, din, layer_scratch, b);
+      }
     }
-    if (hooks.after_backward) hooks.after_backward(i);
+    if (!split && hooks.after_backward) hooks.after_backward(i);
     std::swap(dcur, dnext);
   }
+}
+
+template <typename Real>
+void LayerStack<Real>::backward_weight(const Batch& b, const StackHooks& hooks, int slot) {
+  check_fits(b);
+  check_split(slot, true, "backward_weight");
+  select(slot);
+  Impl& m = *impl_;
+  Tracer* tracer = context_.tracer;
+  Real* layer_scratch = static_cast<Real*>(m.scratch.data()) + 2 * m.grad_numel;
+  for (int i = size() - 1; i >= 0; --i) {
+    if (hooks.before_backward) hooks.before_backward(i);
+    {
+      auto scope = tracer ? tracer->scope(TraceTrack::kCompute, m.weight_names[i], "backward")
+                          : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+      layers_[i]->backward_weight(input_of(i, slot), layer_scratch, b);
+    }
+    if (hooks.after_backward) hooks.after_backward(i);
+  }
+  m.weight_pending[static_cast<size_t>(slot)] = 0;
 }
 
 template <typename Real>

@@ -19,7 +19,8 @@
 //   stack.backward_input(batch, hooks, slot, dout, din);  // B: din, critical path
 //   ...                                                   // other micro-batches
 //   stack.backward_weight(batch, hooks, slot);            // W: the weight gradients
-// Each slot then also holds every layer's split storage (split_numel). A slot's
+// (plan(alloc, B, T, in_flight, /*split=*/true); activation_bytes(..., true) says how
+// much). Each slot then also holds every layer's split storage (split_numel). A slot's
 // activations, split storage and stage input are held from its forward until its
 // backward_weight returns: no forward or backward_input into the slot in between. B then
 // W equals backward() bitwise, and so do the B's of several slots followed by their W's
@@ -28,10 +29,11 @@
 // Hooks: before each layer's forward and backward (a ZeRO-3 gather, a prefetch) and
 // after its backward, once nothing in this call writes that layer's gradients again
 // (a bucket launch). Split: before_backward before each layer's B and again before its W;
-// after_backward after its W only (B leaves the matmul weight gradients to W). A parameter shared between layers (GPT-2's tied wte, read by the
-// head and owned by the embedding) is declared with share(): its gradient is final only
-// after the owner's backward (layers run backward in reverse, so the owner must come
-// first), and a pipeline that splits owner and user knows to sum the two.
+// after_backward after its W only (B leaves the matmul weight gradients to W). A parameter
+// shared between layers (GPT-2's tied wte, read by the head and owned by the embedding) is
+// declared with share(): its gradient is final only after the owner's backward (layers
+// run backward in reverse, so the owner must come first), and a pipeline that splits
+// owner and user knows to sum the two.
 #pragma once
 
 #include <cstdint>
@@ -122,8 +124,9 @@ class LayerStack {
   // The split backward's first half B of slot `slot`: as backward() (same arguments;
   // `din` is complete when it returns), hooks.before_backward(i) before each layer i, but
   // every matmul weight gradient is left to backward_weight() and hooks.after_backward is
-  // not called. InvalidArgument unless planned with split, or if the slot's previous B
-  // still waits for its W.
+  // not called. `dout` is read during this call only (what W needs of it the layers keep
+  // in their split storage). InvalidArgument unless planned with split, or if the slot's
+  // previous B still waits for its W.
   void backward_input(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
                       const Real* dout = nullptr, Real* din = nullptr);
   // The second half W of slot `slot` (the same batch as its B): layers n-1..0, each

@@ -39,10 +39,11 @@ int run_reshard(const ReshardOptions& o) {
     throw ConfigError("--zero must be 0, 1, 2 or 3 (got " + std::to_string(o.zero) + ")");
   }
   if (o.pp < 1) throw ConfigError("--pp must be at least 1 (got " + std::to_string(o.pp) + ")");
-  if (o.pp > 1) {
-    throw ConfigError("pipeline layouts (--pp " + std::to_string(o.pp) +
-                      ") are not supported yet: checkpoints are resharded for data "
-                      "parallelism only until pipeline stages land");
+  // The files are the same for every split of the layers (parallel/pipeline_engine.h): a
+  // pipeline layout only needs whole pipelines.
+  if (o.world % o.pp != 0) {
+    throw ConfigError("--world " + std::to_string(o.world) + " is not a multiple of --pp " +
+                      std::to_string(o.pp) + ": the ranks form world / pp whole pipelines");
   }
   const fs::path src(o.checkpoint);
   const ckpt::Manifest m = open_checkpoint(src);
@@ -55,6 +56,8 @@ int run_reshard(const ReshardOptions& o) {
   meta.mutable_layout()->set_dp_size(o.world / o.pp);
   meta.mutable_layout()->set_pp_size(o.pp);
   meta.mutable_layout()->set_zero_stage(o.zero);
+  meta.mutable_config()->mutable_parallel()->set_pp(o.pp);
+  meta.mutable_config()->mutable_parallel()->set_zero_stage(o.zero);
   meta.set_writer("etr-ckpt reshard");
   meta.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())

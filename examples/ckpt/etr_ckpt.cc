@@ -113,7 +113,7 @@ void add_writing_subcommands(CLI::App& app, Options& o, const Chooser& chosen) {
   reshard->add_option("--world", o.reshard.world, "Ranks of the new layout")->required();
   reshard->add_option("--zero", o.reshard.zero, "ZeRO stage recorded in the new layout (0-3)")
       ->capture_default_str();
-  reshard->add_option("--pp", o.reshard.pp, "Pipeline stages (only 1 for now)")
+  reshard->add_option("--pp", o.reshard.pp, "Pipeline stages recorded in the new layout (--world must be a multiple)")
       ->capture_default_str();
   reshard
       ->add_option("-o,--output", o.reshard.out,

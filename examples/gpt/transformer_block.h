@@ -74,8 +74,8 @@ class TransformerBlock final : public Layer<Real> {
   Real* p_[kNumParams] = {};
   Real* g_[kNumParams] = {};
   Acts a_{};
-  MatmulGrads split_{};          // the split storage (plan_split) ...
-  Real* split_dout_ = nullptr;   // ... and its copy of dout [N, C]
+  MatmulGrads split_{};         // the split storage (plan_split) ...
+  Real* split_dout_ = nullptr;  // ... and its copy of dout [N, C]
 };
 
 }  // namespace etr::gpt

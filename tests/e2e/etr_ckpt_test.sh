@@ -12,12 +12,14 @@
 #     etr-train --resume continues from the rolled-back step to the same bytes as the
 #     uninterrupted run
 #  5. restore: into a new directory, into one holding the step, over a corrupt copy
-#  6. reshard 2 -> 3: verifies, same parameters (exports compare equal), resumes on 3 ranks
+#  6. reshard 2 -> 3: verifies, same parameters (exports compare equal), resumes on 3 ranks;
+#     6c. reshard --pp 2: a 2-stage pipeline resumes it and continues as data parallelism
+#     does within float rounding (ckpt_compare at 1e-5)
 #  7. export: the file loads (import_hf) and equals the checkpoint's parameters
 #  8. prune; errors: a nonexistent path, --pp 2, an existing output
 # Usage: etr_ckpt_test.sh ETR_MPIRUN ETR_TRAIN ETR_CKPT HF_IMPORT_CHECK CONFIG MANIFEST_EDIT
 set -u
-mpirun=$1 train=$2 ckpt=$3 import_check=$4 config=$5 manifest_edit=$6
+mpirun=$1 train=$2 ckpt=$3 import_check=$4 config=$5 manifest_edit=$6 compare=$7
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
@@ -210,8 +212,18 @@ for stage in 0 3; do
 done
 grep -q "ZeRO stage 3" resume_z3.out || { cat resume_z3.out; fail "the resumed run is not at stage 3"; }
 cmp z0.safetensors z3.safetensors || fail "stage 3 continued differently from stage 0"
-run 1 reshard_pp reshard "ck/$(step 6)" --world 4 --pp 2 -o r4
-expect reshard_pp "^etr-ckpt: error: pipeline layouts .*not supported yet"
+echo "== 6c. reshard --pp 2: a pipeline of 2 stages resumes it as data parallelism does"
+run 0 reshard_pp reshard "ck/$(step 6)" --world 2 --pp 2 -o rp
+expect reshard_pp "wrote rp/$(step 6): world 2 \(dp 1, pp 2, zero 0\), 2 shard files"
+"$mpirun" -np 2 --bind-to none "$train" "${common[@]}" --set schedule.max_steps=7 \
+  --set parallel.pp=2 --set parallel.pp_partition=params --set checkpoint.dir="$work/p2" \
+  --resume "rp/$(step 6)" >resume_pp.out 2>&1 ||
+  { cat resume_pp.out; fail "a 2-stage pipeline could not resume from rp/$(step 6)"; }
+grep -q "pipeline: 1f1b over 2 stages" resume_pp.out || { cat resume_pp.out; fail "the resumed run is not a pipeline"; }
+"$compare" "z0/$(step 7)" "p2/$(step 7)" 1e-5 ||
+  fail "the pipeline continued differently from data parallelism (beyond float rounding)"
+run 1 reshard_pp3 reshard "ck/$(step 6)" --world 3 --pp 2 -o r4
+expect reshard_pp3 "^etr-ckpt: error: --world 3 is not a multiple of --pp 2"
 run 1 reshard_zero reshard "ck/$(step 6)" --world 4 --zero 4 -o r4
 expect reshard_zero "^etr-ckpt: error: --zero must be 0, 1, 2 or 3"
 run 1 reshard_world reshard "ck/$(step 6)" --world 0 -o r4

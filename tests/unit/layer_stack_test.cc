@@ -5,7 +5,13 @@
 //   before_backward then after_backward);
 // - activation_bytes() is what plan() takes from the allocator (the allocator's own
 //   count is the reference), and each extra slot costs one slot;
-// - shared parameters are declared and checked; a device without kernels is refused.
+// - shared parameters are declared and checked; a device without kernels is refused;
+// - the split backward (backward_input then backward_weight, ZB-H1) gives bitwise the
+//   gradients of backward(), in float and double, for the whole model, a first stage
+//   (embedding + block, given dout) and a last stage (blocks + head, giving din), with one
+//   micro-batch and with two whose W's run after both B's; a layer that cannot split runs
+//   whole in B; its hooks come in the documented order; its storage is planned; a stack
+//   not planned for it, or a slot out of turn, is refused.
 #include "runtime/layer_stack.h"
 
 #include <gtest/gtest.h>
@@ -15,7 +21,9 @@
 #include <utility>
 #include <vector>
 
+#include "examples/gpt/embedding_layer.h"
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/transformer_block.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
 #include "runtime/kernels/dispatch.h"
@@ -153,6 +161,222 @@ TEST(KernelDispatch, OnlyTheHostHasKernelsYet) {
   ExecContext<float> ctx;
   ctx.device = Device{DeviceType::kCuda, 0};
   EXPECT_THROW(f.stack->set_context(ctx), InvalidArgument);
+}
+
+// ---- split backward ----
+
+// A transformer block that does not split its backward (Layer's defaults).
+template <typename Real>
+class UnsplitBlock final : public Layer<Real> {
+ public:
+  UnsplitBlock(const gpt::GptConfig& c, int block) : block_(c, block) {}
+  std::string name() const override { return block_.name(); }
+  void declare(ParamLayout& layout, int index) override { block_.declare(layout, index); }
+  void bind(const ParamLayout& layout, Real* params, Real* grads) override {
+    block_.bind(layout, params, grads);
+  }
+  int64_t output_numel(int64_t B, int64_t T) const override { return block_.output_numel(B, T); }
+  int64_t activation_numel(int64_t B, int64_t T) const override {
+    return block_.activation_numel(B, T);
+  }
+  int64_t scratch_numel(int64_t B, int64_t T) const override {
+    return block_.scratch_numel(B, T);
+  }
+  void plan(Real* activations, int64_t B, int64_t T) override { block_.plan(activations, B, T); }
+  const Real* output() const override { return block_.output(); }
+  void forward(const Real* in, const Batch& batch) override { block_.forward(in, batch); }
+  void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
+                const Batch& batch) override {
+    block_.backward(in, dout, din, scratch, batch);
+  }
+
+ private:
+  gpt::TransformerBlock<Real> block_;
+};
+
+// Which layers of the tiny GPT-2 a stack holds.
+enum class Part {
+  kWhole,    // embedding, h.0, h.1, head
+  kFirst,    // embedding, h.0: a first pipeline stage, handed dout
+  kLast,     // h.0, h.1, head (wte borrowed): a last stage, handing back din
+  kUnsplit,  // embedding, h.0 (not splitting), h.1, head
+};
+
+template <typename Real>
+std::unique_ptr<LayerStack<Real>> make_stack(Part part) {
+  const gpt::GptConfig c = tiny();
+  if (part == Part::kWhole) return gpt::build_stack<Real>(c);
+  std::vector<std::unique_ptr<Layer<Real>>> layers;
+  std::vector<TensorEntry> borrowed;
+  if (part != Part::kLast) layers.push_back(std::make_unique<gpt::EmbeddingLayer<Real>>(c));
+  if (part == Part::kUnsplit) {
+    layers.push_back(std::make_unique<UnsplitBlock<Real>>(c, 0));
+  } else {
+    layers.push_back(std::make_unique<gpt::TransformerBlock<Real>>(c, 0));
+  }
+  if (part == Part::kFirst) return std::make_unique<LayerStack<Real>>(std::move(layers));
+  layers.push_back(std::make_unique<gpt::TransformerBlock<Real>>(c, 1));
+  layers.push_back(std::make_unique<gpt::HeadLayer<Real>>(c));
+  if (part == Part::kLast) {
+    borrowed.push_back(*gpt::build_stack<Real>(c)->layout().find("wte.weight"));
+  }
+  return std::make_unique<LayerStack<Real>>(std::move(layers), borrowed);
+}
+
+template <typename Real>
+std::vector<Real> random_reals(int64_t n, uint64_t seed, double scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<Real> v(static_cast<size_t>(n));
+  for (Real& x : v) x = static_cast<Real>(normal(rng));
+  return v;
+}
+
+// One micro-batch of a stack: tokens and targets, and the stage's input (kLast) or the
+// gradient of its output (kFirst).
+template <typename Real>
+struct StageMicro {
+  Micro m;
+  std::vector<Real> input, dout;
+};
+
+// The gradients (and per micro-batch, the gradient of the stage input) of running the
+// micro-batches whole, one after the other in one slot, or split: every forward into its
+// own slot, every backward_input, then every backward_weight (ZB-H1's order).
+template <typename Real>
+struct Result {
+  std::vector<Real> grads;
+  std::vector<std::vector<Real>> din;
+};
+
+template <typename Real>
+Result<Real> run(Part part, const std::vector<StageMicro<Real>>& micro, bool split) {
+  const int64_t B = 2, T = 5;
+  const int n = static_cast<int>(micro.size());
+  HostAllocator alloc;
+  auto stack = make_stack<Real>(part);
+  std::vector<Real> params = random_reals<Real>(stack->layout().numel(), 11, 0.3);
+  Result<Real> r;
+  r.grads.assign(params.size(), Real(0));
+  r.din.assign(micro.size(), std::vector<Real>(static_cast<size_t>(B * T * 8), Real(0)));
+  stack->bind(params.data(), r.grads.data());
+  stack->plan(alloc, B, T, split ? n : 1, split);
+  auto in = [&](int i) { return micro[i].input.empty() ? nullptr : micro[i].input.data(); };
+  auto dout = [&](int i) { return micro[i].dout.empty() ? nullptr : micro[i].dout.data(); };
+  auto din = [&](int i) { return part == Part::kLast ? r.din[i].data() : nullptr; };
+  for (int i = 0; i < n; ++i) {
+    const Batch b = micro[i].m.batch(B, T);
+    if (!split) {
+      stack->forward(b, {}, 0, in(i));
+      stack->backward(b, {}, 0, dout(i), din(i));
+    } else {
+      stack->forward(b, {}, i, in(i));
+    }
+  }
+  if (split) {
+    for (int i = 0; i < n; ++i) {
+      stack->backward_input(micro[i].m.batch(B, T), {}, i, dout(i), din(i));
+    }
+    for (int i = 0; i < n; ++i) stack->backward_weight(micro[i].m.batch(B, T), {}, i);
+  }
+  return r;
+}
+
+template <typename Real>
+class SplitBackward : public ::testing::Test {};
+using Reals = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(SplitBackward, Reals);
+
+TYPED_TEST(SplitBackward, MatchesWholeBackwardBitwise) {
+  using Real = TypeParam;
+  const int64_t N = 2 * 5, C = 8;
+  for (Part part : {Part::kWhole, Part::kFirst, Part::kLast, Part::kUnsplit}) {
+    std::vector<StageMicro<Real>> micro;
+    for (int i = 0; i < 2; ++i) {
+      StageMicro<Real> s{random_micro(N, 11, 20 + i), {}, {}};
+      if (part == Part::kLast) s.input = random_reals<Real>(N * C, 30 + i, 1.0);
+      if (part == Part::kFirst) s.dout = random_reals<Real>(N * C, 40 + i, 0.1);
+      micro.push_back(std::move(s));
+    }
+    for (int n : {1, 2}) {
+      const std::vector<StageMicro<Real>> some(micro.begin(), micro.begin() + n);
+      const Result<Real> whole = run<Real>(part, some, false);
+      const Result<Real> split = run<Real>(part, some, true);
+      const int p = static_cast<int>(part);
+      EXPECT_EQ(whole.grads, split.grads) << "part " << p << ", " << n << " micro-batches";
+      EXPECT_EQ(whole.din, split.din) << "part " << p << ", " << n << " micro-batches";
+      size_t nonzero = 0;
+      for (Real g : split.grads) nonzero += g != 0;
+      EXPECT_GT(nonzero, split.grads.size() / 2) << "part " << p;
+      if (part == Part::kLast) {
+        EXPECT_NE(split.din[0], std::vector<Real>(N * C, Real(0)));
+      }
+    }
+  }
+}
+
+TEST(LayerStack, SplitBackwardHooksComeInLayerOrder) {
+  HostAllocator alloc;
+  Fixture f;
+  f.stack->plan(alloc, 1, 4, 1, true);
+  std::vector<std::pair<char, int>> calls;
+  StackHooks hooks;
+  hooks.before_backward = [&](int i) { calls.emplace_back('b', i); };
+  hooks.after_backward = [&](int i) { calls.emplace_back('a', i); };
+  const Micro m = random_micro(4, 11, 3);
+  f.stack->forward(m.batch(1, 4), hooks);
+  f.stack->backward_input(m.batch(1, 4), hooks);
+  const std::vector<std::pair<char, int>> input = {{'b', 3}, {'b', 2}, {'b', 1}, {'b', 0}};
+  EXPECT_EQ(calls, input);
+  calls.clear();
+  f.stack->backward_weight(m.batch(1, 4), hooks);
+  const std::vector<std::pair<char, int>> weight = {{'b', 3}, {'a', 3}, {'b', 2}, {'a', 2},
+                                                    {'b', 1}, {'a', 1}, {'b', 0}, {'a', 0}};
+  EXPECT_EQ(calls, weight);
+}
+
+TEST(LayerStack, SplitBackwardNeedsASplitPlanAndItsTurn) {
+  HostAllocator alloc;
+  Fixture f;
+  const Micro m = random_micro(4, 11, 5);
+  f.stack->plan(alloc, 1, 4, 2);  // not split
+  EXPECT_FALSE(f.stack->split());
+  f.stack->forward(m.batch(1, 4));
+  EXPECT_THROW(f.stack->backward_input(m.batch(1, 4)), InvalidArgument);
+  EXPECT_THROW(f.stack->backward_weight(m.batch(1, 4)), InvalidArgument);
+
+  f.stack->plan(alloc, 1, 4, 2, true);
+  EXPECT_TRUE(f.stack->split());
+  f.stack->forward(m.batch(1, 4), {}, 0);
+  EXPECT_THROW(f.stack->backward_weight(m.batch(1, 4), {}, 0), InvalidArgument);  // no B yet
+  f.stack->backward_input(m.batch(1, 4), {}, 0);
+  EXPECT_THROW(f.stack->backward_input(m.batch(1, 4), {}, 0), InvalidArgument);  // W pending
+  EXPECT_THROW(f.stack->forward(m.batch(1, 4), {}, 0), InvalidArgument);  // slot held
+  EXPECT_NO_THROW(f.stack->forward(m.batch(1, 4), {}, 1));                // another slot
+  EXPECT_THROW(f.stack->backward_input(m.batch(1, 4), {}, 2), InvalidArgument);  // no slot 2
+  f.stack->backward_weight(m.batch(1, 4), {}, 0);
+  EXPECT_NO_THROW(f.stack->forward(m.batch(1, 4), {}, 0));  // released
+}
+
+TEST(LayerStack, SplitActivationBytesAreWhatPlanTakes) {
+  const int64_t B = 3, T = 6, N = B * T, C = tiny().d_model, L = tiny().n_layer;
+  Fixture f;
+  // Per micro-batch: each block keeps 9 N C (dqkv, dx1, dfch, dout), the embedding its
+  // dout N C, the head nothing.
+  int64_t split = 0;
+  for (int i = 0; i < f.stack->size(); ++i) split += f.stack->layer(i).split_numel(B, T);
+  EXPECT_EQ(split, (9 * L + 1) * N * C);
+  for (int in_flight : {1, 3}) {
+    HostAllocator alloc;
+    Fixture g;
+    const size_t before = alloc.stats().in_use;
+    g.stack->plan(alloc, B, T, in_flight, true);
+    EXPECT_EQ(alloc.stats().in_use - before, g.stack->activation_bytes(B, T, in_flight, true))
+        << in_flight << " in flight";
+    EXPECT_EQ(g.stack->activation_bytes(B, T, in_flight, true) -
+                  g.stack->activation_bytes(B, T, in_flight, false),
+              static_cast<size_t>(in_flight * split) * sizeof(float));
+  }
 }
 
 }  // namespace
