@@ -60,6 +60,7 @@ struct PipelineExecutor::ChunkState {
   std::vector<int> slot_of, input_of, dout_of;  // per micro-batch (-1: none)
   std::vector<WorkPtr> recv_in, recv_dout;      // per micro-batch
   std::vector<WorkPtr> act_sent, grad_sent;     // per slot
+  std::vector<uint8_t> weights_done, grad_posted;  // per micro-batch, this step
   size_t final_backward = 0;                    // index of the step's last backward
   std::vector<TieSide> ties;
 };
@@ -117,8 +118,10 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
     const int chunk = static_cast<int>(k);
     const int slots = std::max(1, chunk_in_flight(list, chunk));
     slots_.push_back(slots);
-    c.c.stack->plan(alloc_, B, T, slots);
-    planned_bytes_ += c.c.stack->activation_bytes(B, T, slots);
+    bool split = false;  // the schedule splits backward into B and W (ZB-H1)
+    for (const PipeAction& x : list) split = split || x.op == PipeOp::kBackwardInput;
+    c.c.stack->plan(alloc_, B, T, slots, split);
+    planned_bytes_ += c.c.stack->activation_bytes(B, T, slots, split);
     c.in_max = cut_.input_numel(c.c.vstage, B, T);
     c.out_max = c.c.stack->layer(c.c.stack->size() - 1).output_numel(B, T);
     auto pool = [&](std::vector<Buffer>& v, int64_t numel, int count) {
@@ -229,7 +232,10 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
   (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
       comm_->send(TensorView::flat(const_cast<float*>(p), numel, DType::kF32), to_vstage % cut_.stages(),
                   tag(a.micro_batch, to_vstage, grad));
-  if (grad) c.free_slots.push_back(slot);  // its activations are no longer needed
+  if (grad) {
+    c.grad_posted[static_cast<size_t>(a.micro_batch)] = 1;
+    release_if_done(c, a.micro_batch);
+  }
 }
 
 void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batches,
@@ -261,30 +267,48 @@ void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batc
   ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
   const size_t mb = static_cast<size_t>(a.micro_batch);
   const int slot = c.slot_of[mb];
+  const bool weights_only = a.op == PipeOp::kBackwardWeight;
   const float* dout = nullptr;
-  if (!c.last) {
+  float* din = nullptr;
+  if (!weights_only && !c.last) {
     auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait gradient", a), "pipeline");
     c.recv_dout[mb]->wait();
     dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
   }
-  float* din = nullptr;
-  if (!c.first) {
+  if (!weights_only && !c.first) {
     if (WorkPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
     din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
     std::fill(din, din + c.in_max, 0.0f);
   }
+  // The step's last backward (or W) of the chunk makes its gradients final.
   const bool final = &a == &schedule_.stages[static_cast<size_t>(grid_.pp_rank())][c.final_backward];
-  c.c.engine->begin_backward(final);
+  if (a.op != PipeOp::kBackwardInput) c.c.engine->begin_backward(final);
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
   if (!c.last) b.targets = nullptr;
-  auto span = scope_of(tracer_, TraceTrack::kCompute, what("backward", a), "pipeline");
-  const auto t0 = Clock::now();
-  c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
-  stats_.compute_seconds += seconds_since(t0);
+  {
+    auto span = scope_of(tracer_, TraceTrack::kCompute,
+                         what(a.op == PipeOp::kBackward ? "backward" : weights_only ? "W" : "B", a),
+                         "pipeline");
+    const auto t0 = Clock::now();
+    if (a.op == PipeOp::kBackward) c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
+    if (a.op == PipeOp::kBackwardInput) c.c.stack->backward_input(b, hooks_for(c, false), slot, dout, din);
+    if (weights_only) c.c.stack->backward_weight(b, hooks_for(c, final), slot);
+    stats_.compute_seconds += seconds_since(t0);
+  }
+  if (!weights_only && !c.last) c.free_douts.push_back(c.dout_of[mb]);  // W keeps what it needs
+  if (a.op != PipeOp::kBackwardInput) c.weights_done[mb] = 1;
+  release_if_done(c, a.micro_batch);
+}
+
+void PipelineExecutor::release_if_done(ChunkState& c, int micro_batch) {
+  // A micro-batch's slot (and input) is free once its weight gradients are computed and
+  // its input gradient is on its way (nothing to send on virtual stage 0).
+  const size_t mb = static_cast<size_t>(micro_batch);
+  if (!c.weights_done[mb] || !(c.first || c.grad_posted[mb]) || c.slot_of[mb] < 0) return;
+  c.free_slots.push_back(c.slot_of[mb]);
+  c.slot_of[mb] = -1;
   if (!c.first) c.free_inputs.push_back(c.input_of[mb]);
-  if (!c.last) c.free_douts.push_back(c.dout_of[mb]);
-  if (c.first) c.free_slots.push_back(slot);  // nothing to send: the slot is free now
 }
 
 double PipelineExecutor::run(std::span<const Batch> batches, std::span<const double> weights) {
@@ -302,6 +326,9 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
     reset(c.free_slots, c.act_sent.size());
     reset(c.free_inputs, c.inputs.size());
     reset(c.free_douts, c.douts.size());
+    c.weights_done.assign(c.slot_of.size(), 0);
+    c.grad_posted.assign(c.slot_of.size(), 0);
+    std::fill(c.slot_of.begin(), c.slot_of.end(), -1);
   }
   stats_ = {};
   const auto t0 = Clock::now();
@@ -312,13 +339,11 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
       case PipeOp::kForward: forward(a, batches, weights, loss); break;
       case PipeOp::kSendActivation: send(a, false); break;
       case PipeOp::kRecvGrad: post_recv(a, true); break;
-      case PipeOp::kBackward: backward(a, batches); break;
+      case PipeOp::kBackward:
+      case PipeOp::kBackwardInput:
+      case PipeOp::kBackwardWeight: backward(a, batches); break;
       case PipeOp::kSendGrad: send(a, true); break;
       case PipeOp::kOptimizerStep: finish_ties(); break;
-      case PipeOp::kBackwardInput:
-      case PipeOp::kBackwardWeight:
-        throw InvalidArgument("pipeline: the executor runs whole backwards only (split backward "
-                              "is not supported by this build)");
     }
   }
   for (auto& cp : chunks_) {

@@ -11,6 +11,9 @@
 //   kBackward         waits for it; backward, the input's gradient into the slot's send
 //                     buffer; the slot and the input buffer are free again
 //   kSendGrad         an isend of that gradient
+//   kBackwardInput    (ZB-H1) the input's gradient only; the dout buffer is free again
+//   kBackwardWeight   (ZB-H1) the weight gradients; with the gradient sent, the slot
+//                     and the input buffer are free again
 //   kOptimizerStep    the tied gradients are exchanged, every send is waited for
 // Transfers run on a HostCommunicator over the pp group (its progress thread moves the
 // bytes while the caller computes; its timeout turns a dead peer into a CommError naming
@@ -83,7 +86,8 @@ class PipelineExecutor {
   struct ChunkState;
   void forward(const PipeAction& a, std::span<const Batch> batches, std::span<const double> weights,
                double& loss);
-  void backward(const PipeAction& a, std::span<const Batch> batches);
+  void backward(const PipeAction& a, std::span<const Batch> batches);  // whole, B or W
+  void release_if_done(ChunkState& c, int micro_batch);
   void post_recv(const PipeAction& a, bool grad);
   void send(const PipeAction& a, bool grad);
   StackHooks hooks_for(ChunkState& c, bool final);

@@ -21,13 +21,6 @@ ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int m
   } catch (const ConfigError& e) {
     throw ConfigError(std::string("parallel.pp_schedule: ") + e.what());
   }
-  if (s.kind == ScheduleKind::kZeroBubbleH1) {
-    // Refused here, alike on every rank: the executor would meet its first split backward
-    // on one stage while the others wait for it.
-    throw ConfigError("parallel.pp_schedule = zb-h1 needs layers that compute the input and the "
-                      "weight gradients separately, which etr's layers do not yet; use 1f1b or "
-                      "interleaved.");
-  }
   s.stages = stages;
   s.micro_batches = micro_batches;
   s.virtual_stages = p.pp_virtual_stages() > 0 ? p.pp_virtual_stages()
