@@ -32,7 +32,7 @@ struct PipelineArgs {
   int steps = 4;
   int warmup = 1;
   std::vector<int> micro_batches{1, 2, 4, 8, 16};
-  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved"};
+  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
   std::string config;
   std::vector<std::string> overrides;
   std::string json;
@@ -42,6 +42,7 @@ struct Row {
   std::string schedule;
   int m = 0;
   double theory = 0;
+  double list = 0;    // the schedule's own list simulated with equal F, B, W
   double bubble = 0;  // measured, mean over stages and steps
   double tokens_per_s = 0;
   std::vector<double> activation_bytes;  // per stage
@@ -69,6 +70,7 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   train::Trainer t(config, ctx.world());
   PipelineEngine& p = *t.pipeline();
   r.theory = theoretical_bubble(p.executor().schedule().spec);
+  r.list = simulate_schedule(p.executor().schedule()).bubble_fraction;
   for (int i = 0; i < a.warmup; ++i) t.train_step();
   MPI_Barrier(MPI_COMM_WORLD);
   double bubble = 0, compute = 0;
@@ -103,9 +105,9 @@ std::string row_text(const Row& r) {
     ms += x;
   }
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %10.0f %8.1f   %-15s  %s\n",
+  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %10.0f %8.1f   %-15s  %s\n",
                 r.schedule.c_str(), r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory),
-                r.tokens_per_s, r.wall_ms, ms.c_str(), act.c_str());
+                100 * r.list, r.tokens_per_s, r.wall_ms, ms.c_str(), act.c_str());
   return buf;
 }
 
@@ -118,7 +120,8 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
                 "bubble = 1 - compute / wall of the schedule's actions, mean over stages and steps; "
-                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1); activations = planned per stage\n",
+                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.); list = "
+                "the schedule's own lists simulated with equal forward, B and W times; activations = planned per stage\n",
                 c.model().n_layer(), c.model().d_model(), c.model().seq_len(), c.batch().micro_batch(),
                 P, ctx.machine().placement().c_str(), a.warmup, a.steps);
   ctx.print(buf);
@@ -133,13 +136,14 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
     }
   }
   log.set_level(level);
-  ctx.print("#   schedule    m   measured     theory   points   tokens/s  wall ms   compute ms/stage "
-            "activations per stage\n");
+  ctx.print("#   schedule    m   measured     theory   points     list   tokens/s  wall ms   "
+            "compute ms/stage activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r));
     out.push_back({{"schedule", r.schedule}, {"micro_batches", r.m}, {"bubble", r.bubble},
-                   {"theory", r.theory}, {"tokens_per_s", r.tokens_per_s},
+                   {"theory", r.theory}, {"list", r.list}, {"tokens_per_s", r.tokens_per_s},
+                   {"wall_ms", r.wall_ms}, {"compute_ms", r.compute_ms},
                    {"activation_bytes", r.activation_bytes}, {"final_loss", r.loss}});
   }
   if (!a.json.empty()) {

@@ -47,7 +47,7 @@ struct TieSide {
   int peer = 0;                   // in the pp group
   int tag = 0;
   std::vector<float> mine, theirs;
-  WorkPtr sent, received;
+  PipeRequestPtr sent, received;
   bool pending = false;
 };
 
@@ -58,8 +58,8 @@ struct PipelineExecutor::ChunkState {
   std::vector<Buffer> inputs, douts, dins;
   std::vector<int> free_slots, free_inputs, free_douts;
   std::vector<int> slot_of, input_of, dout_of;  // per micro-batch (-1: none)
-  std::vector<WorkPtr> recv_in, recv_dout;      // per micro-batch
-  std::vector<WorkPtr> act_sent, grad_sent;     // per slot
+  std::vector<PipeRequestPtr> recv_in, recv_dout;  // per micro-batch
+  std::vector<PipeRequestPtr> act_sent, grad_sent;  // per slot
   std::vector<uint8_t> weights_done, grad_posted;  // per micro-batch, this step
   size_t final_backward = 0;                    // index of the step's last backward
   std::vector<TieSide> ties;
@@ -69,8 +69,8 @@ PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& gr
                                    std::vector<PipelineChunk> chunks, Allocator& alloc,
                                    CommOptions comm, Tracer* tracer)
     : cut_(cut), grid_(grid), alloc_(alloc), tracer_(tracer) {
-  comm.inline_bytes = 0;  // a transfer never blocks the caller
-  comm_ = std::make_unique<HostCommunicator>(grid_.pp_group(), comm);
+  (void)comm;
+  link_ = std::make_unique<PipeLink>(grid_.pp_group());
   for (const PipelineChunk& c : chunks) {
     auto s = std::make_unique<ChunkState>();
     s->c = c;
@@ -174,8 +174,8 @@ void PipelineExecutor::exchange_tie(ChunkState& c, bool owner) {
     if (t.owner != owner) continue;
     t.mine.assign(g + t.offset, g + t.offset + t.numel);
     t.theirs.resize(static_cast<size_t>(t.numel));
-    t.sent = comm_->send(TensorView::flat(t.mine.data(), t.numel, DType::kF32), t.peer, t.tag);
-    t.received = comm_->recv(TensorView::flat(t.theirs.data(), t.numel, DType::kF32), t.peer, t.tag);
+    t.sent = link_->send(t.mine.data(), t.numel, t.peer, t.tag, "tied gradient");
+    t.received = link_->recv(t.theirs.data(), t.numel, t.peer, t.tag, "tied gradient");
     t.pending = true;
     if (!owner) continue;
     // owner + user, in this order on both sides: both hold the same sum.
@@ -218,8 +218,9 @@ void PipelineExecutor::post_recv(const PipeAction& a, bool grad) {
   const int64_t numel = grad ? c.out_max : c.in_max;  // whole buffers: sizes agree on both sides
   float* p = static_cast<float*>((grad ? c.douts : c.inputs)[static_cast<size_t>(buf)].data());
   const int from_vstage = c.c.vstage + (grad ? 1 : -1);
-  (grad ? c.recv_dout : c.recv_in)[mb] = comm_->recv(
-      TensorView::flat(p, numel, DType::kF32), from_vstage % cut_.stages(), tag(a.micro_batch, c.c.vstage, grad));
+  (grad ? c.recv_dout : c.recv_in)[mb] =
+      link_->recv(p, numel, from_vstage % cut_.stages(), tag(a.micro_batch, c.c.vstage, grad),
+                  what(grad ? "gradient" : "activation", a));
 }
 
 void PipelineExecutor::send(const PipeAction& a, bool grad) {
@@ -230,8 +231,8 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
                         : c.c.stack->output(slot);
   const int to_vstage = c.c.vstage + (grad ? -1 : 1);
   (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
-      comm_->send(TensorView::flat(const_cast<float*>(p), numel, DType::kF32), to_vstage % cut_.stages(),
-                  tag(a.micro_batch, to_vstage, grad));
+      link_->send(p, numel, to_vstage % cut_.stages(), tag(a.micro_batch, to_vstage, grad),
+                  what(grad ? "gradient" : "activation", a));
   if (grad) {
     c.grad_posted[static_cast<size_t>(a.micro_batch)] = 1;
     release_if_done(c, a.micro_batch);
@@ -246,7 +247,7 @@ void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batch
   const int slot = c.free_slots.back();
   c.free_slots.pop_back();
   c.slot_of[mb] = slot;
-  if (WorkPtr& w = c.act_sent[static_cast<size_t>(slot)]) w->wait();  // the slot's last output left
+  if (PipeRequestPtr& w = c.act_sent[static_cast<size_t>(slot)]) w->wait();  // the slot's last output left
   const float* input = nullptr;
   if (!c.first) {
     auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait activation", a), "pipeline");
@@ -276,7 +277,7 @@ void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batc
     dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
   }
   if (!weights_only && !c.first) {
-    if (WorkPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
+    if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
     din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
     std::fill(din, din + c.in_max, 0.0f);
   }
@@ -347,8 +348,8 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
     }
   }
   for (auto& cp : chunks_) {
-    for (WorkPtr& w : cp->act_sent) if (w) w->wait();
-    for (WorkPtr& w : cp->grad_sent) if (w) w->wait();
+    for (PipeRequestPtr& w : cp->act_sent) if (w) w->wait();
+    for (PipeRequestPtr& w : cp->grad_sent) if (w) w->wait();
   }
   stats_.wall_seconds = seconds_since(t0);
   return loss;
@@ -362,8 +363,8 @@ double PipelineExecutor::forward_only(const Batch& batch) {
     const float* input = nullptr;
     if (!c.first) {
       float* p = static_cast<float*>(c.inputs.at(0).data());
-      comm_->recv(TensorView::flat(p, in, DType::kF32), (c.c.vstage - 1) % cut_.stages(),
-                  tag(0, c.c.vstage, false))->wait();
+      link_->recv(p, in, (c.c.vstage - 1) % cut_.stages(), tag(0, c.c.vstage, false),
+                  "evaluation activation")->wait();
       input = p;
     }
     Batch b = batch;
@@ -373,8 +374,8 @@ double PipelineExecutor::forward_only(const Batch& batch) {
     if (c.last) loss = l;
     if (!c.last) {
       const int64_t out = c.c.stack->layer(c.c.stack->size() - 1).output_numel(batch.B, batch.T);
-      comm_->send(TensorView::flat(const_cast<float*>(c.c.stack->output(0)), out, DType::kF32),
-                  (c.c.vstage + 1) % cut_.stages(), tag(0, c.c.vstage + 1, false))->wait();
+      link_->send(c.c.stack->output(0), out, (c.c.vstage + 1) % cut_.stages(),
+                  tag(0, c.c.vstage + 1, false), "evaluation activation")->wait();
     }
   }
   return loss;

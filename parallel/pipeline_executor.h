@@ -15,9 +15,10 @@
 //   kBackwardWeight   (ZB-H1) the weight gradients; with the gradient sent, the slot
 //                     and the input buffer are free again
 //   kOptimizerStep    the tied gradients are exchanged, every send is waited for
-// Transfers run on a HostCommunicator over the pp group (its progress thread moves the
-// bytes while the caller computes; its timeout turns a dead peer into a CommError naming
-// it). Messages are tagged by (micro-batch, receiving virtual stage, kind).
+// Transfers are nonblocking MPI on the caller's thread (parallel/pipeline_link.h: no
+// thread hand-off on the critical path; the collectives' timeout turns a dead or stuck
+// peer into a CommError naming the transfer and the stage). Messages are tagged by
+// (micro-batch, receiving virtual stage, kind).
 //
 // Each chunk has its own engine (data parallel or ZeRO over the stage's dp group): its
 // hooks run around every layer, and only the chunk's last backward of the step is
@@ -34,8 +35,9 @@
 #include <span>
 #include <vector>
 
-#include "collectives/host_communicator.h"
+#include "collectives/comm_options.h"
 #include "parallel/engine.h"
+#include "parallel/pipeline_link.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_stage.h"
 #include "parallel/process_grid.h"
@@ -99,7 +101,7 @@ class PipelineExecutor {
   const ProcessGrid& grid_;
   Allocator& alloc_;
   Tracer* tracer_;
-  std::unique_ptr<HostCommunicator> comm_;  // over the pp group
+  std::unique_ptr<PipeLink> link_;  // over the pp group
   std::vector<std::unique_ptr<ChunkState>> chunks_;
   Schedule schedule_;
   std::vector<int> slots_;
