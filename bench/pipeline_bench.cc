@@ -96,6 +96,24 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   return r;
 }
 
+// The reference: the same model and global batch on one rank (world rank 0; the others
+// wait), tokens/s.
+double one_rank_tokens_per_s(BenchContext& ctx, const PipelineArgs& a, int m) {
+  double tps = 0;
+  if (ctx.world().rank() == 0) {
+    TrainConfig c = bench_config(a, 1, "1f1b", m);
+    Group self(MPI_COMM_SELF, "self", false);
+    train::Trainer t(c, self, ctx.world().log());
+    for (int i = 0; i < a.warmup; ++i) t.train_step();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.steps; ++i) t.train_step();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    tps = static_cast<double>(a.steps) * c.batch().global_batch() * c.model().seq_len() / seconds;
+  }
+  MPI_Bcast(&tps, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return tps;
+}
+
 std::string row_text(const Row& r) {
   std::string act, ms;
   for (double b : r.activation_bytes) act += (act.empty() ? "" : " | ") + format_bytes(b);
@@ -135,7 +153,12 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
       rows.push_back(measure(ctx, a, s, m));
     }
   }
+  const int ref_m = std::max(8, P);
+  const double one_rank = one_rank_tokens_per_s(ctx, a, ref_m);
   log.set_level(level);
+  std::snprintf(buf, sizeof buf, "# reference: the same model on 1 rank, global batch %d x %d: %.0f tokens/s\n",
+                ref_m, c.batch().micro_batch(), one_rank);
+  ctx.print(buf);
   ctx.print("#   schedule    m   measured     theory   points     list   tokens/s  wall ms   "
             "compute ms/stage activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
@@ -150,6 +173,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
     ctx.write_json(a.json, {{"benchmark", "pipeline"},
                             {"machine", ctx.machine().to_json()},
                             {"steps", a.steps},
+                            {"one_rank_tokens_per_s", one_rank},
                             {"rows", out}});
   }
 }
