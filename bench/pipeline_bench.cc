@@ -48,6 +48,7 @@ struct Row {
   std::vector<double> activation_bytes;  // per stage
   std::vector<double> compute_ms;        // per stage: forward + backward per step
   double wall_ms = 0;                    // the schedule's actions per step (rank 0)
+  double norm_min_ms = 0, norm_max_ms = 0;  // the gradient norm's wait, per step: least, most rank
   double loss = 0;
 };
 
@@ -80,7 +81,11 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
     bubble += p.executor().last_step().bubble();
     compute += p.executor().last_step().compute_seconds;
     r.wall_ms += 1e3 * p.executor().last_step().wall_seconds / a.steps;
+    r.norm_min_ms += 1e3 * p.norm_wait_seconds() / a.steps;
   }
+  r.norm_max_ms = r.norm_min_ms;
+  MPI_Allreduce(MPI_IN_PLACE, &r.norm_min_ms, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &r.norm_max_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   compute *= 1e3 / a.steps;
   r.compute_ms.resize(static_cast<size_t>(P));
   MPI_Allgather(&compute, 1, MPI_DOUBLE, r.compute_ms.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
@@ -123,9 +128,11 @@ std::string row_text(const Row& r) {
     ms += x;
   }
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %10.0f %8.1f   %-15s  %s\n",
+  std::snprintf(buf, sizeof buf,
+                "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %10.0f %8.1f %6.2f %6.2f   %-15s  %s\n",
                 r.schedule.c_str(), r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory),
-                100 * r.list, r.tokens_per_s, r.wall_ms, ms.c_str(), act.c_str());
+                100 * r.list, r.tokens_per_s, r.wall_ms, r.norm_min_ms, r.norm_max_ms, ms.c_str(),
+                act.c_str());
   return buf;
 }
 
@@ -139,7 +146,9 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
                 "bubble = 1 - compute / wall of the schedule's actions, mean over stages and steps; "
                 "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.); list = "
-                "the schedule's own lists simulated with equal forward, B and W times; activations = planned per stage\n",
+                "the schedule's own lists simulated with equal forward, B and W times; norm = the wait in the "
+                "gradient norm's sum over the stages per step, least and most waiting rank (the least: the "
+                "sum itself; the rest: the flush the bubble counts); activations = planned per stage\n",
                 c.model().n_layer(), c.model().d_model(), c.model().seq_len(), c.batch().micro_batch(),
                 P, ctx.machine().placement().c_str(), a.warmup, a.steps);
   ctx.print(buf);
@@ -159,14 +168,15 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
   std::snprintf(buf, sizeof buf, "# reference: the same model on 1 rank, global batch %d x %d: %.0f tokens/s\n",
                 ref_m, c.batch().micro_batch(), one_rank);
   ctx.print(buf);
-  ctx.print("#   schedule    m   measured     theory   points     list   tokens/s  wall ms   "
-            "compute ms/stage activations per stage\n");
+  ctx.print("#   schedule    m   measured     theory   points     list   tokens/s  wall ms "
+            "norm ms (min max)  compute ms/stage activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r));
     out.push_back({{"schedule", r.schedule}, {"micro_batches", r.m}, {"bubble", r.bubble},
                    {"theory", r.theory}, {"list", r.list}, {"tokens_per_s", r.tokens_per_s},
                    {"wall_ms", r.wall_ms}, {"compute_ms", r.compute_ms},
+                   {"norm_wait_min_ms", r.norm_min_ms}, {"norm_wait_max_ms", r.norm_max_ms},
                    {"activation_bytes", r.activation_bytes}, {"final_loss", r.loss}});
   }
   if (!a.json.empty()) {

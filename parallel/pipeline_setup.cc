@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "parallel/batch_policy.h"
 #include "parallel/engine.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
@@ -36,6 +37,26 @@ ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int m
                       "batch.micro_batch)");
   }
   return s;
+}
+
+void check_pipeline_layout(const TrainConfig& config, int world_size) {
+  const int pp = config.parallel().pp();
+  if (pp <= 1 || world_size % pp != 0) return;
+  const BatchPlan plan = plan_data_parallel_batch(config.batch().global_batch(), world_size / pp,
+                                                  config.batch().micro_batch());
+  for (const RankBatch& r : plan.ranks()) {
+    pipeline_schedule_spec(config, pp, static_cast<int>(r.accumulation));
+  }
+}
+
+void check_pipeline_layers(const ScheduleSpec& spec, const LayerStack<float>& model) {
+  const int parts = spec.stages * spec.virtual_stages;
+  if (parts <= model.size()) return;
+  throw ConfigError("parallel.pp = " + std::to_string(spec.stages) +
+                    (spec.virtual_stages > 1 ? " x " + std::to_string(spec.virtual_stages) + " chunks"
+                                             : std::string()) +
+                    " needs at least " + std::to_string(parts) + " layers, but the model has " +
+                    std::to_string(model.size()) + " (embedding and head included); use fewer stages.");
 }
 
 std::vector<double> layer_parameter_costs(const LayerStack<float>& model) {
@@ -92,13 +113,7 @@ std::vector<int> pipeline_bounds(const TrainConfig& config, const LayerStack<flo
                                  const ScheduleSpec& spec, const std::vector<double>& measured) {
   const int parts = spec.stages * spec.virtual_stages;
   const std::string& how = config.parallel().pp_partition();
-  if (parts > model.size()) {
-    throw ConfigError("parallel.pp = " + std::to_string(spec.stages) +
-                      (spec.virtual_stages > 1 ? " x " + std::to_string(spec.virtual_stages) + " chunks"
-                                               : std::string()) +
-                      " needs at least " + std::to_string(parts) + " layers, but the model has " +
-                      std::to_string(model.size()) + " (embedding and head included); use fewer stages.");
-  }
+  check_pipeline_layers(spec, model);
   if (how == "params") return balance_partition(layer_parameter_costs(model), parts);
   if (how == "measure") return balance_partition(measured, parts);
   try {

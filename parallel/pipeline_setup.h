@@ -17,6 +17,14 @@ namespace etr {
 // replica, checked (ConfigError naming the fields) before any communication.
 ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int micro_batches);
 
+// Before any communication, alike on every rank of a world of `world_size`: ConfigError
+// when parallel.pp's schedule cannot run the micro-batches every replica gets (a pp that
+// does not divide the world is ProcessGrid's to refuse).
+void check_pipeline_layout(const TrainConfig& config, int world_size);
+
+// ConfigError when `model` has fewer layers than spec's stages x virtual stages.
+void check_pipeline_layers(const ScheduleSpec& spec, const LayerStack<float>& model);
+
 // Per layer: the parameters it reads (its own, and each shared tensor it uses).
 std::vector<double> layer_parameter_costs(const LayerStack<float>& model);
 

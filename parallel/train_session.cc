@@ -82,19 +82,15 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
                            const TrainProgram& program, ElasticReporter* elastic)
     : config_(config),
       log_(log),
-      grid_(std::make_unique<ProcessGrid>(group, config.parallel().pp())),
+      // (the pipeline's schedule checked before the grid's communicators are split)
+      grid_((check_pipeline_layout(config, group.size()),
+             std::make_unique<ProcessGrid>(group, config.parallel().pp()))),
       alloc_(host_budget(config)),
       program_(program) {
-  // Every rank needs at least one sequence, and a pipeline a schedule it can run (checked
-  // alike on every rank, before anything is built); the data is checked against the
-  // batch once it is loaded.
+  // Every rank needs at least one sequence (checked alike on every rank, before anything
+  // is built); the data is checked against the batch once it is loaded.
   plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
                                          config_.batch().micro_batch()));
-  if (grid_->pp_size() > 1) {
-    for (const RankBatch& r : plan_->ranks()) {
-      pipeline_schedule_spec(config_, grid_->pp_size(), static_cast<int>(r.accumulation));
-    }
-  }
   build(program, group);
   setup_parallel();
   log_memory();
@@ -148,6 +144,7 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   const int64_t b = std::max<int64_t>(static_cast<int64_t>(rank_batch().micro_batch), micro);
   const ScheduleSpec spec = pipeline_schedule_spec(config_, grid_->pp_size(),
                                                    static_cast<int>(rank_batch().accumulation));
+  check_pipeline_layers(spec, *model_.stack);  // before the measurement's broadcast
   // Measured costs: world rank 0 times the layers once, every rank takes its figures.
   std::vector<double> costs = layer_parameter_costs(*model_.stack);
   if (config_.parallel().pp_partition() == "measure") {

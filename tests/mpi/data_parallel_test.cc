@@ -157,7 +157,9 @@ struct Span {
 
 TEST(DataParallel, TraceShowsBucketCommunicationOverlappingBackward) {
   const int n = testing::world().size();
-  const auto path = std::filesystem::temp_directory_path() / "etr_dp_trace.json";
+  // One file per world size: ctest runs the np variants of this test side by side.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("etr_dp_trace_np" + std::to_string(n) + ".json");
   // Trace file name agreed by every rank: rank 0 writes it.
   TrainConfig c = config({"log.trace_file=" + path.string(), "parallel.first_bucket_size=8KiB",
                           "parallel.bucket_size=64KiB", "batch.micro_batch=5"});
