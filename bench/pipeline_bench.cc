@@ -29,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct PipelineArgs {
-  int steps = 4;
+  int steps = 8;
   int warmup = 1;
   std::vector<int> micro_batches{1, 2, 4, 8, 16};
   std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
@@ -43,7 +43,7 @@ struct Row {
   int m = 0;
   double theory = 0;
   double list = 0;    // the schedule's own list simulated with equal F, B, W
-  double bubble = 0;  // measured, mean over stages and steps
+  double bubble = 0;  // measured: per step the mean over the stages; the median step
   double tokens_per_s = 0;
   std::vector<double> activation_bytes;  // per stage
   std::vector<double> compute_ms;        // per stage: forward + backward per step
@@ -74,11 +74,12 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   r.list = simulate_schedule(p.executor().schedule()).bubble_fraction;
   for (int i = 0; i < a.warmup; ++i) t.train_step();
   MPI_Barrier(MPI_COMM_WORLD);
-  double bubble = 0, compute = 0;
+  std::vector<double> bubbles;  // per step, summed over the ranks below
+  double compute = 0;
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     r.loss = t.train_step().loss;
-    bubble += p.executor().last_step().bubble();
+    bubbles.push_back(p.executor().last_step().bubble());
     compute += p.executor().last_step().compute_seconds;
     r.wall_ms += 1e3 * p.executor().last_step().wall_seconds / a.steps;
     r.norm_min_ms += 1e3 * p.norm_wait_seconds() / a.steps;
@@ -92,9 +93,9 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens_per_s = static_cast<double>(a.steps) * config.batch().global_batch() *
                    config.model().seq_len() / seconds;
-  bubble /= a.steps;
-  MPI_Allreduce(MPI_IN_PLACE, &bubble, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  r.bubble = bubble / P;
+  MPI_Allreduce(MPI_IN_PLACE, bubbles.data(), static_cast<int>(bubbles.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  r.bubble = median(bubbles) / P;  // robust to a step the machine took away
   double mine = static_cast<double>(p.executor().planned_bytes());
   r.activation_bytes.resize(static_cast<size_t>(P));
   MPI_Allgather(&mine, 1, MPI_DOUBLE, r.activation_bytes.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
@@ -144,7 +145,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
   std::snprintf(buf, sizeof buf,
                 "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
-                "bubble = 1 - compute / wall of the schedule's actions, mean over stages and steps; "
+                "bubble = 1 - compute / wall of the schedule's actions, mean over stages, median step; "
                 "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.); list = "
                 "the schedule's own lists simulated with equal forward, B and W times; norm = the wait in the "
                 "gradient norm's sum over the stages per step, least and most waiting rank (the least: the "
