@@ -5,12 +5,16 @@
 // order: the tied wte's two halves are added after, not during, backward, and the
 // gradient norm is summed per stage); the tied copies on the first and last stage stay
 // bitwise equal; 1F1B holds at most pp - s micro-batches on stage s; a checkpoint saved
-// by one split loads bitwise into another and continues as the single-process run; an
-// impossible layout is one sentence before any communication.
+// by one split loads bitwise into another (pp np -> 1 and np; dp -> an interleaved
+// pipeline at ZeRO 3) and continues as the single-process run; the trace shows each
+// stage's forwards, backwards and waits; an impossible layout is one sentence before any
+// communication.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -196,6 +200,69 @@ TEST(Pipeline, CheckpointLoadsIntoAnotherSplit) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (w.rank() == 0) fs::remove_all(dir);
+}
+
+// The other way round: saved at pp = 1 (dp = np),
+// loaded by an interleaved pipeline of np stages x 2 chunks at ZeRO 3, bitwise.
+TEST(Pipeline, CheckpointOfDataParallelismLoadsIntoAnInterleavedPipeline) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_ckpt_dp_" + std::to_string(n));
+  if (w.rank() == 0) fs::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string ckpt = "checkpoint.dir=" + dir.string();
+  State saved;
+  {
+    Trainer t(config({ckpt}), w);
+    saved = train(t, 1);
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+    t.flush_checkpoints();
+  }
+  Trainer t(config({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=interleaved",
+                    "parallel.zero_stage=3", ckpt}),
+            w);
+  t.restore(dir / "step-000000001");
+  for (std::string_view s : {state::kParam, state::kAdamM, state::kAdamV}) {
+    const std::vector<float> back = t.gather_state(s);
+    const std::vector<float>& want = s == state::kParam ? saved.param : s == state::kAdamM ? saved.m : saved.v;
+    EXPECT_EQ(0, std::memcmp(back.data(), want.data(), want.size() * sizeof(float))) << s;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w.rank() == 0) fs::remove_all(dir);
+}
+
+// The merged trace shows every stage's forwards and backwards per micro-batch and the
+// waits for its neighbours.
+TEST(Pipeline, TraceShowsEachStagesSchedule) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  const fs::path path = fs::temp_directory_path() / ("etr_pipeline_trace_np" + std::to_string(n) + ".json");
+  {
+    Trainer t(config({"parallel.pp=" + std::to_string(n), "log.trace_file=" + path.string()}), w);
+    t.train_step();
+    t.write_trace();
+  }
+  if (w.rank() != 0) return;
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::vector<int> forwards(n), backwards(n), waits(n);
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const int pid = e["pid"];
+    const std::string name = e["name"];
+    forwards[pid] += name.rfind("forward mb ", 0) == 0;
+    backwards[pid] += name.rfind("backward mb ", 0) == 0;
+    waits[pid] += name.rfind("wait ", 0) == 0;
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(forwards[r], 12) << "stage " << r << ": one forward per micro-batch";
+    EXPECT_EQ(backwards[r], 12) << "stage " << r;
+    EXPECT_GT(waits[r], 0) << "stage " << r << ": waits for its neighbours";
+  }
+  fs::remove(path);
 }
 
 TEST(Pipeline, ImpossibleLayoutsAreOneSentenceBeforeAnyCommunication) {
