@@ -167,12 +167,14 @@ std::vector<std::string> describe_stages(const TrainConfig& config, const Schedu
       layers += (c ? ", " : "") + std::to_string(bounds[j]) + "-" + std::to_string(bounds[j + 1] - 1);
     }
     activations *= static_cast<double>(held) / spec.virtual_stages;  // held counts every chunk's
-    char line[256];
+    char predicted[64] = "not timed (parallel.pp_partition is not measure)";
+    if (timed) {
+      std::snprintf(predicted, sizeof predicted, "%.1f ms of compute per step predicted",
+                    1e3 * seconds * spec.micro_batches);
+    }
+    char line[320];
     std::snprintf(line, sizeof line, "  stage %d: layers %s; %s; state %s + activations %s (%d micro-batch(es) held)",
-                  s, layers.c_str(),
-                  timed ? (std::to_string(static_cast<int>(1e3 * seconds * spec.micro_batches + 0.5)) +
-                           " ms of compute per step predicted").c_str()
-                        : "not timed (parallel.pp_partition is not measure)",
+                  s, layers.c_str(), predicted,
                   format_bytes(state).c_str(), format_bytes(activations).c_str(), held);
     out.push_back(line);
   }
