@@ -96,6 +96,10 @@ PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& gr
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+int64_t PipelineExecutor::max_micro_batches(int64_t vstages) {
+  return kTieTag / 2 / std::max<int64_t>(1, vstages);
+}
+
 int PipelineExecutor::tag(int mb, int vstage, bool grad) const {
   return (mb * cut_.num_vstages() + vstage) * 2 + (grad ? 1 : 0);
 }
@@ -108,10 +112,10 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
   const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
   slots_.clear();
   const int m = schedule_.spec.micro_batches;
-  if (static_cast<int64_t>(m) * cut_.num_vstages() * 2 > kTieTag) {
+  if (m > max_micro_batches(cut_.num_vstages())) {
     throw ConfigError("a pipeline of " + std::to_string(cut_.num_vstages()) + " virtual stages runs at most " +
-                      std::to_string(kTieTag / 2 / cut_.num_vstages()) + " micro-batches per step, not " +
-                      std::to_string(m) + "; raise batch.micro_batch.");
+                      std::to_string(max_micro_batches(cut_.num_vstages())) +
+                      " micro-batches per step, not " + std::to_string(m) + "; raise batch.micro_batch.");
   }
   for (size_t k = 0; k < chunks_.size(); ++k) {
     ChunkState& c = *chunks_[k];

@@ -66,6 +66,9 @@ class PipelineExecutor {
                    Allocator& alloc, CommOptions comm, Tracer* tracer = nullptr);
   ~PipelineExecutor();
 
+  // The most micro-batches per step a pipeline of `vstages` virtual stages can tag.
+  static int64_t max_micro_batches(int64_t vstages);
+
   // Plans activations and transfer buffers for `schedule` with micro-batches of up to
   // B x T (OutOfMemory). Again when the schedule changes.
   void plan(const Schedule& schedule, int64_t B, int64_t T);

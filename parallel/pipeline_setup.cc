@@ -29,6 +29,13 @@ ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int m
                                                                 : 1;
   try {
     check_schedule_spec(s);
+    const int64_t vstages = static_cast<int64_t>(s.stages) * s.virtual_stages;
+    if (micro_batches > PipelineExecutor::max_micro_batches(vstages)) {
+      throw ConfigError("a pipeline of " + std::to_string(vstages) + " virtual stages runs at most " +
+                        std::to_string(PipelineExecutor::max_micro_batches(vstages)) +
+                        " micro-batches per step, not " + std::to_string(micro_batches) +
+                        "; raise batch.micro_batch or lower batch.global_batch.");
+    }
   } catch (const ConfigError& e) {
     throw ConfigError(std::string(e.what()) + " (parallel.pp = " + std::to_string(stages) +
                       ", parallel.pp_schedule = " + p.pp_schedule() + ", " +
@@ -50,7 +57,7 @@ void check_pipeline_layout(const TrainConfig& config, int world_size) {
 }
 
 void check_pipeline_layers(const ScheduleSpec& spec, const LayerStack<float>& model) {
-  const int parts = spec.stages * spec.virtual_stages;
+  const int64_t parts = static_cast<int64_t>(spec.stages) * spec.virtual_stages;
   if (parts <= model.size()) return;
   throw ConfigError("parallel.pp = " + std::to_string(spec.stages) +
                     (spec.virtual_stages > 1 ? " x " + std::to_string(spec.virtual_stages) + " chunks"
@@ -111,9 +118,9 @@ std::vector<double> measure_layer_costs(LayerStack<float>& model, Allocator& all
 
 std::vector<int> pipeline_bounds(const TrainConfig& config, const LayerStack<float>& model,
                                  const ScheduleSpec& spec, const std::vector<double>& measured) {
+  check_pipeline_layers(spec, model);  // parts fit the layers, so an int
   const int parts = spec.stages * spec.virtual_stages;
   const std::string& how = config.parallel().pp_partition();
-  check_pipeline_layers(spec, model);
   if (how == "params") return balance_partition(layer_parameter_costs(model), parts);
   if (how == "measure") return balance_partition(measured, parts);
   try {

@@ -285,6 +285,11 @@ TEST(Pipeline, ImpossibleLayoutsAreOneSentenceBeforeAnyCommunication) {
             "multiple");
     refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=pipedream"}, "parallel.pp_schedule");
     refused({"parallel.pp=" + std::to_string(n), "parallel.pp_partition=1,1"}, "parallel.pp_partition");
+    refused({"parallel.pp=" + std::to_string(n), "batch.global_batch=2000000", "batch.micro_batch=1"},
+            "micro-batches per step");
+    refused({"parallel.pp=" + std::to_string(n), "parallel.pp_schedule=interleaved",
+             "parallel.pp_virtual_stages=1000000000"},
+            "virtual stages");
   }
 }
 
