@@ -110,6 +110,13 @@ ReduceStats DataParallelEngine::end_backward() {
   return reducer_ ? reducer_->finish() : ReduceStats{};
 }
 
+std::vector<GradRange> DataParallelEngine::reduced_gradients(bool owned) {
+  std::vector<GradRange> out;
+  if (!owned) return {{HeldRange{0, stack_.layout().numel()}, grads()}};
+  for (const HeldRange& h : plan_.norm_ranges(grid_.dp_rank())) out.push_back({h, grads() + h.begin});
+  return out;
+}
+
 double DataParallelEngine::grad_norm() {
   // Every rank holds the summed gradients: it adds every rank's ZeRO partial itself, in
   // rank order, so that the norm (and the clipping) is bitwise the ZeRO stages'.

@@ -73,6 +73,7 @@ class DataParallelEngine final : public Engine {
   void begin_backward(bool last) override;
   void layer_grads_final(int layer) override;
   ReduceStats end_backward() override;
+  std::vector<GradRange> reduced_gradients(bool owned) override;
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;

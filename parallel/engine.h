@@ -42,6 +42,12 @@ struct OptimizerStep {
   double max_norm = 0;  // clip to this global norm (<= 0: no clipping)
 };
 
+// A range of the layout's summed gradient that a rank holds, and where it is.
+struct GradRange {
+  HeldRange range;
+  float* data = nullptr;  // data[0] is element range.begin
+};
+
 // A state and the FlatState holding this rank's part of it (restore fills its ranges).
 struct HeldState {
   std::string name;
@@ -110,6 +116,11 @@ class Engine {
   virtual void layer_grads_final(int layer) = 0;
   // Waits for the step's gradient communication; rethrows a CommError.
   virtual ReduceStats end_backward() = 0;
+  // After end_backward(): the summed gradient this rank holds. `owned`: only the ranges
+  // this rank answers for in the group (ZeroPlan::norm_ranges: each element on exactly one
+  // rank); otherwise every range it holds (all of it at stage 0, the replicated tail on
+  // every rank). Writable: a pipeline overwrites a tied copy's gradient with its owner's.
+  virtual std::vector<GradRange> reduced_gradients(bool owned) = 0;
   // Global L2 norm of the step's gradients, summed over what each rank holds; the same
   // value on every rank (or not finite on every rank, when it is not finite anywhere).
   virtual double grad_norm() = 0;

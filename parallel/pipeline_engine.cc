@@ -1,5 +1,6 @@
 #include "parallel/pipeline_engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -175,7 +176,49 @@ void PipelineEngine::layer_grads_final(int) {
 ReduceStats PipelineEngine::end_backward() {
   ReduceStats s;
   for (auto& e : engines_) s += e->end_backward();
+  sync_ties();
   return s;
+}
+
+std::vector<GradRange> PipelineEngine::reduced_gradients(bool) {
+  throw InvalidArgument("a pipeline's gradients are in its chunks' layouts; ask chunk_engine(c)");
+}
+
+void PipelineEngine::sync_ties() {
+  if (cut_.ties().empty()) return;
+  // The ties side by side in one index space: tie i at [base[i], base[i] + numel).
+  std::vector<int64_t> base(cut_.ties().size() + 1, 0);
+  for (size_t i = 0; i < cut_.ties().size(); ++i) {
+    base[i + 1] = base[i] + model_.layout().find(cut_.ties()[i].name)->numel();
+  }
+  std::vector<FlatPiece> pieces;
+  bool user = false;
+  for (size_t c = 0; c < engines_.size(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
+    for (size_t i = 0; i < cut_.ties().size(); ++i) {
+      const Tie& t = cut_.ties()[i];
+      user = user || t.user_vstage == j;
+      if (t.owner_vstage != j) continue;
+      const int64_t at = chunks_[c]->layout().find(t.name)->offset, n = base[i + 1] - base[i];
+      for (const GradRange& g : engines_[c]->reduced_gradients(true)) {
+        const int64_t lo = std::max(at, g.range.begin), hi = std::min(at + n, g.range.end);
+        if (lo < hi) pieces.push_back({base[i] + lo - at, base[i] + hi - at, g.data + (lo - g.range.begin)});
+      }
+    }
+  }
+  std::vector<float> owners(user ? static_cast<size_t>(base.back()) : 0);
+  exchange_pieces(grid_.world_group(), pieces, owners.data(), 0, user ? base.back() : 0);
+  for (size_t c = 0; user && c < engines_.size(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
+    for (size_t i = 0; i < cut_.ties().size(); ++i) {
+      if (cut_.ties()[i].user_vstage != j) continue;
+      const int64_t at = chunks_[c]->layout().find(cut_.ties()[i].name)->offset, n = base[i + 1] - base[i];
+      for (const GradRange& g : engines_[c]->reduced_gradients(false)) {
+        const int64_t lo = std::max(at, g.range.begin), hi = std::min(at + n, g.range.end);
+        if (lo < hi) std::copy_n(owners.data() + base[i] + (lo - at), hi - lo, g.data + (lo - g.range.begin));
+      }
+    }
+  }
 }
 
 double PipelineEngine::grad_norm() {

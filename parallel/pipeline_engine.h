@@ -81,11 +81,17 @@ class PipelineEngine final : public Engine {
   void begin_backward(bool last) override;
   void layer_grads_final(int layer) override;
   ReduceStats end_backward() override;
+  // Each chunk has a layout of its own: ask chunk_engine(c).
+  std::vector<GradRange> reduced_gradients(bool owned) override;
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;
 
  private:
+  // Collective over the world: every user copy of a tied parameter takes its owner's
+  // reduced gradient (the two stages' data-parallel rings may add the replicas in other
+  // orders), so that both copies take the same update.
+  void sync_ties();
   // Moves state `name` of every chunk into [begin, end) of the model's layout in `out`,
   // on every rank (collective over the world).
   void collect(std::string_view name, float* out, int64_t begin, int64_t end);

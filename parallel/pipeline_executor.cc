@@ -46,9 +46,8 @@ struct TieSide {
   bool owner = false;
   int peer = 0;                   // in the pp group
   int tag = 0;
-  std::vector<float> mine, theirs;
-  PipeRequestPtr sent, received;
-  bool pending = false;
+  std::vector<float> mine, theirs;  // the user's part (sent), as the owner receives it
+  PipeRequestPtr sent;
 };
 
 struct PipelineExecutor::ChunkState {
@@ -163,51 +162,35 @@ StackHooks PipelineExecutor::hooks_for(ChunkState& c, bool final) {
   }
   h.after_backward = [this, &c](int layer) {
     for (TieSide& t : c.ties) {
-      if (t.layer != layer) continue;
-      exchange_tie(c, t.owner);
-      if (!t.owner) return;  // the user's layer 0 is final once the owner's part is in
+      if (t.layer == layer) exchange_tie(c, t);
     }
     c.c.engine->layer_grads_final(layer);
   };
   return h;
 }
 
-void PipelineExecutor::exchange_tie(ChunkState& c, bool owner) {
+void PipelineExecutor::exchange_tie(ChunkState& c, TieSide& t) {
+  // The user's part goes to the owner, which adds it before its data-parallel reduction
+  // (the user's own copy is overwritten by the owner's reduced sum after the step's
+  // reductions: PipelineEngine::sync_ties).
   float* g = c.c.engine->gradients();
-  for (TieSide& t : c.ties) {
-    if (t.owner != owner) continue;
+  if (!t.owner) {
     t.mine.assign(g + t.offset, g + t.offset + t.numel);
-    t.theirs.resize(static_cast<size_t>(t.numel));
     t.sent = link_->send(t.mine.data(), t.numel, t.peer, t.tag, "tied gradient");
-    t.received = link_->recv(t.theirs.data(), t.numel, t.peer, t.tag, "tied gradient");
-    t.pending = true;
-    if (!owner) continue;
-    // owner + user, in this order on both sides: both hold the same sum.
-    t.received->wait();
-    for (int64_t i = 0; i < t.numel; ++i) g[t.offset + i] += t.theirs[static_cast<size_t>(i)];
-    t.pending = false;
+    return;
   }
+  // Sent at the user's final backward, which the owner's last backward depends on.
+  t.theirs.resize(static_cast<size_t>(t.numel));
+  link_->recv(t.theirs.data(), t.numel, t.peer, t.tag, "tied gradient")->wait();
+  for (int64_t i = 0; i < t.numel; ++i) g[t.offset + i] += t.theirs[static_cast<size_t>(i)];
 }
 
 void PipelineExecutor::finish_ties() {
-  for (auto& cp : chunks_) {
-    ChunkState& c = *cp;
-    bool deferred = false;
-    float* g = c.c.engine->gradients();
-    for (TieSide& t : c.ties) {
-      if (t.pending) {
-        t.received->wait();
-        for (int64_t i = 0; i < t.numel; ++i) {
-          g[t.offset + i] = t.theirs[static_cast<size_t>(i)] + g[t.offset + i];
-        }
-        t.pending = false;
-        deferred = !t.owner;
-      }
+  for (auto& c : chunks_) {
+    for (TieSide& t : c->ties) {
       if (t.sent) t.sent->wait();
       t.sent.reset();
-      t.received.reset();
     }
-    if (deferred) c.c.engine->layer_grads_final(0);
   }
 }
 

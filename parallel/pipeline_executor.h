@@ -23,11 +23,11 @@
 // Each chunk has its own engine (data parallel or ZeRO over the stage's dp group): its
 // hooks run around every layer, and only the chunk's last backward of the step is
 // "final" (begin_backward(true), layer_grads_final), so its buckets are reduced while
-// the rest of the pipeline drains. A tied parameter's gradient (Tie) is exchanged at the
-// owner's and user's final backward: the user posts its part and defers its layer 0's
-// "final" to the end of the step; the owner waits for the user's part (sent long before:
-// the owner's last backward depends on the user's) and adds it before its layer 0 is
-// final.
+// the rest of the pipeline drains. A tied parameter's gradient (Tie): at the user's final
+// backward its part is sent to the owner, which adds it at its own final backward before
+// that layer is final (it was sent long before: the owner's last backward depends on the
+// user's), so the owner's reduction sums both; the user's copy then takes the owner's
+// reduced sum (PipelineEngine::sync_ties).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,8 @@
 #include "runtime/trace.h"
 
 namespace etr {
+
+struct TieSide;  // one side of a tied parameter's exchange (pipeline_executor.cc)
 
 // One of this rank's chunks.
 struct PipelineChunk {
@@ -96,7 +98,7 @@ class PipelineExecutor {
   void post_recv(const PipeAction& a, bool grad);
   void send(const PipeAction& a, bool grad);
   StackHooks hooks_for(ChunkState& c, bool final);
-  void exchange_tie(ChunkState& c, bool owner);
+  void exchange_tie(ChunkState& c, TieSide& t);
   void finish_ties();
   int tag(int mb, int vstage, bool grad) const;
 

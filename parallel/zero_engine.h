@@ -98,6 +98,7 @@ class ZeroEngine final : public Engine {
   void before_backward(int layer) override;
   void layer_grads_final(int layer) override;
   ReduceStats end_backward() override;
+  std::vector<GradRange> reduced_gradients(bool owned) override;
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;

@@ -66,6 +66,14 @@ ReduceStats ZeroEngine::end_backward() {
   return s;
 }
 
+std::vector<GradRange> ZeroEngine::reduced_gradients(bool owned) {
+  std::vector<GradRange> out;
+  const std::vector<HeldRange> ranges =
+      owned ? plan_.norm_ranges(grid_.dp_rank()) : plan_.held(grid_.dp_rank());
+  for (const HeldRange& h : ranges) out.push_back({h, grad_of(h)});
+  return out;
+}
+
 double ZeroEngine::grad_norm() {
   const int n = plan_.ranks();
   double mine = plan_.partial_norm(grid_.dp_rank(), [&](const HeldRange& h) { return grad_of(h); },
