@@ -209,7 +209,9 @@ TEST(DataParallel, TraceShowsBucketCommunicationOverlappingBackward) {
     }
     ranks_overlapping += overlapping > 0;
   }
-  if (n > 1) EXPECT_GT(ranks_overlapping, 0) << "no bucket's communication overlaps a backward on any rank";
+  if (n > 1) {
+    EXPECT_GT(ranks_overlapping, 0) << "no bucket's communication overlaps a backward on any rank";
+  }
   std::filesystem::remove(path);
 }
 
