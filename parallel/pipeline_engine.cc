@@ -10,6 +10,7 @@
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
 #include "runtime/state_names.h"
 
 namespace etr {
@@ -30,7 +31,7 @@ PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique
     engines_.push_back(make_engine(*chunks_.back(), cut_.borrowed_numel(j)));
     run.push_back(PipelineChunk{j, chunks_.back().get(), engines_.back().get()});
   }
-  executor_ = std::make_unique<PipelineExecutor>(cut_, grid_, std::move(run), alloc_, options_.comm, tracer);
+  executor_ = std::make_unique<PipelineExecutor>(cut_, grid_, std::move(run), alloc_, tracer);
 }
 
 PipelineEngine::~PipelineEngine() = default;
@@ -40,6 +41,7 @@ void PipelineEngine::plan(int micro_batches, int64_t B, int64_t T) {
   spec.micro_batches = micro_batches;
   check_schedule_spec(spec);
   executor_->plan(build_schedule(spec), B, T);
+  theory_ = simulate_schedule(executor_->schedule()).bubble_fraction;
 }
 
 double PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights) {
@@ -61,14 +63,20 @@ void PipelineEngine::initialize_parameters(const std::function<void(const ParamL
   }
 }
 
-void PipelineEngine::collect(std::string_view name, float* out, int64_t begin, int64_t end) {
+std::vector<std::vector<NamedState>> PipelineEngine::chunk_states() {
+  std::vector<std::vector<NamedState>> out;
+  for (auto& e : engines_) out.push_back(e->states());
+  return out;
+}
+
+void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, std::string_view name,
+                             float* out, int64_t begin, int64_t end) {
   // Each chunk contributes its own tensors of what its engine hands a dp-group writer.
-  std::vector<NamedState> held;
   std::vector<FlatPiece> pieces;
   for (size_t c = 0; c < engines_.size(); ++c) {
     const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
     const ParamLayout& l = chunks_[c]->layout();
-    for (const NamedState& s : engines_[c]->states()) {
+    for (const NamedState& s : held[c]) {
       if (s.name != name) continue;
       auto [a, b] = ShardPlan(l, grid_.dp_size(), {s.name}).flat_range(grid_.dp_rank());
       a = std::max(a, cut_.borrowed_numel(j));
@@ -85,13 +93,14 @@ std::vector<NamedState> PipelineEngine::states() {
                           .flat_range(grid_.rank());
   const std::string_view names[] = {state::kParam, state::kAdamM, state::kAdamV};
   staging_.resize(3);
+  const auto held = chunk_states();
   std::vector<NamedState> out;
   for (int i = 0; i < 3; ++i) {
     const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
     if (staging_[i].size() != bytes) staging_[i] = Buffer(alloc_, bytes);
     float* stage = static_cast<float*>(staging_[i].data());
     std::fill(stage, stage + (b - a), 0.0f);
-    collect(names[i], stage, a, b);
+    collect(held, names[i], stage, a, b);
     out.push_back({std::string(names[i]), stage, a});
   }
   return out;
@@ -99,7 +108,7 @@ std::vector<NamedState> PipelineEngine::states() {
 
 void PipelineEngine::gather_state(std::string_view name, float* out) {
   std::fill(out, out + model_.layout().numel(), 0.0f);
-  collect(name, out, 0, model_.layout().numel());
+  collect(chunk_states(), name, out, 0, model_.layout().numel());
 }
 
 std::vector<HeldState> PipelineEngine::held_states() {
@@ -120,7 +129,7 @@ void PipelineEngine::materialize_parameters() {
     std::memset(whole_grads_.data(), 0, whole_grads_.size());
   }
   float* p = root ? static_cast<float*>(whole_params_.data()) : nullptr;
-  collect(state::kParam, p, 0, root ? n : 0);
+  collect(chunk_states(), state::kParam, p, 0, root ? n : 0);
   if (root) model_.bind(p, static_cast<float*>(whole_grads_.data()));
 }
 
@@ -228,14 +237,13 @@ double PipelineEngine::grad_norm() {
     squares += n * n;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm()));
+  MPI_Request r = MPI_REQUEST_NULL;  // with the collectives' timeout: a stuck stage is an error
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm(), &r));
+  wait_with_timeout(r, "the gradient norm's sum over the pipeline stages");
   norm_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::sqrt(squares);
 }
 
-double PipelineEngine::theoretical_bubble() const {
-  return etr::theoretical_bubble(executor_->schedule().spec);
-}
 
 void PipelineEngine::optimizer_step(const OptimizerStep& step) {
   for (auto& e : engines_) e->optimizer_step(step);

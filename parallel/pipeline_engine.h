@@ -35,7 +35,6 @@ namespace etr {
 struct PipelineOptions {
   ScheduleSpec schedule;   // kind, stages, virtual stages (micro-batches set per plan)
   std::vector<int> bounds;  // P v + 1 layer boundaries
-  CommOptions comm;         // of the activation transfers
 };
 
 class PipelineEngine final : public Engine {
@@ -63,8 +62,11 @@ class PipelineEngine final : public Engine {
   double run_step(std::span<const Batch> batches, std::span<const double> weights);
   // The time the last grad_norm() waited for the other stages (the clipping's stall).
   double norm_wait_seconds() const { return norm_wait_seconds_; }
-  // The schedule's theoretical bubble.
-  double theoretical_bubble() const;
+  // The bubble theory gives the planned schedule (equal forward, input and weight
+  // gradient times): the formula for GPipe, 1F1B and interleaved; for ZB-H1 the bound
+  // its lists can reach under 1F1B's activation limit (pipeline_schedule.h), since the
+  // paper's figure needs more memory than those lists hold.
+  double theoretical_bubble() const { return theory_; }
 
   int zero_stage() const override { return engines_.front()->zero_stage(); }
   FlatState& state() override { return engines_.front()->state(); }
@@ -94,7 +96,10 @@ class PipelineEngine final : public Engine {
   void sync_ties();
   // Moves state `name` of every chunk into [begin, end) of the model's layout in `out`,
   // on every rank (collective over the world).
-  void collect(std::string_view name, float* out, int64_t begin, int64_t end);
+  // `held`: chunk_states(), each chunk engine's states (collective in each stage's dp group).
+  void collect(const std::vector<std::vector<NamedState>>& held, std::string_view name, float* out,
+               int64_t begin, int64_t end);
+  std::vector<std::vector<NamedState>> chunk_states();
 
   LayerStack<float>& model_;
   const ProcessGrid& grid_;
@@ -107,6 +112,7 @@ class PipelineEngine final : public Engine {
   std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
   double norm_wait_seconds_ = 0;
+  double theory_ = 0;
 };
 
 }  // namespace etr

@@ -14,18 +14,41 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Most micro-batches of `chunk` whose activations are held at once, in list order.
-int chunk_in_flight(const std::vector<PipeAction>& list, int chunk) {
-  int held = 0, most = 0;
+// What chunk `chunk` holds at most at once, in list order, as the executor takes and
+// frees it: activation slots (a forward to its weight gradients and, but on virtual stage
+// 0, its input gradient's send), received inputs (the receive's post to the same), and
+// received output gradients (the post to the backward, or B, that reads it).
+struct Needs {
+  int slots = 0, inputs = 0, douts = 0;
+};
+
+Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first) {
+  std::vector<uint8_t> weights(static_cast<size_t>(m), 0), sent(static_cast<size_t>(m), first);
+  std::vector<uint8_t> dout(static_cast<size_t>(m), 0);
+  Needs now, most;
+  auto done = [&](size_t mb) {
+    if (!weights[mb] || !sent[mb]) return;
+    --now.slots;
+    if (!first) --now.inputs;
+  };
   for (const PipeAction& a : list) {
-    if (a.chunk != chunk) continue;
-    if (a.op == PipeOp::kForward) most = std::max(most, ++held);
-    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) --held;
+    if (a.chunk != chunk || a.micro_batch < 0) continue;
+    const size_t mb = static_cast<size_t>(a.micro_batch);
+    const bool reads_dout = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardInput;
+    if (reads_dout && dout[mb]) --now.douts;
+    if (a.op == PipeOp::kRecvActivation) ++now.inputs;
+    if (a.op == PipeOp::kForward) ++now.slots;
+    if (a.op == PipeOp::kRecvGrad) ++now.douts, dout[mb] = 1;
+    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) weights[mb] = 1, done(mb);
+    if (a.op == PipeOp::kSendGrad) sent[mb] = 1, done(mb);
+    most = {std::max(most.slots, now.slots), std::max(most.inputs, now.inputs),
+            std::max(most.douts, now.douts)};
   }
   return most;
 }
 
-// Tags: transfers 0..2 m (P v) - 1, ties from kTieTag (the communicator takes < 2^20).
+// Tags: transfers 0 .. 2 m (P v) - 1, then the ties from kTieTag: within 32767, the upper
+// bound of tags every MPI guarantees.
 // A trace scope (nothing without a tracer).
 Tracer::Scope scope_of(Tracer* t, TraceTrack track, std::string name, const char* category) {
   return t ? t->scope(track, std::move(name), category) : Tracer::Scope(nullptr, track, {}, nullptr);
@@ -35,7 +58,7 @@ std::string what(const char* op, const PipeAction& a) {
   return std::string(op) + " mb " + std::to_string(a.micro_batch) + " chunk " + std::to_string(a.chunk);
 }
 
-constexpr int kTieTag = (1 << 20) - 256;
+constexpr int kTieTag = 32767 - 255;
 
 }  // namespace
 
@@ -66,9 +89,8 @@ struct PipelineExecutor::ChunkState {
 
 PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid,
                                    std::vector<PipelineChunk> chunks, Allocator& alloc,
-                                   CommOptions comm, Tracer* tracer)
+                                   Tracer* tracer)
     : cut_(cut), grid_(grid), alloc_(alloc), tracer_(tracer) {
-  (void)comm;
   link_ = std::make_unique<PipeLink>(grid_.pp_group());
   for (const PipelineChunk& c : chunks) {
     auto s = std::make_unique<ChunkState>();
@@ -106,7 +128,6 @@ int PipelineExecutor::tag(int mb, int vstage, bool grad) const {
 void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
   validate_schedule(schedule);
   schedule_ = schedule;
-  T_ = T;
   planned_bytes_ = 0;
   const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
   slots_.clear();
@@ -116,13 +137,14 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
                       std::to_string(max_micro_batches(cut_.num_vstages())) +
                       " micro-batches per step, not " + std::to_string(m) + "; raise batch.micro_batch.");
   }
+  bool split = false;  // the schedule splits backward into B and W (ZB-H1)
+  for (const PipeAction& x : list) split = split || x.op == PipeOp::kBackwardInput;
   for (size_t k = 0; k < chunks_.size(); ++k) {
     ChunkState& c = *chunks_[k];
     const int chunk = static_cast<int>(k);
-    const int slots = std::max(1, chunk_in_flight(list, chunk));
+    const Needs needs = needs_of(list, chunk, m, c.first);
+    const int slots = std::max(1, needs.slots);
     slots_.push_back(slots);
-    bool split = false;  // the schedule splits backward into B and W (ZB-H1)
-    for (const PipeAction& x : list) split = split || x.op == PipeOp::kBackwardInput;
     c.c.stack->plan(alloc_, B, T, slots, split);
     planned_bytes_ += c.c.stack->activation_bytes(B, T, slots, split);
     c.in_max = cut_.input_numel(c.c.vstage, B, T);
@@ -133,9 +155,8 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
       for (int i = 0; i < count; ++i) v.emplace_back(alloc_, static_cast<size_t>(numel) * sizeof(float));
       planned_bytes_ += static_cast<size_t>(numel * count) * sizeof(float);
     };
-    // One more than the slots: a receive is posted before the backward that frees one.
-    pool(c.inputs, c.first ? 0 : c.in_max, slots + 1);
-    pool(c.douts, c.last ? 0 : c.out_max, slots + 1);
+    pool(c.inputs, c.first ? 0 : c.in_max, needs.inputs);
+    pool(c.douts, c.last ? 0 : c.out_max, needs.douts);
     pool(c.dins, c.first ? 0 : c.in_max, slots);
     c.act_sent.assign(static_cast<size_t>(slots), nullptr);
     c.grad_sent.assign(static_cast<size_t>(slots), nullptr);
@@ -212,7 +233,7 @@ void PipelineExecutor::post_recv(const PipeAction& a, bool grad) {
 
 void PipelineExecutor::send(const PipeAction& a, bool grad) {
   ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
-  const int slot = grad ? c.slot_of[static_cast<size_t>(a.micro_batch)] : c.slot_of[static_cast<size_t>(a.micro_batch)];
+  const int slot = c.slot_of[static_cast<size_t>(a.micro_batch)];
   const int64_t numel = grad ? c.in_max : c.out_max;
   const float* p = grad ? static_cast<const float*>(c.dins[static_cast<size_t>(slot)].data())
                         : c.c.stack->output(slot);
@@ -251,7 +272,7 @@ void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batch
   if (c.last) loss += l * weights[mb];
 }
 
-void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batches) {
+void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<const Batch> batches) {
   ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
   const size_t mb = static_cast<size_t>(a.micro_batch);
   const int slot = c.slot_of[mb];
@@ -269,7 +290,7 @@ void PipelineExecutor::backward(const PipeAction& a, std::span<const Batch> batc
     std::fill(din, din + c.in_max, 0.0f);
   }
   // The step's last backward (or W) of the chunk makes its gradients final.
-  const bool final = &a == &schedule_.stages[static_cast<size_t>(grid_.pp_rank())][c.final_backward];
+  const bool final = index == c.final_backward;
   if (a.op != PipeOp::kBackwardInput) c.c.engine->begin_backward(final);
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
@@ -321,7 +342,9 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
   stats_ = {};
   const auto t0 = Clock::now();
   double loss = 0;
-  for (const PipeAction& a : schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()))) {
+  const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const PipeAction& a = list[i];
     switch (a.op) {
       case PipeOp::kRecvActivation: post_recv(a, false); break;
       case PipeOp::kForward: forward(a, batches, weights, loss); break;
@@ -329,7 +352,7 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
       case PipeOp::kRecvGrad: post_recv(a, true); break;
       case PipeOp::kBackward:
       case PipeOp::kBackwardInput:
-      case PipeOp::kBackwardWeight: backward(a, batches); break;
+      case PipeOp::kBackwardWeight: backward(a, i, batches); break;
       case PipeOp::kSendGrad: send(a, true); break;
       case PipeOp::kOptimizerStep: finish_ties(); break;
     }

@@ -35,7 +35,6 @@
 #include <span>
 #include <vector>
 
-#include "collectives/comm_options.h"
 #include "parallel/engine.h"
 #include "parallel/pipeline_link.h"
 #include "parallel/pipeline_schedule.h"
@@ -65,7 +64,7 @@ struct PipelineStepStats {
 class PipelineExecutor {
  public:
   PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid, std::vector<PipelineChunk> chunks,
-                   Allocator& alloc, CommOptions comm, Tracer* tracer = nullptr);
+                   Allocator& alloc, Tracer* tracer = nullptr);
   ~PipelineExecutor();
 
   // The most micro-batches per step a pipeline of `vstages` virtual stages can tag.
@@ -93,7 +92,8 @@ class PipelineExecutor {
   struct ChunkState;
   void forward(const PipeAction& a, std::span<const Batch> batches, std::span<const double> weights,
                double& loss);
-  void backward(const PipeAction& a, std::span<const Batch> batches);  // whole, B or W
+  // Whole, B or W; `index` in the list (the chunk's last backward or W is final).
+  void backward(const PipeAction& a, size_t index, std::span<const Batch> batches);
   void release_if_done(ChunkState& c, int micro_batch);
   void post_recv(const PipeAction& a, bool grad);
   void send(const PipeAction& a, bool grad);
@@ -111,7 +111,6 @@ class PipelineExecutor {
   Schedule schedule_;
   std::vector<int> slots_;
   size_t planned_bytes_ = 0;
-  int64_t T_ = 0;
   PipelineStepStats stats_;
 };
 

@@ -29,9 +29,10 @@ void check_pipeline_layers(const ScheduleSpec& spec, const LayerStack<float>& mo
 std::vector<double> layer_parameter_costs(const LayerStack<float>& model);
 
 // Per layer: seconds of forward + backward on a micro-batch of B x T, measured with the
-// layers of `model` bound to scratch buffers from `alloc` (OutOfMemory when the whole
-// model's parameters, gradients and one micro-batch's activations do not fit). The
-// median of `rounds` after one warm-up.
+// layers of `model` (a probe instance: it is bound to scratch buffers from `alloc` that
+// are freed on return, and planned) (OutOfMemory when the whole model's parameters,
+// gradients and one micro-batch's activations do not fit). The median of `rounds` after
+// one warm-up.
 std::vector<double> measure_layer_costs(LayerStack<float>& model, Allocator& alloc, int64_t B,
                                         int64_t T, int rounds = 3);
 

@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
 
 namespace etr {
 namespace {
@@ -32,7 +33,11 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
   const int n = group.size();
   const int64_t want[2] = {out_begin, out_end};
   std::vector<int64_t> wants(static_cast<size_t>(2 * n));
-  MPI_CHECK(MPI_Allgather(want, 2, MPI_INT64_T, wants.data(), 2, MPI_INT64_T, group.comm()));
+  // Nonblocking calls waited for with the collectives' timeout: a stuck rank is an error.
+  auto wait = [](MPI_Request& r) { wait_with_timeout(r, "a range exchange between the ranks"); };
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(want, 2, MPI_INT64_T, wants.data(), 2, MPI_INT64_T, group.comm(), &r));
+  wait(r);
   std::vector<int64_t> headers;  // (offset, count) per sent run, destination by destination
   std::vector<float> data;
   std::vector<int> header_counts(n, 0), data_counts(n, 0);
@@ -52,18 +57,21 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
   }
   std::vector<int> counts(2 * static_cast<size_t>(n)), in_counts(counts.size());
   for (int d = 0; d < n; ++d) counts[2 * d] = header_counts[d], counts[2 * d + 1] = data_counts[d];
-  MPI_CHECK(MPI_Alltoall(counts.data(), 2, MPI_INT, in_counts.data(), 2, MPI_INT, group.comm()));
+  MPI_CHECK(MPI_Ialltoall(counts.data(), 2, MPI_INT, in_counts.data(), 2, MPI_INT, group.comm(), &r));
+  wait(r);
   std::vector<int> in_headers(n), in_data(n);
   for (int d = 0; d < n; ++d) in_headers[d] = in_counts[2 * d], in_data[d] = in_counts[2 * d + 1];
   const std::vector<int> hd = displacements(header_counts), ihd = displacements(in_headers);
   const std::vector<int> dd = displacements(data_counts), idd = displacements(in_data);
   std::vector<int64_t> got_headers(static_cast<size_t>(ihd.back() + in_headers.back()));
   std::vector<float> got(static_cast<size_t>(idd.back()) + static_cast<size_t>(in_data.back()));
-  MPI_CHECK(MPI_Alltoallv(headers.data(), header_counts.data(), hd.data(), MPI_INT64_T,
-                          got_headers.data(), in_headers.data(), ihd.data(), MPI_INT64_T,
-                          group.comm()));
-  MPI_CHECK(MPI_Alltoallv(data.data(), data_counts.data(), dd.data(), MPI_FLOAT, got.data(),
-                          in_data.data(), idd.data(), MPI_FLOAT, group.comm()));
+  MPI_CHECK(MPI_Ialltoallv(headers.data(), header_counts.data(), hd.data(), MPI_INT64_T,
+                           got_headers.data(), in_headers.data(), ihd.data(), MPI_INT64_T,
+                           group.comm(), &r));
+  wait(r);
+  MPI_CHECK(MPI_Ialltoallv(data.data(), data_counts.data(), dd.data(), MPI_FLOAT, got.data(),
+                           in_data.data(), idd.data(), MPI_FLOAT, group.comm(), &r));
+  wait(r);
   size_t at = 0;
   for (size_t h = 0; h + 1 < got_headers.size(); h += 2) {
     const int64_t offset = got_headers[h], count = got_headers[h + 1];

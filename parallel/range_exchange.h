@@ -22,7 +22,9 @@ struct FlatPiece {
 
 // Collective over `group`. Writes into out[0 .. out_end - out_begin) every contributed
 // element of [out_begin, out_end) (out[0] is element out_begin); elements nobody
-// contributes are left as they are. An MPI failure throws CommError (MPI_CHECK).
+// contributes are left as they are. An MPI failure, or a rank that does not take part
+// within the collectives' timeout (runtime/mpi_wait.h), throws CommError; the job must
+// then end (etr's programs abort it): MPI may still use the exchange's freed buffers.
 void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, float* out,
                      int64_t out_begin, int64_t out_end);
 

@@ -145,17 +145,29 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   const ScheduleSpec spec = pipeline_schedule_spec(config_, grid_->pp_size(),
                                                    static_cast<int>(rank_batch().accumulation));
   check_pipeline_layers(spec, *model_.stack);  // before the measurement's broadcast
-  // Measured costs: world rank 0 times the layers once, every rank takes its figures.
+  // Measured costs: world rank 0 times a probe instance of the layers once (the whole
+  // model's state and one micro-batch's activations, freed after), every rank takes its
+  // figures; when the probe does not fit, the parameters' costs, alike on every rank.
   std::vector<double> costs = layer_parameter_costs(*model_.stack);
   if (config_.parallel().pp_partition() == "measure") {
-    if (grid_->rank() == 0) costs = measure_layer_costs(*model_.stack, alloc_, b, T);
-    MPI_CHECK(MPI_Bcast(costs.data(), static_cast<int>(costs.size()), MPI_DOUBLE, 0,
+    std::vector<double> got(costs.size() + 1, 0.0);  // the costs, then 1 when measured
+    if (grid_->rank() == 0) {
+      try {
+        ModelSpec probe = program.model(ctx);
+        got = measure_layer_costs(*probe.stack, alloc_, b, T);
+        got.push_back(1.0);
+      } catch (const OutOfMemory& e) {
+        log_.warn("the pipeline partition cannot time the layers (", e.what(),
+                  "); it balances the parameters they read instead");
+      }
+    }
+    MPI_CHECK(MPI_Bcast(got.data(), static_cast<int>(got.size()), MPI_DOUBLE, 0,
                         grid_->world_group().comm()));
+    if (got.back() > 0) costs.assign(got.begin(), got.end() - 1);
   }
   PipelineOptions o;
   o.schedule = spec;
   o.bounds = pipeline_bounds(config_, *model_.stack, spec, costs);
-  o.comm = CommOptions::from_config(config_.comm());
   if (leader()) {
     log_.info(describe_pipeline(config_, spec, o.bounds, costs));
     for (const std::string& line : describe_stages(config_, spec, *model_.stack, o.bounds, costs,

@@ -21,10 +21,10 @@ bool executable_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
-// N of the job's "parallel.pp=N" argument (etr-train's --set), else 1.
+// N of the job's "parallel.pp=N" argument (etr-train's --set), else 0.
 int pp_of_job(const std::vector<std::string>& command) {
   constexpr std::string_view kKey = "parallel.pp=";
-  int pp = 1;
+  int pp = 0;
   for (const std::string& arg : command) {
     if (arg.rfind(kKey, 0) != 0) continue;
     const std::string_view v = std::string_view(arg).substr(kKey.size());
@@ -56,10 +56,19 @@ void validate(RunOptions& o) {
                       " (the most slots a host list may have)");
   }
   if (o.max_np == 0) o.max_np = std::numeric_limits<int>::max();  // every usable slot
-  if (o.pp == 0) o.pp = pp_of_job(o.command);
+  const int job_pp = pp_of_job(o.command);
+  if (o.pp != 0 && job_pp != 0 && o.pp != job_pp) {
+    throw ConfigError("--pp " + std::to_string(o.pp) + " disagrees with the job's parallel.pp=" +
+                      std::to_string(job_pp) + "; give one of them");
+  }
+  if (o.pp == 0) o.pp = job_pp != 0 ? job_pp : 1;
   if (o.pp < 1 || o.pp > kMaxTotalSlots) {
     throw ConfigError("--pp must be from 1 to " + std::to_string(kMaxTotalSlots) + ", not " +
                       std::to_string(o.pp));
+  }
+  if (o.max_np < o.pp) {
+    throw ConfigError("--max-np " + std::to_string(o.max_np) + " is less than one pipeline: the job's " +
+                      std::to_string(o.pp) + " stages (--pp) need " + std::to_string(o.pp) + " ranks");
   }
   o.min_np = (o.min_np + o.pp - 1) / o.pp * o.pp;  // whole pipelines
   if (o.max_np != std::numeric_limits<int>::max()) o.max_np = o.max_np / o.pp * o.pp;

@@ -17,8 +17,9 @@ struct RunOptions {
   int max_np = 0;  // never more ranks than this (0: no limit but the usable slots)
   // The job's pipeline stages: every launch runs whole pipelines, a multiple of pp ranks
   // (a resize changes the replicas and keeps pp). 0: the job's "parallel.pp=N" argument
-  // (as etr-train's --set takes it), else 1. validate() rounds min_np up and max_np down
-  // to multiples of it.
+  // (as etr-train's --set takes it), else 1: a pipeline set in the job's config file
+  // needs --pp. validate() rounds min_np up and max_np down to multiples of it and refuses
+  // a --pp that disagrees with the job's argument.
   int pp = 0;
   std::optional<HostSource> hosts;
   int max_restarts = 5;     // relaunches after failures (resizes do not count)

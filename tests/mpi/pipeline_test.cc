@@ -232,6 +232,38 @@ TEST(Pipeline, CheckpointOfDataParallelismLoadsIntoAnInterleavedPipeline) {
   if (w.rank() == 0) fs::remove_all(dir);
 }
 
+// Evaluation runs forward through the stages and gives the single process's held-out
+// loss; evaluating and saving in the middle of a run (at ZeRO 3: parameters gathered for
+// the evaluation, shards moved to the writers) leave training as it was.
+TEST(Pipeline, EvaluationAndASaveMidRunMatchTheSingleProcess) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  const int pp = n == 4 ? 2 : n;
+  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_eval_" + std::to_string(n));
+  if (w.rank() == 0) fs::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  Group self(MPI_COMM_SELF, "self", false);
+  Trainer single(config({}), self, w.log());
+  single.train_step();
+  const double want_eval = single.evaluate();
+  for (int i = 0; i < 2; ++i) single.train_step();
+  const std::vector<float> want = single.gather_state(state::kParam);
+  for (const std::string& s : {std::string("1f1b"), std::string("interleaved")}) {
+    Trainer t(config({"parallel.pp=" + std::to_string(pp), "parallel.pp_schedule=" + s,
+                      "parallel.zero_stage=3", "checkpoint.dir=" + (dir / s).string()}),
+              w);
+    t.train_step();
+    EXPECT_NEAR(t.evaluate(), want_eval, kLossTol) << s << ": held-out loss";
+    ASSERT_TRUE(t.save_checkpoint("durable")) << s;
+    for (int i = 0; i < 2; ++i) t.train_step();
+    EXPECT_LE(max_diff(want, t.gather_state(state::kParam)), kParamTol) << s << ": parameters";
+    t.flush_checkpoints();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w.rank() == 0) fs::remove_all(dir);
+}
+
 // The merged trace shows every stage's forwards and backwards per micro-batch and the
 // waits for its neighbours.
 TEST(Pipeline, TraceShowsEachStagesSchedule) {

@@ -498,8 +498,8 @@ TEST(Validate, PipelineStagesComeFromTheJobOrPp) {
   launcher::validate(o);
   EXPECT_EQ(o.pp, 2);
   EXPECT_EQ(o.min_np, 2);  // 1 rounded up to a whole pipeline
-  o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
-  o.pp = 3;  // the flag wins over the job's argument
+  o = pipeline_options({"etr-train"});
+  o.pp = 3;  // a pipeline set in the job's config file
   o.min_np = 4;
   o.max_np = 8;
   launcher::validate(o);
@@ -520,7 +520,15 @@ TEST(Validate, NpThatIsNotWholePipelinesOrABadPpIsAConfigError) {
   o.pp = -1;
   EXPECT_THROW(launcher::validate(o), ConfigError);
   o = pipeline_options({"etr-train", "--set", "parallel.pp=4"});
-  o.max_np = 3;  // rounds down to 0 pipelines, below --min-np
+  o.max_np = 3;  // not one pipeline
+  try {
+    launcher::validate(o);
+    ADD_FAILURE() << "--max-np 3 with 4 stages accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-np 3 is less than one pipeline"), std::string::npos) << e.what();
+  }
+  o = pipeline_options({"etr-train", "--set", "parallel.pp=2"});
+  o.pp = 4;  // disagrees with the job
   EXPECT_THROW(launcher::validate(o), ConfigError);
 }
 
