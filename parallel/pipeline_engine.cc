@@ -49,15 +49,39 @@ double PipelineEngine::run_step(std::span<const Batch> batches, std::span<const 
 }
 
 void PipelineEngine::initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) {
-  // The whole model's initial parameters, once, then each chunk's tensors by name.
+  // The whole model's initial parameters on world rank 0 only (from the budget: an
+  // initialisation draws its tensors in the model's order), moved into each chunk: its
+  // own range in one exchange, then its borrowed tensors one by one (as many exchanges on
+  // every rank: the most any virtual stage borrows).
   const ParamLayout& whole = model_.layout();
-  std::vector<float> all(static_cast<size_t>(whole.numel()), 0.0f);
-  if (init) init(whole, all.data());
-  for (auto& e : engines_) {
-    e->initialize_parameters([&](const ParamLayout& l, float* p) {
-      for (const TensorEntry& t : l.entries()) {
-        const TensorEntry& w = *whole.find(t.name);
-        std::memcpy(p + t.offset, all.data() + w.offset, static_cast<size_t>(t.numel()) * sizeof(float));
+  Buffer all;
+  std::vector<FlatPiece> pieces;
+  if (grid_.rank() == 0) {
+    all = Buffer(alloc_, static_cast<size_t>(whole.numel()) * sizeof(float));
+    float* p = static_cast<float*>(all.data());
+    std::memset(p, 0, all.size());
+    if (init) init(whole, p);
+    pieces.push_back({0, whole.numel(), p});
+  }
+  size_t most_borrowed = 0;
+  for (int j = 0; j < cut_.num_vstages(); ++j) {
+    size_t n = 0;
+    for (const Tie& t : cut_.ties()) n += t.user_vstage == j;
+    most_borrowed = std::max(most_borrowed, n);
+  }
+  for (size_t c = 0; c < engines_.size(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
+    engines_[c]->initialize_parameters([&](const ParamLayout& l, float* p) {
+      const auto [lo, hi] = cut_.own_range(j);
+      exchange_pieces(grid_.world_group(), pieces, p + cut_.borrowed_numel(j), lo, hi);
+      std::vector<const TensorEntry*> borrowed;
+      for (const Tie& t : cut_.ties()) {
+        if (t.user_vstage == j) borrowed.push_back(l.find(t.name));
+      }
+      for (size_t k = 0; k < most_borrowed; ++k) {
+        const TensorEntry* w = k < borrowed.size() ? whole.find(borrowed[k]->name) : nullptr;
+        exchange_pieces(grid_.world_group(), pieces, w ? p + borrowed[k]->offset : nullptr,
+                        w ? w->offset : 0, w ? w->offset + w->numel() : 0);
       }
     });
   }
