@@ -91,6 +91,10 @@ PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& gr
                                    std::vector<PipelineChunk> chunks, Allocator& alloc,
                                    Tracer* tracer)
     : cut_(cut), grid_(grid), alloc_(alloc), tracer_(tracer) {
+  if (cut_.ties().size() > 255) {  // their tags: kTieTag .. 32767
+    throw InvalidArgument("a pipeline takes at most 255 tied parameters across stages, not " +
+                          std::to_string(cut_.ties().size()));
+  }
   link_ = std::make_unique<PipeLink>(grid_.pp_group());
   for (const PipelineChunk& c : chunks) {
     auto s = std::make_unique<ChunkState>();
