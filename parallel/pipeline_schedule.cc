@@ -417,7 +417,7 @@ void check_schedule_spec(const ScheduleSpec& spec) {
     throw ConfigError("the interleaved pipeline schedule needs micro-batches (" + m +
                       ") to be a multiple of the stages (" + p + ").");
   }
-  if (spec.stages * spec.virtual_stages > (INT_MAX / 4) / spec.micro_batches) {
+  if (static_cast<int64_t>(spec.stages) * spec.virtual_stages > (INT_MAX / 4) / spec.micro_batches) {
     throw ConfigError("pipeline stages x virtual stages x micro-batches is too large.");
   }
 }
