@@ -14,7 +14,7 @@
 //   kBackwardInput    (ZB-H1) the input's gradient only; the dout buffer is free again
 //   kBackwardWeight   (ZB-H1) the weight gradients; with the gradient sent, the slot
 //                     and the input buffer are free again
-//   kOptimizerStep    the tied gradients are exchanged, every send is waited for
+//   kOptimizerStep    the tied gradient's send (user side) and every other send waited for
 // Transfers are nonblocking MPI on the caller's thread (parallel/pipeline_link.h: no
 // thread hand-off on the critical path; the collectives' timeout turns a dead or stuck
 // peer into a CommError naming the transfer and the stage). Messages are tagged by

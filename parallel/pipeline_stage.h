@@ -9,11 +9,10 @@
 // wte, owned by the embedding, read by the head) whose owner is in another chunk is
 // declared again in the user's chunk (LayerStack's borrowed tensors).
 //
-// Tied parameters across chunks (a Tie): both copies start equal; after each step's
-// backward the two chunks exchange their local gradients of it (before any data-parallel
-// reduction) and both add owner + user, in that order, so both hold the same sum; from
-// there both reduce and update alike and stay equal (bitwise with up to two data-parallel
-// replicas; beyond, the two stages' rings may add the replicas in different orders).
+// Tied parameters across chunks (a Tie): both copies start equal; at the user's final
+// backward its local gradient goes to the owner, which adds it before its data-parallel
+// reduction; after the step's reductions the user's copy takes the owner's reduced
+// gradient (PipelineEngine::sync_ties), so both take the same update at any dp.
 // The user's copy is left out of the gradient norm (DataParallelOptions::norm_begin) and
 // out of checkpoints (the owner saves it).
 #pragma once
