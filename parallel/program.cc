@@ -184,7 +184,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
     // what still fails is memory the budget did not foresee (other processes took it).
     const std::string what = info.name + ": error: the operating system refused memory (" +
                              e.what() + ") although the sizes fit the host memory budget; free "
-                             "memory or lower runtime.host_memory_budget, model or batch sizes.";
+                             "memory or lower runtime.memory_budget, model or batch sizes.";
     if (world->size() > 1) world->abort(what, 1);
     std::fprintf(stderr, "%s\n", what.c_str());
     return 1;

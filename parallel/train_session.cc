@@ -24,7 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 size_t host_budget(const TrainConfig& c) {
-  return c.runtime().host_memory_budget().empty() ? 0 : parse_bytes(c.runtime().host_memory_budget());
+  return c.runtime().memory_budget().empty() ? 0 : parse_bytes(c.runtime().memory_budget());
 }
 
 // runtime.threads = 0: this rank's share of the cores it may run on. A rank bound to

@@ -65,7 +65,7 @@ struct SessionContext {
   const TrainConfig& config;
   Logger& log;
   bool leader;           // rank 0 of the data-parallel group: logs for the job
-  HostAllocator& alloc;  // the host memory budget (runtime.host_memory_budget)
+  HostAllocator& alloc;  // the host memory budget (runtime.memory_budget)
   int threads;           // the kernels' threads on this rank
   int ranks;             // data-parallel ranks
 };

@@ -24,7 +24,7 @@ TokenDataSource::TokenDataSource(const TrainConfig& config, int64_t seq_len, int
                         " for the synthetic corpus and its tokens, more than the " +
                         format_bytes(left) +
                         " left of the host memory budget after the model; make it smaller or "
-                        "raise runtime.host_memory_budget.");
+                        "raise runtime.memory_budget.");
     }
     synthetic_ = ByteTokenizer::encode(SyntheticCorpus(d.seed()).generate(bytes));
     tokens_ = synthetic_;

@@ -59,7 +59,7 @@ void GptConfig::require_fits(int64_t micro_batch, int threads, double budget,
   m.state *= state_share;
   const std::string limit =
       ", more than the " + format_bytes(budget) +
-      " host memory budget (runtime.host_memory_budget, ETR_HOST_MEMORY_BUDGET or the memory "
+      " host memory budget (runtime.memory_budget, ETR_HOST_MEMORY_BUDGET or the memory "
       "available); ";
   if (m.state > budget) {
     throw ConfigError("the model (model.n_layer = " + std::to_string(n_layer) +
@@ -68,14 +68,14 @@ void GptConfig::require_fits(int64_t micro_batch, int threads, double budget,
                       ", model.vocab_size = " + std::to_string(vocab_size) + ") needs " +
                       format_bytes(m.state) + " for parameters, gradients and AdamW state" +
                       (state_share < 1 ? " (its share under parallel.zero_stage)" : "") + limit +
-                      "make the model smaller or raise runtime.host_memory_budget.");
+                      "make the model smaller or raise runtime.memory_budget.");
   }
   if (m.state + m.activations > budget) {
     throw ConfigError("batch.micro_batch = " + std::to_string(micro_batch) +
                       " with model.seq_len = " + std::to_string(seq_len) + " needs " +
                       format_bytes(m.activations) + " of activations on top of " +
                       format_bytes(m.state) + " of model state" + limit +
-                      "lower batch.micro_batch or raise runtime.host_memory_budget.");
+                      "lower batch.micro_batch or raise runtime.memory_budget.");
   }
 }
 

@@ -175,6 +175,10 @@ Scalar parse_scalar(std::string_view path, std::string_view text, const FieldDes
   Scalar v;
   switch (field.cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
+      if (field.options().GetExtension(config::accepts_auto) && trim(text) == "auto") {
+        v.i = 0;
+        break;
+      }
       v.i = parse_signed(path, text, field, std::numeric_limits<int32_t>::min(),
                          std::numeric_limits<int32_t>::max());
       break;

@@ -273,16 +273,43 @@ void validate_runtime(const config::RuntimeConfig& r) {
   require(r.threads() <= cpus, "runtime.threads is " + text(r.threads()) + ", more than the " +
                                    text(cpus) + " CPUs of this machine; set at most " + text(cpus) +
                                    ", or 0 for automatic.");
-  if (r.host_memory_budget().empty()) return;
+  require(r.recompute() == "off" || r.recompute() == "blocks" || r.recompute() == "auto",
+          "runtime.recompute = \"" + r.recompute() + "\" is not off, blocks or auto.");
+  if (r.memory_budget().empty()) return;
   size_t budget = 0;
   try {
-    budget = parse_bytes(r.host_memory_budget());
+    budget = parse_bytes(r.memory_budget());
   } catch (const ConfigError& e) {
-    throw ConfigError("runtime.host_memory_budget: " + std::string(e.what()));
+    throw ConfigError("runtime.memory_budget: " + std::string(e.what()));
   }
   require(budget > 0,
-          "runtime.host_memory_budget is 0; give a size such as 8GiB, or \"\" for "
+          "runtime.memory_budget is 0; give a size such as 8GiB, or \"\" for "
           "the allocator's default.");
+}
+
+void validate_batch(const TrainConfig& config) {
+  const config::BatchConfig& b = config.batch();
+  require(b.global_batch() >= 0, "batch.global_batch", b.global_batch(),
+          "at least 1, or auto (0)");
+  require(b.micro_batch() >= 0, "batch.micro_batch", b.micro_batch(), "at least 1, or auto (0)");
+  require(b.min_global_batch() >= 1, "batch.min_global_batch", b.min_global_batch(), "at least 1");
+  require(b.max_global_batch() >= b.min_global_batch(),
+          "batch.max_global_batch = " + text(b.max_global_batch()) +
+              " is smaller than batch.min_global_batch = " + text(b.min_global_batch()) + ".");
+  require(b.lr_scaling() == "adascale" || b.lr_scaling() == "sqrt" || b.lr_scaling() == "linear",
+          "batch.lr_scaling = \"" + b.lr_scaling() + "\" is not adascale, sqrt or linear.");
+  require(b.memory_margin() >= 0 && b.memory_margin() <= 0.9, "batch.memory_margin",
+          b.memory_margin(), "a fraction in [0, 0.9]");
+  require(b.shares() == "equal" || b.shares() == "throughput",
+          "batch.shares = \"" + b.shares() + "\" is not equal or throughput.");
+  if (b.global_batch() > 0 && b.micro_batch() > 0) accumulation_steps(config, 1);
+  // The sampler counts the sequences seen in a uint64; int64 keeps a margin.
+  const int64_t largest = b.global_batch() > 0 ? b.global_batch() : b.max_global_batch();
+  const int64_t max_steps = std::numeric_limits<int64_t>::max() / largest;
+  require(config.schedule().max_steps() <= max_steps,
+          "schedule.max_steps = " + text(config.schedule().max_steps()) +
+              " x batch.global_batch = " + text(largest) +
+              " sequences overflow the sample counter; set at most " + text(max_steps) + " steps.");
 }
 
 }  // namespace
@@ -335,16 +362,7 @@ void validate(const TrainConfig& config) {
   validate_optimizer(config.optimizer());
   validate_schedule(config.schedule());
   validate_env_settings(config);  // the comm section (runtime/config/settings.h)
-  const config::BatchConfig& b = config.batch();
-  require(b.global_batch() >= 1, "batch.global_batch", b.global_batch(), "at least 1");
-  require(b.micro_batch() >= 1, "batch.micro_batch", b.micro_batch(), "at least 1");
-  accumulation_steps(config, 1);
-  // The sampler counts the sequences seen in a uint64; int64 keeps a margin.
-  const int64_t max_steps = std::numeric_limits<int64_t>::max() / b.global_batch();
-  require(config.schedule().max_steps() <= max_steps,
-          "schedule.max_steps = " + text(config.schedule().max_steps()) +
-              " x batch.global_batch = " + text(b.global_batch()) +
-              " sequences overflow the sample counter; set at most " + text(max_steps) + " steps.");
+  validate_batch(config);
   validate_data(config);
   validate_log(config.log());
   validate_runtime(config.runtime());

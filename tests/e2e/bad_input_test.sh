@@ -47,7 +47,7 @@ expect_fail 1 'runtime\.threads is 65536, more than the [0-9]+ CPUs of this mach
 expect_fail 1 'model\.n_layer = 2147483647.* needs .* for parameters, gradients and AdamW state, more than the .* host memory budget' -- \
   "${train_tiny[@]}" --set model.n_layer=2147483647
 expect_fail 1 'model\.n_layer = 100000.* more than the 1 GiB host memory budget' -- \
-  "${train_tiny[@]}" --set model.n_layer=100000 --set runtime.host_memory_budget=1GiB
+  "${train_tiny[@]}" --set model.n_layer=100000 --set runtime.memory_budget=1GiB
 expect_fail 1 'model\.d_model = 2147483646.* needs' -- \
   "${train_tiny[@]}" --set model.d_model=2147483646 --set model.n_head=1
 expect_fail 1 'batch\.micro_batch = 100000 with model\.seq_len = 64 needs .* of activations' -- \

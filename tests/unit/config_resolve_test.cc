@@ -42,7 +42,7 @@ TEST(Defaults, ResolveFillsEveryFieldWithTheDocumentedDefaults) {
   EXPECT_EQ(c.batch().global_batch(), 8);
   EXPECT_EQ(c.data().synthetic_size(), "1MiB");
   EXPECT_EQ(c.log().log_level(), config::LOG_LEVEL_INFO);
-  EXPECT_EQ(c.runtime().host_memory_budget(), "");
+  EXPECT_EQ(c.runtime().memory_budget(), "");
   EXPECT_EQ(c.output().export_safetensors(), "");
 }
 
@@ -155,8 +155,16 @@ TEST(Validation, EachRuleHasItsSentence) {
        "the last step."},
       {{"schedule.warmup_steps=-1"}, "schedule.warmup_steps is -1; it must be 0 or more."},
       {{"schedule.min_lr_ratio=1.5"}, "schedule.min_lr_ratio is 1.5; it must be in [0, 1]."},
-      {{"batch.global_batch=0"}, "batch.global_batch is 0; it must be at least 1."},
-      {{"batch.micro_batch=0"}, "batch.micro_batch is 0; it must be at least 1."},
+      {{"batch.global_batch=-1"}, "batch.global_batch is -1; it must be at least 1, or auto (0)."},
+      {{"batch.micro_batch=-2"}, "batch.micro_batch is -2; it must be at least 1, or auto (0)."},
+      {{"batch.min_global_batch=0"}, "batch.min_global_batch is 0; it must be at least 1."},
+      {{"batch.min_global_batch=16", "batch.max_global_batch=8"},
+       "batch.max_global_batch = 8 is smaller than batch.min_global_batch = 16."},
+      {{"batch.lr_scaling=cubic"}, "batch.lr_scaling = \"cubic\" is not adascale, sqrt or linear."},
+      {{"batch.memory_margin=0.95"},
+       "batch.memory_margin is 0.95; it must be a fraction in [0, 0.9]."},
+      {{"batch.shares=fair"}, "batch.shares = \"fair\" is not equal or throughput."},
+      {{"runtime.recompute=yes"}, "runtime.recompute = \"yes\" is not off, blocks or auto."},
       {{"batch.global_batch=10", "batch.micro_batch=4"},
        "batch.global_batch = 10 is not a multiple of batch.micro_batch = 4 x 1 rank; make it "
        "one so that every rank accumulates the same number of micro-batches."},
@@ -182,8 +190,8 @@ TEST(Validation, EachRuleHasItsSentence) {
       {{"log.log_level=unspecified"},
        "log.log_level is LOG_LEVEL_UNSPECIFIED; choose debug, info, warn, error or off."},
       {{"runtime.threads=-1"}, "runtime.threads is -1; it must be 0 (automatic) or more."},
-      {{"runtime.host_memory_budget=0"},
-       "runtime.host_memory_budget is 0; give a size such as 8GiB, or \"\" for the "
+      {{"runtime.memory_budget=0"},
+       "runtime.memory_budget is 0; give a size such as 8GiB, or \"\" for the "
        "allocator's default."},
       {{"checkpoint.every=-1"}, "checkpoint.every is -1; it must be 0 (only at the end) or more."},
       {{"checkpoint.keep=-2"}, "checkpoint.keep is -2; it must be 0 (keep all) or more."},
@@ -203,11 +211,21 @@ TEST(Validation, EachRuleHasItsSentence) {
   }
   EXPECT_THAT(resolve_error({"data.synthetic_size=lots"}),
               StartsWith("data.synthetic_size: 'lots' is not a byte count"));
-  EXPECT_THAT(resolve_error({"runtime.host_memory_budget=8 gigs"}),
-              StartsWith("runtime.host_memory_budget: '8 gigs' is not a byte count"));
+  EXPECT_THAT(resolve_error({"runtime.memory_budget=8 gigs"}),
+              StartsWith("runtime.memory_budget: '8 gigs' is not a byte count"));
   // Not synthetic: the byte-token vocabulary and corpus-size rules do not apply.
   EXPECT_NO_THROW(resolved({"data.synthetic=false", "data.train_file=x.tok", "model.vocab_size=100",
                             "data.synthetic_size=1"}));
+}
+
+TEST(Validation, AutoIsZeroOnlyWhereAFieldAcceptsIt) {
+  const TrainConfig c = resolved({"batch.micro_batch=auto", "batch.global_batch= auto"});
+  EXPECT_EQ(c.batch().micro_batch(), 0);
+  EXPECT_EQ(c.batch().global_batch(), 0);
+  // 10 sequences need no micro-batch multiple when the micro-batch is automatic.
+  EXPECT_EQ(resolved({"batch.micro_batch=auto", "batch.global_batch=10"}).batch().global_batch(), 10);
+  EXPECT_EQ(resolve_error({"model.n_layer=auto"}),
+            "bad value \"auto\" for model.n_layer (int32): expected an integer");
 }
 
 TEST(Validation, AccumulationStepsPerDataParallelWorld) {
