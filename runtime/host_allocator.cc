@@ -34,6 +34,7 @@ HostAllocator::HostAllocator(size_t budget) {
 
 HostAllocator::~HostAllocator() {
   for (auto& [ptr, bytes] : sizes_) std::free(ptr);
+  for (auto& [bytes, ptr] : cache_) std::free(ptr);
 }
 
 void* HostAllocator::allocate(size_t bytes) {
@@ -47,6 +48,17 @@ void* HostAllocator::allocate(size_t bytes) {
     // Rounding up to the alignment would wrap around to a small size.
     throw_out_of_memory(Device::cpu(), bytes, stats_, "no address space holds that many bytes");
   }
+  if (auto hit = cache_.find(bytes); hit != cache_.end()) {
+    void* ptr = hit->second;
+    cache_.erase(hit);
+    sizes_.emplace(ptr, bytes);
+    stats_.in_use += bytes;
+    stats_.allocations += 1;
+    stats_.peak = std::max(stats_.peak, stats_.in_use);
+    return ptr;
+  }
+  // A new block: the cache makes room first when it would take reserved past the budget.
+  if (stats_.reserved + bytes > stats_.budget) trim_to(stats_.budget - bytes);
   size_t align = bytes >= kHugeAlignment ? kHugeAlignment : kAlignment;
   size_t rounded = (bytes + align - 1) / align * align;
   void* ptr = std::aligned_alloc(align, rounded);
@@ -70,11 +82,29 @@ void HostAllocator::deallocate(void* ptr) {
   if (it == sizes_.end()) {
     throw InvalidArgument("HostAllocator::deallocate got a pointer it did not allocate");
   }
-  stats_.in_use -= it->second;
-  stats_.reserved -= it->second;
+  const size_t bytes = it->second;
+  stats_.in_use -= bytes;
   stats_.allocations -= 1;
   sizes_.erase(it);
+  if (bytes >= kHugeAlignment && stats_.reserved <= stats_.budget) {
+    cache_.emplace(bytes, ptr);  // kept for the next request of this size
+    return;
+  }
+  stats_.reserved -= bytes;
   std::free(ptr);
+}
+
+void HostAllocator::trim_to(size_t reserved) {
+  for (auto it = cache_.begin(); it != cache_.end() && stats_.reserved > reserved;) {
+    stats_.reserved -= it->first;
+    std::free(it->second);
+    it = cache_.erase(it);
+  }
+}
+
+void HostAllocator::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trim_to(0);
 }
 
 MemoryStats HostAllocator::stats() const {
@@ -85,6 +115,7 @@ MemoryStats HostAllocator::stats() const {
 void HostAllocator::set_budget(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.budget = bytes;
+  if (stats_.reserved > bytes) trim_to(bytes);
 }
 
 void HostAllocator::charge(size_t bytes) {

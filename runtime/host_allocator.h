@@ -3,6 +3,13 @@
 // Alignment is 64 bytes (a cache line; every SIMD width); allocations of 2 MiB and more
 // are aligned to 2 MiB and advised for transparent huge pages, which makes first touch
 // several times faster on these VMs (MPI_NOTES.md). Thread-safe.
+//
+// Caching: a freed allocation of 2 MiB or more is kept (stats().reserved, not in_use)
+// and handed out again for a request of the same size, so buffers given back at the end
+// of a step and taken again at the start of the next (the activations: the batch policy,
+// parallel/batch_policy.h) cost no page faults. The budget limits in_use; the cache is
+// returned to the system when the budget falls below what is reserved (set_budget) and
+// before a new block would take reserved past it, and by trim().
 #pragma once
 
 #include <mutex>
@@ -25,6 +32,8 @@ class HostAllocator final : public Allocator {
   MemoryStats stats() const override;
   void set_budget(size_t bytes) override;
   void reset_peak() override;
+  // Returns every cached block to the system.
+  void trim();
 
   // Memory taken outside allocate() (a HostWindow's pages) counted against the budget:
   // charge throws OutOfMemory past it; discharge returns what was charged.
@@ -36,7 +45,9 @@ class HostAllocator final : public Allocator {
 
  private:
   mutable std::mutex mutex_;
+  void trim_to(size_t reserved);  // with mutex_ held: frees cached blocks until reserved <= it
   std::unordered_map<void*, size_t> sizes_;
+  std::unordered_multimap<size_t, void*> cache_;  // freed blocks >= kHugeAlignment, by size
   MemoryStats stats_;
 };
 

@@ -111,6 +111,37 @@ TEST(HostAllocator, LoweringTheBudgetBelowUseRefusesNewAllocations) {
   a.deallocate(a.allocate(256 * kKi));
 }
 
+// Freed blocks of 2 MiB and more come back for the same size without new pages; the
+// budget limits what is in use, and cutting it returns the cache to the system.
+TEST(HostAllocator, LargeFreedBlocksAreCachedAndTrimmedByTheBudget) {
+  HostAllocator a(64 * kMi);
+  void* p = a.allocate(4 * kMi);
+  a.deallocate(p);
+  EXPECT_EQ(a.stats().in_use, 0u);
+  EXPECT_EQ(a.stats().reserved, 4 * kMi);  // kept
+  EXPECT_EQ(a.allocate(4 * kMi), p);        // the same block again
+  EXPECT_EQ(a.stats().reserved, 4 * kMi);
+  a.deallocate(p);
+  void* q = a.allocate(3 * kMi);  // another size: a new block
+  EXPECT_EQ(a.stats().reserved, 7 * kMi);
+  a.set_budget(5 * kMi);  // below what is reserved: the cache goes back
+  EXPECT_EQ(a.stats().reserved, 3 * kMi);
+  EXPECT_THROW(a.allocate(4 * kMi), OutOfMemory);  // 3 + 4 MiB in use would pass 5 MiB
+  a.deallocate(q);
+  EXPECT_EQ(a.stats().reserved, 3 * kMi);
+  a.trim();
+  EXPECT_EQ(a.stats().reserved, 0u);
+  // A small block is never cached.
+  a.deallocate(a.allocate(kKi));
+  EXPECT_EQ(a.stats().reserved, 0u);
+  // The budget counts in-use bytes: a cached block does not stand in the way of another.
+  HostAllocator b(6 * kMi);
+  b.deallocate(b.allocate(4 * kMi));
+  void* r = b.allocate(5 * kMi);  // the cached 4 MiB block is returned to make room
+  EXPECT_EQ(b.stats().reserved, 5 * kMi);
+  b.deallocate(r);
+}
+
 // A random sequence of allocations and frees, with in-use and peak tracked by the test.
 TEST(HostAllocator, InUseAndPeakFollowARandomSequence) {
   HostAllocator a(64 * kMi);
