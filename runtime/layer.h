@@ -97,6 +97,16 @@ class Layer {
   }
   virtual void backward_weight(const Real* /*in*/, Real* /*scratch*/, const Batch& /*batch*/) {}
 
+  // Activation recomputation (LayerStack's plan(..., recompute = true)): a layer that
+  // returns true keeps only a copy of its output from forward to backward (the stack makes
+  // it); the rest of its activations live in one buffer shared with the other recomputable
+  // layers, and the stack runs its forward again, from the same input, just before its
+  // backward. So its forward must be a pure function of `in`, its parameters and `batch`
+  // (no randomness, nothing carried over from an earlier call, nothing read that the same
+  // call did not write), and its backward must need nothing but what that forward writes:
+  // the second forward then writes bitwise the activations of the first.
+  virtual bool recomputable() const { return false; }
+
   // Where the layer computes; LayerStack sets it. A layer built alone computes on the CPU.
   void set_context(const ExecContext<Real>& context) { context_ = context; }
   const ExecContext<Real>& context() const { return context_; }

@@ -13,6 +13,10 @@ namespace etr {
 // storage (layer i at split_offsets[i]). Layers keep pointers into the slot they were
 // last planned on; select(s) re-points them at slot s (pointer arithmetic only).
 // weight_pending[s]: slot s ran backward_input and waits for its backward_weight.
+// Planned with recompute, a recomputed layer i (recomputed[i]) has at offsets[i] only
+// its output's copy, output_numel(B, T) elements, and is planned on the shared buffer
+// after the last slot (the largest activation_numel of the recomputed layers), whatever
+// the slot: its output() points there, so its output is read from output_of(i, slot).
 // Scratch: two buffers for the gradient flowing between layers (the largest output but
 // the last layer's: the loss layer's output gradient is never formed), then the largest
 // scratch of any layer's backward.
@@ -26,13 +30,17 @@ struct LayerStack<Real>::Impl {
   bool split = false;
   std::vector<int64_t> split_offsets;   // per layer, within a slot (planned with split)
   std::vector<uint8_t> weight_pending;  // per slot
+  bool recompute = false;
+  std::vector<uint8_t> recomputed;  // per layer: planned with recompute and recomputable()
   int64_t grad_numel = 0;        // one of the two inter-layer gradient buffers
   int current = -1;              // the slot the layers point into
   std::vector<const void*> inputs;  // per slot: the first layer's input of its forward
-  std::vector<std::string> forward_names, backward_names, input_names, weight_names;
+  std::vector<std::string> forward_names, backward_names, input_names, weight_names,
+      recompute_names;
 
   void add_names(const std::string& layer) {
     forward_names.push_back("forward " + layer);
+    recompute_names.push_back("recompute " + layer);
     backward_names.push_back("backward " + layer);
     input_names.push_back("backward_input " + layer);
     weight_names.push_back("backward_weight " + layer);
@@ -41,21 +49,33 @@ struct LayerStack<Real>::Impl {
   Real* slot(int s) const {
     return static_cast<Real*>(activations.data()) + static_cast<int64_t>(s) * slot_numel;
   }
+  Real* shared() const { return slot(in_flight); }  // after the last slot
 };
 
 namespace {
 
-template <typename Real>
+// slot: activations (a recomputed layer's output only) + split storage; shared: the
+// recomputed layers' activations.
 struct Sizes {
-  int64_t slot = 0, grad = 0, scratch = 0;  // slot: activations + split storage
+  int64_t slot = 0, shared = 0, grad = 0, scratch = 0;
 };
 
 template <typename Real>
-Sizes<Real> sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, int64_t B,
-                     int64_t T, bool split) {
-  Sizes<Real> s;
+bool recomputed(const Layer<Real>& layer, bool recompute) {
+  return recompute && layer.recomputable();
+}
+
+template <typename Real>
+Sizes sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, int64_t B, int64_t T,
+               bool split, bool recompute) {
+  Sizes s;
   for (size_t i = 0; i < layers.size(); ++i) {
-    s.slot += layers[i]->activation_numel(B, T);
+    if (recomputed(*layers[i], recompute)) {
+      s.slot += layers[i]->output_numel(B, T);
+      s.shared = std::max(s.shared, layers[i]->activation_numel(B, T));
+    } else {
+      s.slot += layers[i]->activation_numel(B, T);
+    }
     if (split) s.slot += layers[i]->split_numel(B, T);
     s.scratch = std::max(s.scratch, layers[i]->scratch_numel(B, T));
     if (i + 1 < layers.size()) s.grad = std::max(s.grad, layers[i]->output_numel(B, T));
@@ -63,10 +83,14 @@ Sizes<Real> sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, in
   return s;
 }
 
-void check_in_flight(int in_flight) {
+void check_plan(int in_flight, bool split, bool recompute) {
   if (in_flight < 1) {
     throw InvalidArgument("a layer stack needs at least 1 micro-batch in flight, not " +
                           std::to_string(in_flight));
+  }
+  if (split && recompute) {
+    throw InvalidArgument(
+        "activation recomputation does not combine with the split backward (ZB-H1) yet");
   }
 }
 
@@ -142,41 +166,44 @@ void LayerStack<Real>::set_context(const ExecContext<Real>& context) {
 }
 
 template <typename Real>
-size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight,
-                                          bool split) const {
-  check_in_flight(in_flight);
-  const Sizes<Real> s = sizes_of(layers_, B, T, split);
-  const int64_t numel = s.slot * in_flight + 2 * s.grad + s.scratch;
+size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight, bool split,
+                                          bool recompute) const {
+  check_plan(in_flight, split, recompute);
+  const Sizes s = sizes_of(layers_, B, T, split, recompute);
+  const int64_t numel = s.slot * in_flight + s.shared + 2 * s.grad + s.scratch;
   return static_cast<size_t>(numel) * sizeof(Real);
 }
 
 template <typename Real>
-void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_flight,
-                            bool split) {
-  check_in_flight(in_flight);
+void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_flight, bool split,
+                            bool recompute) {
+  check_plan(in_flight, split, recompute);
   if (B < 1 || T < 1) {
     throw InvalidArgument("a micro-batch of " + std::to_string(B) + " x " + std::to_string(T) +
                           " has no positions");
   }
-  const Sizes<Real> s = sizes_of(layers_, B, T, split);
+  const Sizes s = sizes_of(layers_, B, T, split, recompute);
   Impl& m = *impl_;
   m.activations.reset();
   m.scratch.reset();
   m.B = m.T = 0;
-  m.activations = Buffer(alloc, static_cast<size_t>(s.slot * in_flight) * sizeof(Real));
+  m.activations = Buffer(alloc, static_cast<size_t>(s.slot * in_flight + s.shared) * sizeof(Real));
   m.scratch = Buffer(alloc, static_cast<size_t>(2 * s.grad + s.scratch) * sizeof(Real));
   m.offsets.clear();
   m.split_offsets.clear();
+  m.recomputed.clear();
   int64_t offset = 0;
   for (auto& layer : layers_) {
     m.offsets.push_back(offset);
-    offset += layer->activation_numel(B, T);
+    m.recomputed.push_back(recomputed(*layer, recompute) ? 1 : 0);
+    offset += m.recomputed.back() ? layer->output_numel(B, T) : layer->activation_numel(B, T);
   }
   for (auto& layer : layers_) {
     m.split_offsets.push_back(offset);
     if (split) offset += layer->split_numel(B, T);
   }
   m.split = split;
+  m.recompute = recompute;
   m.weight_pending.assign(static_cast<size_t>(in_flight), 0);
   m.B = B;
   m.T = T;
@@ -186,6 +213,23 @@ void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_fligh
   m.current = -1;
   m.inputs.assign(static_cast<size_t>(in_flight), nullptr);
   select(0);
+}
+
+template <typename Real>
+void LayerStack<Real>::release() {
+  Impl& m = *impl_;
+  m.activations.reset();
+  m.scratch.reset();
+  m.B = m.T = 0;
+  m.in_flight = 0;
+  m.slot_numel = m.grad_numel = 0;
+  m.split = m.recompute = false;
+  m.offsets.clear();
+  m.split_offsets.clear();
+  m.recomputed.clear();
+  m.weight_pending.clear();
+  m.inputs.clear();
+  m.current = -1;
 }
 
 template <typename Real>
@@ -199,6 +243,11 @@ bool LayerStack<Real>::split() const {
 }
 
 template <typename Real>
+bool LayerStack<Real>::recompute() const {
+  return impl_->recompute;
+}
+
+template <typename Real>
 void LayerStack<Real>::select(int slot) const {
   Impl& m = *impl_;
   if (slot < 0 || slot >= m.in_flight) {
@@ -208,7 +257,7 @@ void LayerStack<Real>::select(int slot) const {
   if (m.current == slot) return;
   Real* base = m.slot(slot);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->plan(base + m.offsets[i], m.B, m.T);
+    layers_[i]->plan(m.recomputed[i] ? m.shared() : base + m.offsets[i], m.B, m.T);
     if (m.split) layers_[i]->plan_split(base + m.split_offsets[i], m.B, m.T);
   }
   m.current = slot;
@@ -241,7 +290,7 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
     auto scope = tracer ? tracer->scope(TraceTrack::kCompute, impl_->forward_names[i], "forward")
                         : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
     layers_[i]->forward(in, b);
-    in = layers_[i]->output();
+    in = keep_output(i, slot, b);
   }
   if (!b.targets) return 0;
   const Layer<Real>& last = *layers_.back();
@@ -266,8 +315,23 @@ void LayerStack<Real>::check_split(int slot, bool pending, const char* call) con
 
 template <typename Real>
 const Real* LayerStack<Real>::input_of(int i, int slot) const {
-  return i > 0 ? layers_[i - 1]->output()
+  return i > 0 ? output_of(i - 1, slot)
                : static_cast<const Real*>(impl_->inputs[static_cast<size_t>(slot)]);
+}
+
+template <typename Real>
+const Real* LayerStack<Real>::output_of(int i, int slot) const {
+  const Impl& m = *impl_;
+  return m.recomputed[i] ? m.slot(slot) + m.offsets[i] : layers_[i]->output();
+}
+
+template <typename Real>
+const Real* LayerStack<Real>::keep_output(int i, int slot, const Batch& b) {
+  Impl& m = *impl_;
+  if (!m.recomputed[i]) return layers_[i]->output();
+  Real* kept = m.slot(slot) + m.offsets[i];
+  context_.kernels->copy(kept, layers_[i]->output(), layers_[i]->output_numel(b.B, b.T));
+  return kept;
 }
 
 template <typename Real>
@@ -305,6 +369,11 @@ void LayerStack<Real>::run_backward(const Batch& b, const StackHooks& hooks, int
     const Real* in = input_of(i, slot);
     Real* din = i > 0 ? dnext : din_stage;
     const Real* dlayer = i == last ? dout : dcur;
+    if (m.recomputed[i]) {  // its activations again, bitwise, in the shared buffer
+      auto scope = tracer ? tracer->scope(TraceTrack::kCompute, m.recompute_names[i], "recompute")
+                          : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
+      layers_[i]->forward(in, b);
+    }
     {
       auto scope = tracer ? tracer->scope(TraceTrack::kCompute, names[i], "backward")
                           : Tracer::Scope(nullptr, TraceTrack::kCompute, {}, nullptr);
@@ -343,7 +412,7 @@ void LayerStack<Real>::backward_weight(const Batch& b, const StackHooks& hooks, 
 template <typename Real>
 const Real* LayerStack<Real>::output(int slot) const {
   select(slot);
-  return layers_.back()->output();
+  return output_of(size() - 1, slot);
 }
 
 template class LayerStack<float>;

@@ -26,6 +26,24 @@
 // W equals backward() bitwise, and so do the B's of several slots followed by their W's
 // in the same micro-batch order (W's in the order of their B's).
 //
+// Activation recomputation ("activation checkpointing"): planned with recompute = true
+// (plan(alloc, B, T, in_flight, /*split=*/false, /*recompute=*/true)), each layer that
+// says recomputable() (a transformer block) keeps in each slot only a copy of its output,
+// output_numel(B, T) elements: the next layer's input, and its own backward's. Its other
+// activations live in ONE buffer shared by every recomputable layer and every slot (the
+// largest of their activation_numel(B, T)). Forward runs the layer with its activations
+// in the shared buffer and copies its output into the slot; backward of the layer first
+// runs its forward again from the input kept in the slot (after hooks.before_backward,
+// so the layer's parameters are there), then its backward as usual. Other layers
+// (embedding, head) keep all their activations in the slot as before. A recomputable
+// layer's forward is a pure function of its input, parameters and batch, so the second
+// run writes bitwise the activations of the first, and losses and gradients are bitwise
+// those of the stack planned without recomputation. Cost: one extra forward per block
+// per micro-batch (about a third more compute); saving: per slot, each block's
+// activations but its output, less one shared buffer. activation_bytes(B, T, in_flight,
+// false, true) says exactly how much plan() then takes. Recomputation with the split
+// backward is refused (InvalidArgument) for now: W would need the activations again.
+//
 // Hooks: before each layer's forward and backward (a ZeRO-3 gather, a prefetch) and
 // after its backward, once nothing in this call writes that layer's gradients again
 // (a bucket launch). Split: before_backward before each layer's B and again before its W;
@@ -97,15 +115,25 @@ class LayerStack {
   void set_context(const ExecContext<Real>& context);
   const ExecContext<Real>& context() const { return context_; }
 
-  // Bytes of activations (every slot, with the layers' split storage when `split`) +
-  // scratch for micro-batches of B x T (no allocation).
-  size_t activation_bytes(int64_t B, int64_t T, int in_flight = 1, bool split = false) const;
+  // Bytes of activations (every slot, with the layers' split storage when `split`, only
+  // the recomputable layers' outputs and the shared buffer when `recompute`) + scratch
+  // for micro-batches of B x T (no allocation): exactly what plan() with the same
+  // arguments takes. InvalidArgument for split and recompute together.
+  size_t activation_bytes(int64_t B, int64_t T, int in_flight = 1, bool split = false,
+                          bool recompute = false) const;
   // Allocates activations of `in_flight` slots and the scratch from `alloc` for
   // micro-batches of up to B x T (throws OutOfMemory); with `split` each slot also holds
-  // every layer's split storage, for backward_input() / backward_weight().
-  void plan(Allocator& alloc, int64_t B, int64_t T, int in_flight = 1, bool split = false);
+  // every layer's split storage, for backward_input() / backward_weight(); with
+  // `recompute` the recomputable layers' activations are recomputed in backward (see
+  // above). InvalidArgument for split and recompute together.
+  void plan(Allocator& alloc, int64_t B, int64_t T, int in_flight = 1, bool split = false,
+            bool recompute = false);
+  // Gives the activations and the scratch back to their allocator: the stack is unplanned
+  // (in_flight() 0) and runs again after the next plan(). Nothing else changes.
+  void release();
   int in_flight() const;
-  bool split() const;  // planned for the split backward
+  bool split() const;      // planned for the split backward
+  bool recompute() const;  // planned with activation recomputation
 
   // Runs forward of micro-batch `batch` into slot `slot`; with targets returns the mean
   // of the last layer's output (the loss per position) over the batch's B x T positions.
@@ -145,6 +173,11 @@ class LayerStack {
   void check_split(int slot, bool pending, const char* call) const;
   // Layer i's input in slot `slot` (the previous layer's output, or the stage input).
   const Real* input_of(int i, int slot) const;
+  // Layer i's output in slot `slot`: the slot's copy for a recomputed layer.
+  const Real* output_of(int i, int slot) const;
+  // After layer i's forward into slot `slot`: a recomputed layer's output copied into the
+  // slot. Returns output_of(i, slot).
+  const Real* keep_output(int i, int slot, const Batch& batch);
   // backward() (split false) or backward_input() (split true), once checked.
   void run_backward(const Batch& batch, const StackHooks& hooks, int slot, const Real* dout,
                     Real* din, bool split);

@@ -21,6 +21,9 @@
 // split storage per micro-batch, 9 N C elements:
 //   dqkv [N, 3C], dx1 [N, C] (of attn.c_proj's output), dfch [N, 4C], dout [N, C] (of
 //   mlp.c_proj's output: a copy of the gradient handed to B)
+//
+// activation recomputation (runtime/layer.h, recomputable()): the block may keep only
+// `out` per micro-batch; forward is deterministic in x, the parameters and the batch.
 #pragma once
 
 #include "examples/gpt/gpt_config.h"
@@ -50,6 +53,10 @@ class TransformerBlock final : public Layer<Real> {
   void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
                       const Batch& batch) override;
   void backward_weight(const Real* in, Real* scratch, const Batch& batch) override;
+
+  // forward() reads only x, the parameters and the batch's B, T, and writes every
+  // activation backward reads (att whole: zeros above the diagonal included); no dropout.
+  bool recomputable() const override { return true; }
 
  private:
   enum Param { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW,
