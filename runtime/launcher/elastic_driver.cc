@@ -21,6 +21,7 @@
 #include "runtime/launcher/job_events.h"
 #include "runtime/launcher/job_process.h"
 #include "runtime/launcher/mpirun_output.h"
+#include "runtime/launcher/oom_watch.h"
 
 namespace etr::launcher {
 namespace {
@@ -59,11 +60,17 @@ struct LaunchResult {
   bool first_step_seen = false;
   bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
   std::string program_error;  // mpirun could not start the program (MpirunOutput)
+  int micro_batch = 0;  // the job's micro_batch=B event field (oom_watch.h), 0: none
+  OomEvidence oom;      // the OOM kill count around the launch, mpirun's SIGKILL reports
 };
 
 // A job's "error rank=R own=0|1 [final=1]" event: the first rank that named itself the
-// cause (own=1), and whether a relaunch would fail the same way (final=1).
+// cause (own=1), and whether a relaunch would fail the same way (final=1). Any event's
+// micro_batch=B: the micro-batch the job runs at (oom_watch.h).
 void note_error(const Event& e, LaunchResult& r) {
+  if (const auto b = e.fields.find("micro_batch"); b != e.fields.end()) {
+    r.micro_batch = std::atoi(b->second.c_str());
+  }
   if (e.name != "error") return;
   auto field = [&e](const char* k) { return e.fields.count(k) ? e.fields.at(k) : std::string(); };
   if (field("own") == "1" && r.own_error_rank < 0) r.own_error_rank = std::atoi(field("rank").c_str());
@@ -77,6 +84,7 @@ struct LaunchEnv {
   int prev_np = 0;
   int64_t last_step = -1;
   int64_t event_ms = 0;
+  int memory_halvings = 0;  // relaunches after an OOM kill (oom_watch.h)
 };
 
 // What etr-run follows of one running launch.
@@ -147,6 +155,9 @@ class Driver {
   // A failed launch: names the culprit, may exclude its host; true to give up.
   bool after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
                      int64_t last_step);
+  // A launch a rank of which the OOM killer ended: the exit status, or nullopt to
+  // relaunch with the micro-batch halved once more.
+  std::optional<int> after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env);
   void prepare_run_dir();
 
   const RunOptions& o_;
@@ -157,7 +168,7 @@ class Driver {
   bool discovery_warned_ = false;
   bool discovered_once_ = false;
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
-  int launches_ = 0, failures_ = 0, resizes_ = 0;
+  int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;
 };
 
 std::optional<std::vector<HostSlots>> Driver::discover_usable(std::chrono::milliseconds timeout) {
@@ -237,9 +248,11 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
       {"ETR_RUN_LAST_STEP", std::to_string(env.last_step)},
       {"ETR_RUN_EVENT_MS", std::to_string(env.event_ms)},
       {"ETR_RUN_HOSTS", format_hosts(hosts)},
+      {"ETR_RUN_MEMORY_HALVINGS", std::to_string(env.memory_halvings)},
   };
   if (!o_.checkpoint_dir.empty()) vars["ETR_RUN_CHECKPOINT_DIR"] = o_.checkpoint_dir;
   const JobEnvironment job_env = job_environment(std::move(vars));
+  r.oom.before = read_oom_count();
   Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward), job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
@@ -253,6 +266,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   close(w.stderr_fd);
   for (const Event& e : events_->read_new()) note_error(e, r);
   r.status = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
+  if (r.status != kResizeExitCode) finish_evidence(r.oom, w.output, r.status);
   return r;
 }
 
@@ -356,11 +370,14 @@ int Driver::run() {
       break;
     }
     ++launches_;
+    const std::string halvings = std::to_string(env.memory_halvings);
     say("launch ", launches_, ": ", np, " rank(s) on ", format_hosts(assigned),
         env.reason == "start" ? std::string() : " (after a " + env.reason + ", relaunch " +
-                                                    std::to_string(env.restart) + ")");
+                                                    std::to_string(env.restart) + ")",
+        env.memory_halvings > 0 ? " with ETR_RUN_MEMORY_HALVINGS=" + halvings : std::string());
     events_out_->event("launch n=" + std::to_string(launches_) + " np=" + std::to_string(np) +
-                       " hosts=" + format_hosts(assigned) + " reason=" + env.reason);
+                       " hosts=" + format_hosts(assigned) + " reason=" + env.reason +
+                       (env.memory_halvings > 0 ? " halvings=" + halvings : std::string()));
     const LaunchResult r = launch(assigned, np, env);
     const int64_t ended_ms = unix_ms();
     const int64_t last_step = read_progress(run_dir_ / "progress");
@@ -388,8 +405,10 @@ std::optional<int> Driver::after_launch(const LaunchResult& r,
     return 128 + g_stop_signal;
   }
   if (r.status == 0) {
+    const std::string ooms = ", " + std::to_string(oom_kills_) + " out-of-memory kill(s) (the " +
+                             "micro-batch halved " + std::to_string(env.memory_halvings) + " time(s))";
     say("the job completed after ", launches_, " launch(es): ", failures_, " failure(s), ",
-        resizes_, " resize(s)");
+        resizes_, " resize(s)", oom_kills_ > 0 ? ooms : std::string());
     return 0;
   }
   env.last_step = last_step;
@@ -404,6 +423,8 @@ std::optional<int> Driver::after_launch(const LaunchResult& r,
     say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
     return 1;
   }
+  if (const auto oom = oom_kill_in(r.oom)) return after_oom(*oom, r, env);
+  if (const std::string note = unexplained_oom_note(r.oom); !note.empty()) say(note);
   if (r.final_error) {
     say("error: the job stopped with an error that a relaunch would repeat (exit status ",
         r.status, ", after step ", last_step, "); not relaunching: see its error above");
@@ -418,6 +439,19 @@ std::optional<int> Driver::after_launch(const LaunchResult& r,
   }
   env.reason = "failure";
   if (after_failure(r, assigned, last_step)) return r.status;
+  return std::nullopt;
+}
+
+std::optional<int> Driver::after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env) {
+  ++oom_kills_;
+  const OomDecision d = decide_after_oom(k, env.memory_halvings, r.micro_batch);
+  events_out_->event(
+      "oom-kill rank=" + std::to_string(k.rank) + " kills=" + std::to_string(k.kills) +
+      " halvings=" + std::to_string(d.halvings) + " relaunch=" + (d.relaunch ? "1" : "0"));
+  say(d.message);
+  if (!d.relaunch) return r.status;
+  env.memory_halvings = d.halvings;
+  env.reason = "failure";
   return std::nullopt;
 }
 

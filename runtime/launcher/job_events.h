@@ -1,6 +1,11 @@
 // etr-run's side of the run directory the job writes (runtime/elastic.h): the events file
 // ("<unix ms> <event> key=value ..." lines, appended by the job's ranks and by etr-run)
 // and the progress file (the last completed step).
+//
+// etr-run's own lines: "launch n=N np=P hosts=H reason=R [halvings=K]", "exit status=S
+// last_step=T", "resize-request np=P", "exclude host=H", and "oom-kill rank=R kills=K
+// halvings=N relaunch=0|1" when the kernel's OOM killer ended a rank (oom_watch.h; rank
+// -1: none named; halvings: ETR_RUN_MEMORY_HALVINGS of the relaunch).
 #pragma once
 
 #include <cstddef>

@@ -64,6 +64,31 @@ int killed_rank_in(const std::string& line) {
   return rank;
 }
 
+int killed_signal_in(const std::string& line) {
+  if (killed_rank_in(line) < 0) return 0;
+  const std::string key = "exited on signal ";
+  const size_t at = line.find(key);
+  const char* begin = line.data() + at + key.size();
+  int sig = 0;
+  auto [end, ec] = std::from_chars(begin, line.data() + line.size(), sig);
+  return ec == std::errc() && end != begin && sig > 0 ? sig : 0;
+}
+
+RankExit nonzero_exit_in(const std::string& frame) {
+  if (frame.find("exited with non-zero status") == std::string::npos) return {};
+  // "Process name: [[JOB,1],RANK]" and "Exit code: CODE"
+  const std::string name = field(frame, "Process name:");
+  const std::string code = field(frame, "Exit code:");
+  const size_t comma = name.rfind(',');
+  RankExit r;
+  if (comma == std::string::npos || code.empty()) return {};
+  auto [end, ec] = std::from_chars(name.data() + comma + 1, name.data() + name.size(), r.rank);
+  auto [cend, cec] = std::from_chars(code.data(), code.data() + code.size(), r.code);
+  const bool bracket = end != name.data() + name.size() && *end == ']';
+  if (ec != std::errc() || !bracket || r.rank < 0 || cec != std::errc()) return {};
+  return r;
+}
+
 void MpirunOutput::feed(const char* data, size_t n) {
   pending_.append(data, n);
   size_t start = 0;
@@ -83,7 +108,10 @@ void MpirunOutput::flush() {
 
 void MpirunOutput::line(const std::string& text) {
   const int killed = killed_rank_in(text);
-  if (killed >= 0 && killed_rank_ < 0) killed_rank_ = killed;
+  if (killed >= 0 && killed_rank_ < 0) {
+    killed_rank_ = killed;
+    killed_signal_ = killed_signal_in(text);
+  }
   const bool dashes = text.size() > 20 && text.find_first_not_of('-') == std::string::npos;
   if (dashes && !in_frame_) {  // a frame opens
     in_frame_ = true;
@@ -94,6 +122,7 @@ void MpirunOutput::line(const std::string& text) {
     frame_ += text + '\n';
     if (!dashes) return;
     in_frame_ = false;  // the frame closes
+    if (nonzero_exit_.rank < 0) nonzero_exit_ = nonzero_exit_in(frame_);
     bool drop = resizing_ && frame_.find("non-zero") != std::string::npos;
     if (const std::string failure = launch_failure_in(frame_); !failure.empty()) {
       if (program_error_.empty()) program_error_ = failure;

@@ -11,6 +11,16 @@ namespace etr::launcher {
 // mpirun's report of a rank that died ("mpirun noticed that process rank 1 with PID 0 on
 // node vm exited on signal 9 (Killed)."): the rank, or -1 for any other line.
 int killed_rank_in(const std::string& mpirun_line);
+// The signal of that report (9 for "exited on signal 9 (Killed)"), or 0 for any other line.
+int killed_signal_in(const std::string& mpirun_line);
+
+// mpirun's framed report of the first rank that exited non-zero ("Process name:
+// [[8986,1],1]" and "Exit code: 137"): the rank and its exit code; rank -1 for any other text.
+struct RankExit {
+  int rank = -1;
+  int code = 0;
+};
+RankExit nonzero_exit_in(const std::string& mpirun_frame);
 
 // mpirun's framed report that it could not start the program (not found, not
 // executable, execve failed) as one sentence naming the program and the host; "" for any
@@ -29,6 +39,11 @@ class MpirunOutput {
   void expect_resize_exit() { resizing_ = true; }
   // The first rank mpirun reported killed by a signal, or -1.
   int killed_rank() const { return killed_rank_; }
+  // The signal that killed it (killed_signal_in), or 0.
+  int killed_signal() const { return killed_signal_; }
+  // The first rank mpirun reported exiting non-zero (nonzero_exit_in), even when the report
+  // was dropped for a resize.
+  const RankExit& nonzero_exit() const { return nonzero_exit_; }
   // mpirun could not start the program (launch_failure_in), or "". Its frames saying so
   // are not forwarded: etr-run says it in one sentence.
   const std::string& program_error() const { return program_error_; }
@@ -39,6 +54,8 @@ class MpirunOutput {
   int fd_;
   bool resizing_ = false;
   int killed_rank_ = -1;
+  int killed_signal_ = 0;
+  RankExit nonzero_exit_;
   std::string program_error_;
   std::string pending_;
   // mpirun frames its messages with lines of dashes; a frame is held until it closes so
