@@ -129,6 +129,13 @@ void BucketReducer::layer_ready(int layer) {
   poll_completed();
 }
 
+bool BucketReducer::wait_oldest() {
+  if (!armed_ || !on_reduced_ || reported_ >= next_) return false;
+  work_[reported_]->wait();  // rethrows its error
+  on_reduced_(reported_++);
+  return true;
+}
+
 ReduceStats BucketReducer::finish() {
   if (!armed_) begin_step();
   const auto t0 = Tracer::Clock::now();

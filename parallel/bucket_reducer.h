@@ -116,6 +116,10 @@ class BucketReducer {
   // Layer `layer`'s gradients are final. Layers must report in decreasing order between
   // begin_step() and finish(); InvalidArgument otherwise.
   void layer_ready(int layer);
+  // Waits for the oldest bucket launched and not yet reported, and reports it (on_reduced):
+  // a bound on the memory of buckets in flight (ZeRO-2/3's gradient window). False when
+  // none is in flight.
+  bool wait_oldest();
   // Launches the buckets not launched yet and waits for all of them; rethrows a
   // communication error (CommError). Without begin_step() it reduces the whole buffer.
   ReduceStats finish();

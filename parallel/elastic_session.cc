@@ -8,8 +8,10 @@ namespace etr {
 ElasticSession::ElasticSession(ElasticReporter* reporter, const ProcessGrid& grid, Logger& log)
     : reporter_(reporter), grid_(grid), log_(log) {}
 
-void ElasticSession::ready(uint64_t step) const {
-  if (reporter_ && leader()) reporter_->event("ready step=" + std::to_string(step));
+void ElasticSession::ready(uint64_t step, int64_t micro_batch) const {
+  if (reporter_ && leader()) {
+    reporter_->event("ready step=" + std::to_string(step) + " micro_batch=" + std::to_string(micro_batch));
+  }
 }
 
 void ElasticSession::restored(uint64_t step, int saved_world, double seconds) {

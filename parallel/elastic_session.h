@@ -24,7 +24,9 @@ class ElasticSession {
   // Launched by etr-run: a resize request stops the run.
   bool active() const { return reporter_ && reporter_->active(); }
   // Events: the job is built and about to train from `step`; it restored `step`.
-  void ready(uint64_t step) const;
+  // `micro_batch`: the leader's, for etr-run's out-of-memory relaunches (it stops halving
+  // at 1).
+  void ready(uint64_t step, int64_t micro_batch) const;
   void restored(uint64_t step, int saved_world, double seconds);
   // After step `step` (`first`: the first of this launch, which logs what the relaunch
   // cost).

@@ -102,6 +102,15 @@ class Engine {
   // Collective: the full flat buffer of state `name` (param, adam.m, adam.v) into `out`.
   virtual void gather_state(std::string_view name, float* out) = 0;
   virtual EngineMemory memory() const = 0;
+  // Predictions for the memory model (parallel/memory_model.h), known before a step runs:
+  // the most bytes of the ZeRO 2-3 windows at once (gradients not reduced yet, gathered
+  // parameters) in a step of `micro_batches`, and the checkpoint staging a save allocates.
+  struct WindowBytes {
+    size_t grads = 0;
+    size_t params = 0;
+  };
+  virtual WindowBytes predicted_windows(int /*micro_batches*/) const { return {}; }
+  virtual size_t predicted_checkpoint_staging() const { return 0; }
   // Null on one rank.
   virtual const BucketReducer* reducer() const { return nullptr; }
   // One line for the start-up log ("data parallel: 4 ranks; 12 gradient buckets ...").

@@ -44,6 +44,32 @@ void PipelineEngine::plan(int micro_batches, int64_t B, int64_t T) {
   theory_ = simulate_schedule(executor_->schedule()).bubble_fraction;
 }
 
+size_t PipelineEngine::planned_bytes(int micro_batches, int64_t B, int64_t T) const {
+  ScheduleSpec spec = options_.schedule;
+  spec.micro_batches = micro_batches;
+  check_schedule_spec(spec);
+  return executor_->bytes_for(build_schedule(spec), B, T);
+}
+
+Engine::WindowBytes PipelineEngine::predicted_windows(int micro_batches) const {
+  WindowBytes w;
+  for (const auto& e : engines_) {
+    const WindowBytes c = e->predicted_windows(micro_batches);
+    w.grads += c.grads;  // each chunk's window is its own
+    w.params += c.params;
+  }
+  return w;
+}
+
+// states(): three ranges of the world's writer, plus what each chunk's engine stages.
+size_t PipelineEngine::predicted_checkpoint_staging() const {
+  const auto [a, b] = ShardPlan(model_.layout(), grid_.size(), {std::string(state::kParam)})
+                          .flat_range(grid_.rank());
+  size_t bytes = 3 * static_cast<size_t>(b - a) * sizeof(float);
+  for (const auto& e : engines_) bytes += e->predicted_checkpoint_staging();
+  return bytes;
+}
+
 double PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights) {
   return executor_->run(batches, weights);
 }

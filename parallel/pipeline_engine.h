@@ -58,6 +58,8 @@ class PipelineEngine final : public Engine {
   // Plans the step for `micro_batches` micro-batches of up to B x T (ConfigError when the
   // schedule cannot take them). Again when the number changes.
   void plan(int micro_batches, int64_t B, int64_t T);
+  // What plan(micro_batches, B, T) would allocate, without allocating.
+  size_t planned_bytes(int micro_batches, int64_t B, int64_t T) const;
   // Runs one step's micro-batches (see PipelineExecutor::run).
   double run_step(std::span<const Batch> batches, std::span<const double> weights);
   // The time the last grad_norm() waited for the other stages (the clipping's stall).
@@ -77,6 +79,8 @@ class PipelineEngine final : public Engine {
   std::vector<HeldState> held_states() override;
   void gather_state(std::string_view name, float* out) override;
   EngineMemory memory() const override;
+  WindowBytes predicted_windows(int micro_batches) const override;
+  size_t predicted_checkpoint_staging() const override;
   const BucketReducer* reducer() const override { return engines_.front()->reducer(); }
   std::string describe() const override;
   void begin_step() override;

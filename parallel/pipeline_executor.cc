@@ -129,6 +129,24 @@ int PipelineExecutor::tag(int mb, int vstage, bool grad) const {
   return (mb * cut_.num_vstages() + vstage) * 2 + (grad ? 1 : 0);
 }
 
+size_t PipelineExecutor::bytes_for(const Schedule& schedule, int64_t B, int64_t T) const {
+  const std::vector<PipeAction>& list = schedule.stages.at(static_cast<size_t>(grid_.pp_rank()));
+  const int m = schedule.spec.micro_batches;
+  bool split = false;
+  for (const PipeAction& x : list) split = split || x.op == PipeOp::kBackwardInput;
+  size_t bytes = 0;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const ChunkState& c = *chunks_[k];
+    const Needs needs = needs_of(list, static_cast<int>(k), m, c.first);
+    const int slots = std::max(1, needs.slots);
+    bytes += c.c.stack->activation_bytes(B, T, slots, split);
+    const int64_t in = c.first ? 0 : cut_.input_numel(c.c.vstage, B, T);
+    const int64_t out = c.last ? 0 : c.c.stack->layer(c.c.stack->size() - 1).output_numel(B, T);
+    bytes += static_cast<size_t>(in * needs.inputs + out * needs.douts + in * slots) * sizeof(float);
+  }
+  return bytes;
+}
+
 void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
   validate_schedule(schedule);
   schedule_ = schedule;

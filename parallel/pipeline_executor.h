@@ -78,6 +78,8 @@ class PipelineExecutor {
   const std::vector<int>& slots() const { return slots_; }
   // Bytes of activations, scratch and transfer buffers planned.
   size_t planned_bytes() const { return planned_bytes_; }
+  // What plan(schedule, B, T) would allocate on this rank, without allocating.
+  size_t bytes_for(const Schedule& schedule, int64_t B, int64_t T) const;
 
   // One step: micro-batch mb is batches[mb] (valid for the whole call; tokens read by
   // the first virtual stage, targets by the last). Returns the sum over the micro-batches

@@ -49,8 +49,9 @@ ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int m
 void check_pipeline_layout(const TrainConfig& config, int world_size) {
   const int pp = config.parallel().pp();
   if (pp <= 1 || world_size % pp != 0) return;
+  // (an automatic micro-batch is checked when the memory model picks it: 1 until then)
   const BatchPlan plan = plan_data_parallel_batch(config.batch().global_batch(), world_size / pp,
-                                                  config.batch().micro_batch());
+                                                  std::max(1, config.batch().micro_batch()));
   for (const RankBatch& r : plan.ranks()) {
     pipeline_schedule_spec(config, pp, static_cast<int>(r.accumulation));
   }

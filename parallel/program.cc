@@ -29,6 +29,7 @@ struct CommandLine {
   std::string trace_path;
   std::string resume;
   bool print_only = false;
+  bool plan_only = false;
 };
 
 void add_options(CLI::App& app, CommandLine& c) {
@@ -44,6 +45,9 @@ void add_options(CLI::App& app, CommandLine& c) {
                  "checkpoint directory, or a directory of them (falls back to older ones when the "
                  "newest is corrupt); same as --set checkpoint.resume=...");
   app.add_flag("--print-config", c.print_only, "Print the effective configuration and exit");
+  app.add_flag("--plan", c.plan_only, "Build the job (its state allocated, no activations), print "
+               "the memory model of each pipeline stage: the planned peak per rank for each "
+               "micro-batch up to the budget, the largest that fits and what dominates; then exit");
 }
 
 TrainConfig configure(const CommandLine& c, const ElasticLaunch& launch, const ProgramInfo& info) {
@@ -67,9 +71,28 @@ TrainConfig configure(const CommandLine& c, const ElasticLaunch& launch, const P
 }
 
 // Trains and reports; the exit status of a run that raised nothing.
+// --plan: the memory model of the first replica's stages, in stage order.
+void print_memory_plan(TrainSession& session, World& world) {
+  for (int r = 0; r < session.grid().pp_size(); ++r) {
+    if (world.rank() == r) {
+      std::string text = session.grid().pp_size() > 1
+                             ? "pipeline stage " + std::to_string(r) + " (rank " + std::to_string(r) + "): "
+                             : std::string();
+      for (const std::string& line : session.memory_plan()) text += line + "\n";
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    MPI_Barrier(world.group().comm());
+  }
+}
+
 int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
-          const ProgramInfo& info, const TrainProgram& program) {
+          const ProgramInfo& info, const TrainProgram& program, bool plan_only) {
   TrainSession session(config, world.group(), world.log(), program, &elastic);
+  if (plan_only) {
+    print_memory_plan(session, world);
+    return 0;
+  }
   const RunSummary s = session.run();
   if (s.resized) return kResizeExitCode;
   if (!s.sample.empty()) world.log().info("sample:\n", s.sample);
@@ -126,6 +149,12 @@ std::string summary_line(const RunSummary& s, int world_size) {
   if (s.skipped_steps > 0) {
     out += " | " + std::to_string(s.skipped_steps) + " non-finite step(s) skipped";
   }
+  if (s.oom_recoveries > 0) {
+    out += " | " + std::to_string(s.oom_recoveries) + " out-of-memory step(s) redone";
+  }
+  if (s.memory_replans > 0) {
+    out += " | micro-batch re-planned " + std::to_string(s.memory_replans) + " time(s) for the budget";
+  }
   return out;
 }
 
@@ -171,7 +200,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
       world->log().info(env_settings_line());
     }
     if (cl.print_only) return 0;
-    return train(config, *world, elastic, info, program);
+    return train(config, *world, elastic, info, program, cl.plan_only);
   } catch (const Error& e) {
     // A bad config fails alike on every rank before any communication: say it once.
     if (!configured) {

@@ -30,13 +30,19 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   if (!leader_) return;
   const double tps = c.tokens / s.seconds;
   const double gflops = c.flops_per_token * tps / 1e9;
-  char line[320];
+  char line[400];
   int n = std::snprintf(line, sizeof line,
                         "step %5lld | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
                         "%6.2f GFLOP/s | peak %s",
                         static_cast<long long>(c.step), s.loss, s.lr, s.grad_norm, tps,
                         s.seconds * 1e3, gflops,
                         format_bytes(static_cast<double>(c.peak_bytes)).c_str());
+  if (c.predicted_peak > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+    n += std::snprintf(line + n, sizeof line - n, " (plan %s) | b %lld x %lld%s",
+                       format_bytes(static_cast<double>(c.predicted_peak)).c_str(),
+                       static_cast<long long>(c.micro_batch), static_cast<long long>(c.accumulation),
+                       c.recompute ? " recompute" : "");
+  }
   if (c.communicates && n > 0 && n < static_cast<int>(sizeof line)) {
     n += std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
                        s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
@@ -54,6 +60,15 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", c.peak_bytes}};
+  j["predicted_peak_bytes"] = c.predicted_peak;
+  j["budget_bytes"] = c.budget;
+  j["global_batch"] = c.global_batch;
+  j["micro_batch"] = c.micro_batch;
+  j["accumulation"] = c.accumulation;
+  j["recompute"] = c.recompute;
+  j["oom_recoveries"] = c.oom_recoveries;
+  j["memory_replans"] = c.replans;
+  if (c.shares.size() > 1) j["shares"] = c.shares;
   j["zero_stage"] = c.memory.stage;
   j["state_bytes"] = c.memory.state_bytes();
   j["analytic_state_bytes"] = c.memory.analytic_bytes();

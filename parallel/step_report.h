@@ -34,6 +34,11 @@ struct StepStats {
   // A pipeline (parallel.pp > 1): the measured bubble (1 - compute / wall of the
   // schedule's actions, mean over the ranks), the schedule's theory, and the mean time a
   // rank waited in the gradient norm's sum over the stages (the clipping's stall).
+  // The plan the step ran with (this rank's micro-batch and accumulation, after any
+  // out-of-memory recovery inside it), and its memory model's peak.
+  int64_t micro_batch = 0;
+  int64_t accumulation = 0;
+  size_t predicted_peak = 0;
   double bubble = -1;
   double bubble_theory = 0;
   double norm_wait_seconds = 0;
@@ -48,6 +53,8 @@ struct RunSummary {
   double seconds = 0;
   double tokens_per_second = 0;
   size_t peak_bytes = 0;
+  int64_t oom_recoveries = 0;  // steps redone after an out-of-memory error
+  int64_t memory_replans = 0;  // micro-batch changes for the memory budget
   // StepStats::comm summed over comm_steps steps (all but the first, which warms up).
   ReduceStats comm;
   int64_t comm_steps = 0;
@@ -64,6 +71,15 @@ struct StepContext {
   double tokens = 0;            // tokens in the global batch
   double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
   size_t peak_bytes = 0;        // of the host allocator
+  size_t predicted_peak = 0;    // the memory model's (parallel/memory_model.h); 0: none
+  int64_t micro_batch = 0;      // rank 0's micro-batch and accumulation this step
+  int64_t accumulation = 0;
+  int64_t global_batch = 0;
+  bool recompute = false;       // activation recomputation on
+  int64_t oom_recoveries = 0;   // steps redone after an out-of-memory error, so far
+  int64_t replans = 0;          // micro-batch changes for the memory budget, so far
+  size_t budget = 0;            // the allocator's budget
+  std::vector<uint64_t> shares; // each data-parallel rank's samples of the global batch
   bool communicates = false;    // data parallel: show the gradient communication
   int64_t skipped_steps = 0;    // non-finite steps skipped so far
   EngineMemory memory;          // what a rank holds (ZeRO: the shards), for the metrics

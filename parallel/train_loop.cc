@@ -17,9 +17,18 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   if (lg.log_every() > 0 && (step % lg.log_every() == 0 || step == steps || step == 1)) {
     StepContext c;
     c.step = position_.step;
-    c.tokens = static_cast<double>(config_.batch().global_batch() * data_->seq_len());
+    c.tokens = static_cast<double>(plan_->global_batch()) * static_cast<double>(data_->seq_len());
     c.flops_per_token = model_.flops_per_token;
     c.peak_bytes = alloc_.stats().peak;
+    c.predicted_peak = s.predicted_peak;
+    c.micro_batch = s.micro_batch;
+    c.accumulation = s.accumulation;
+    c.global_batch = static_cast<int64_t>(plan_->global_batch());
+    c.recompute = recompute_;
+    c.oom_recoveries = oom_recoveries_;
+    c.replans = replans_;
+    c.budget = alloc_.stats().budget;
+    for (const RankBatch& r : plan_->ranks()) c.shares.push_back(r.samples());
     c.communicates = engine_->reducer() != nullptr;
     c.skipped_steps = skipped_steps_;
     c.memory = engine_->memory();
@@ -67,16 +76,19 @@ RunSummary TrainSession::run() {
   flush_checkpoints();
   if (!sum.resized) sum.steps = std::max<int64_t>(0, steps - start);
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  sum.tokens_per_second = static_cast<double>(sum.steps * config_.batch().global_batch() *
-                                              data_->seq_len()) / sum.seconds;
-  sum.peak_bytes = alloc_.stats().peak;
+  sum.tokens_per_second = static_cast<double>(sum.steps) * static_cast<double>(plan_->global_batch()) *
+                         static_cast<double>(data_->seq_len()) / sum.seconds;
+  sum.peak_bytes = std::max(earlier_peak_, alloc_.stats().peak);
+  sum.oom_recoveries = oom_recoveries_;
+  sum.memory_replans = replans_;
   write_trace();
   if (sum.resized) return sum;  // not done: the relaunched job samples and exports
   if ((config_.log().sample_tokens() > 0 && program_.sample) ||
       (!config_.output().export_safetensors().empty() && program_.export_weights)) {
     engine_->materialize_parameters();  // collective: stage 3 gathers them
     // A pipeline gathers the whole model on world rank 0, bound to its whole stack.
-    if (pipeline_ && leader()) model_.stack->plan(alloc_, 1, data_->seq_len());
+    // (the activations of training went back to the allocator at the end of each step)
+    if (leader()) model_.stack->plan(alloc_, 1, data_->seq_len());
   }
   if (leader() && config_.log().sample_tokens() > 0 && program_.sample) {
     sum.sample = program_.sample(*this);
@@ -89,7 +101,8 @@ RunSummary TrainSession::run() {
 
 double TrainSession::evaluate() {
   auto scope = tracer_.scope(TraceTrack::kCompute, "evaluate", "eval");
-  const uint64_t b = static_cast<uint64_t>(config_.batch().micro_batch());
+  const uint64_t b = static_cast<uint64_t>(micro_batch_);
+  acquire_activations();  // given back at the end of each step
   const int64_t T = data_->seq_len();
   const uint64_t max = static_cast<uint64_t>(config_.log().eval_batches()) * b;
   const EvalShare share = eval_share(data_->eval_samples(), b, max, grid_->dp_rank(),
@@ -116,6 +129,7 @@ double TrainSession::evaluate() {
     sums[1] += static_cast<double>(m);
   }
   sum_over_ranks(sums, 2);
+  release_activations();
   return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
 }
 

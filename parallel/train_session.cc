@@ -23,10 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-size_t host_budget(const TrainConfig& c) {
-  return c.runtime().memory_budget().empty() ? 0 : parse_bytes(c.runtime().memory_budget());
-}
-
 // runtime.threads = 0: this rank's share of the cores it may run on. A rank bound to
 // fewer cores than the machine has (mpirun --bind-to core) owns them; otherwise the
 // node's cores are shared by its ranks. Collective over `group`.
@@ -65,6 +61,10 @@ int64_t step_for_rank_from_env(const char* name, int rank) {
   return at_rank == rank ? step : -1;
 }
 
+// The micro-batch of the first plan: batch.micro_batch, or 1 when automatic (the memory
+// model picks it once the engines exist: setup_memory).
+int64_t initial_micro_batch(const TrainConfig& c) { return std::max(1, c.batch().micro_batch()); }
+
 DataParallelOptions data_parallel_options(const TrainConfig& c) {
   DataParallelOptions o;
   o.buckets.first_bucket_bytes = parse_bytes(c.parallel().first_bucket_size());
@@ -85,22 +85,29 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
       // (the pipeline's schedule checked before the grid's communicators are split)
       grid_((check_pipeline_layout(config, group.size()),
              std::make_unique<ProcessGrid>(group, config.parallel().pp()))),
-      alloc_(host_budget(config)),
       program_(program) {
+  // The budget before anything is allocated: the smallest of the config's, the
+  // environment's and the job's memory cgroup's share (runtime/memory_budget.h).
+  budget_ = std::make_unique<MemoryBudget>(config_.runtime().memory_budget(),
+                                           ranks_on_this_node(group));
+  read_budget();
   // Every rank needs at least one sequence (checked alike on every rank, before anything
   // is built); the data is checked against the batch once it is loaded.
   plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
-                                         config_.batch().micro_batch()));
+                                         initial_micro_batch(config_)));
   build(program, group);
   setup_parallel();
+  setup_shares();
   log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
   resume();
-  elastic_->ready(position_.step);
+  elastic_->ready(position_.step, micro_batch_);
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
   fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
   nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
+  read_budget_cut();     // (tests) from the first step on
+  alloc_.reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
 
 TrainSession::~TrainSession() = default;
@@ -112,36 +119,35 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const SessionContext ctx{config_, log_, leader(), alloc_, threads, grid_->dp_size()};
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
-  const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
-  const int64_t b = static_cast<int64_t>(rank_batch().micro_batch);
-  if (leader()) {
-    log_.info("model: ", model_.description, "; activations for micro-batch ", b, " x ", T, ": ",
-              format_bytes(static_cast<double>(model_.stack->activation_bytes(b, T))));
-  }
+  const int64_t T = config_.model().seq_len();
+  if (leader()) log_.info("model: ", model_.description);
   if (grid_->pp_size() > 1) {
     build_pipeline(program, ctx);
   } else {
     engine_ = make_engine(*model_.stack);
     engine_->initialize_parameters(model_.init);
-    model_.stack->plan(alloc_, std::max(b, micro), T);
   }
-  const size_t micro_batches = pipeline_ ? rank_batch().accumulation : 1;
-  inputs_.resize(micro_batches * static_cast<size_t>(std::max(b, micro) * T));
-  targets_.resize(inputs_.size());
   data_ = program.data(ctx);
   if (data_->seq_len() != T) {
     throw ConfigError("the data source gives samples of " + std::to_string(data_->seq_len()) +
                       " tokens but model.seq_len is " + std::to_string(T));
   }
-  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(), micro,
-                                         data_->train_samples()));
+  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
+                                         initial_micro_batch(config_), data_->train_samples()));
   position_.seed = data_->seed();
   if (!pipeline_) hooks_ = engine_->hooks();
+  setup_memory();  // the micro-batch, and a pipeline's plan
+  // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
+  const int64_t share = static_cast<int64_t>(rank_batch().samples());
+  inputs_.resize(static_cast<size_t>((share + micro_batch_cap()) * T));
+  targets_.resize(inputs_.size());
 }
 
 void TrainSession::build_pipeline(const TrainProgram& program, const SessionContext& ctx) {
-  const int64_t micro = config_.batch().micro_batch(), T = config_.model().seq_len();
-  const int64_t b = std::max<int64_t>(static_cast<int64_t>(rank_batch().micro_batch), micro);
+  // The layers are timed (and the stages described) at the configured micro-batch, or at 1
+  // when it is automatic (the memory model picks it once the engines exist).
+  const int64_t T = config_.model().seq_len();
+  const int64_t b = std::max(1, config_.batch().micro_batch());
   const ScheduleSpec spec = pipeline_schedule_spec(config_, grid_->pp_size(),
                                                    static_cast<int>(rank_batch().accumulation));
   check_pipeline_layers(spec, *model_.stack);  // before the measurement's broadcast
@@ -184,7 +190,9 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   pipeline_ = engine.get();
   engine_ = std::move(engine);
   engine_->initialize_parameters(model_.init);
-  pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, T);
+}
+
+void TrainSession::gather_stage_activation_bytes() {
   std::vector<double> planned(static_cast<size_t>(grid_->size()));
   const double mine = static_cast<double>(pipeline_->executor().planned_bytes());
   MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, planned.data(), 1, MPI_DOUBLE,
@@ -235,13 +243,16 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
 void TrainSession::log_memory() const {
   if (!leader()) return;
   const EngineMemory m = engine_->memory();
-  const int64_t b = static_cast<int64_t>(plan_->rank(0).micro_batch);
-  const size_t activations = pipeline_ ? pipeline_->executor().planned_bytes()
-                                       : model_.stack->activation_bytes(b, data_->seq_len());
-  log_.info("memory per rank: ", m.describe(), "; activations ",
-            format_bytes(static_cast<double>(activations)),
-            "; allocated ", format_bytes(static_cast<double>(alloc_.stats().in_use)), " of the budget ",
-            format_bytes(static_cast<double>(alloc_.stats().budget)));
+  log_.info("memory per rank: ", m.describe());
+  std::string parts;
+  for (const MemoryPart& p : memory_model_.parts(micro_batch_, recompute_)) {
+    parts += (parts.empty() ? "" : ", ") + p.name + " " + format_bytes(static_cast<double>(p.bytes));
+  }
+  const RankBatch& r = rank_batch();
+  log_.info("memory plan: micro-batch ", r.micro_batch, " x ", r.accumulation,
+            config_.batch().micro_batch() == 0 ? " (auto)" : "", recompute_ ? ", recomputing activations" : "",
+            "; planned peak ", format_bytes(static_cast<double>(predicted_peak())), " (", parts,
+            ") of the budget ", format_bytes(static_cast<double>(alloc_.stats().budget)));
 }
 
 void TrainSession::sum_over_ranks(double* values, int count) {
@@ -252,7 +263,7 @@ void TrainSession::sum_over_ranks(double* values, int count) {
 void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
   const int r = grid_->dp_rank();
   const RankBatch& mine = plan_->rank(r);
-  const int64_t stride = static_cast<int64_t>(inputs_.size() / mine.accumulation);
+  const int64_t stride = static_cast<int64_t>(mine.micro_batch) * T;
   std::vector<Batch> batches;
   std::vector<double> weights;
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
@@ -271,9 +282,14 @@ void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
   loss_sum += pipeline_->run_step(batches, weights);
 }
 
-void TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
-  if (pipeline_) return run_pipeline(B, T, loss_sum);
+double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
+  const auto t0 = Clock::now();
+  if (pipeline_) {
+    run_pipeline(B, T, loss_sum);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   const int r = grid_->dp_rank();
+  double compute = 0;
   const RankBatch& mine = plan_->rank(r);
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
     const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
@@ -284,10 +300,15 @@ void TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
                     std::span(targets_).first(b * T));
     }
     Batch batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)};
+    const auto c0 = Clock::now();
     loss_sum += model_.stack->forward(batch, hooks_) * static_cast<double>(b) / static_cast<double>(B);
     engine_->begin_backward(m + 1 == mine.accumulation);
     model_.stack->backward(batch, hooks_);
+    const double took = std::chrono::duration<double>(Clock::now() - c0).count();
+    slow_down(took);
+    compute += took * slow_factor_;
   }
+  return compute;
 }
 
 StepStats TrainSession::train_step() {
@@ -300,7 +321,8 @@ StepStats TrainSession::train_step() {
   const auto& lg = config_.log();
   tracer_.set_recording(tracer_.enabled() &&
                         (lg.trace_steps() == 0 || static_cast<int64_t>(position_.step) < lg.trace_steps()));
-  const int64_t B = config_.batch().global_batch(), T = data_->seq_len();
+  acquire_activations();  // may redo the plan: an out-of-memory error agreed on by every rank
+  const int64_t B = static_cast<int64_t>(plan_->global_batch()), T = data_->seq_len();
   const auto& s = config_.schedule();
   StepStats st;
   st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
@@ -316,7 +338,7 @@ StepStats TrainSession::train_step() {
     }
   }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
-  run_micro_batches(B, T, loss_sum);
+  const double compute_seconds = run_micro_batches(B, T, loss_sum);
   st.comm = engine_->end_backward();
   st.grad_norm = engine_->grad_norm();
   // The resize flag and "my gradient norm is not finite" ride on the loss's sum: the ranks
@@ -324,16 +346,18 @@ StepStats TrainSession::train_step() {
   // (a NaN or an infinity in any term makes every rank's sum one), so together with the
   // summed flag every rank takes the same finite-or-stop decision.
   // A pipeline's measured bubble and norm wait ride along too (means over the ranks).
-  double sums[5] = {loss_sum, resize_requested() ? 1.0 : 0.0,
-                    std::isfinite(st.grad_norm) ? 0.0 : 1.0,
+  // So does a rank's wish for another micro-batch (the memory budget, re-read here).
+  double sums[6] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+                    std::isfinite(st.grad_norm) ? 0.0 : 1.0, budget_wants_replan() ? 1.0 : 0.0,
                     pipeline_ ? pipeline_->executor().last_step().bubble() : 0.0,
                     pipeline_ ? pipeline_->norm_wait_seconds() : 0.0};
-  sum_over_ranks(sums, pipeline_ ? 5 : 3);
+  sum_over_ranks(sums, pipeline_ ? 6 : 4);
   st.loss = sums[0];
   st.resize = sums[1] > 0;
+  const bool replan_wanted = sums[3] > 0;
   if (pipeline_) {
-    st.bubble = sums[3] / grid_->size();
-    st.norm_wait_seconds = sums[4] / grid_->size();
+    st.bubble = sums[4] / grid_->size();
+    st.norm_wait_seconds = sums[5] / grid_->size();
     st.bubble_theory = pipeline_->theoretical_bubble();
   }
   if (!std::isfinite(st.loss) || sums[2] > 0) {
@@ -345,6 +369,12 @@ StepStats TrainSession::train_step() {
                              config_.optimizer().grad_clip()});
   }
   position_.advance(static_cast<uint64_t>(B));
+  st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
+  st.accumulation = static_cast<int64_t>(rank_batch().accumulation);
+  st.predicted_peak = predicted_peak();
+  release_activations();
+  if (replan_wanted) replan();
+  balance_shares(compute_seconds);
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }

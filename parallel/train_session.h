@@ -38,6 +38,8 @@
 #include "parallel/zero_engine.h"
 #include "parallel/data_source.h"
 #include "parallel/elastic_session.h"
+#include "parallel/memory_model.h"
+#include "parallel/share_balancer.h"
 #include "parallel/pipeline_engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/step_report.h"
@@ -46,6 +48,7 @@
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
 #include "runtime/layer_stack.h"
+#include "runtime/memory_budget.h"
 #include "runtime/log.h"
 #include "runtime/trace.h"
 #include "runtime/world.h"
@@ -146,18 +149,64 @@ class TrainSession {
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
+  // Memory (session_memory.cc; DESIGN.md "Adaptive batch sizing"). The micro-batch is
+  // batch.micro_batch, or with `auto` the largest whose planned peak fits the budget less
+  // batch.memory_margin; either way lowered when the budget (runtime/memory_budget.h,
+  // re-read at every step boundary) no longer holds it, and raised again up to it when
+  // the budget grows. The activations are taken at the start of each step and given back
+  // to the allocator's cache at its end; an OutOfMemory while taking them (a budget cut
+  // between two checks) is agreed on by every rank before the step communicates, and the
+  // step runs again with half the micro-batch and twice the accumulation.
+  const MemoryModel& memory_model() const { return memory_model_; }
+  int64_t micro_batch() const { return micro_batch_; }
+  bool recompute() const { return recompute_; }
+  int64_t oom_recoveries() const { return oom_recoveries_; }
+  int64_t memory_replans() const { return replans_; }
+  // Shares: how often batch.shares = throughput moved them, and this step's plan.
+  int64_t share_rebalances() const { return rebalances_; }
+  const BatchPlan& batch_plan() const { return *plan_; }
+  // The model's peak at the current micro-batch.
+  size_t predicted_peak() const;
+  // What `etr-train --plan` prints: the memory model's table for this rank.
+  std::vector<std::string> memory_plan() const;
+
  private:
   void build(const TrainProgram& program, const Group& group);
   std::unique_ptr<Engine> make_engine(LayerStack<float>& stack, int64_t norm_begin = 0);
   void build_pipeline(const TrainProgram& program, const SessionContext& ctx);
+  void gather_stage_activation_bytes();
   void run_pipeline(int64_t B, int64_t T, double& loss_sum);
   void log_memory() const;
   void setup_parallel();
   void resume();
-  void run_micro_batches(int64_t B, int64_t T, double& loss_sum);
+  // Returns the seconds of forward and backward (for the shares).
+  double run_micro_batches(int64_t B, int64_t T, double& loss_sum);
   void skip_or_stop(StepStats& st, bool loss_finite);
   void after_step(const StepStats& s, int64_t start, RunSummary& sum);
   int64_t peak_bytes() const;
+  // Memory (session_memory.cc).
+  void setup_memory();
+  void read_budget_cut();
+  size_t read_budget();
+  uint64_t accumulation_for(int64_t b) const;
+  int64_t micro_batch_cap() const;
+  int64_t fit_micro_batch(int64_t most);
+  int64_t fit_pipeline_micro_batch(int64_t most, size_t budget, double margin) const;
+  int64_t agree_micro_batch(int64_t mine);
+  void set_micro_batch(int64_t b);
+  std::vector<RankBatch> equal_counts(std::vector<RankBatch> ranks,
+                                      const std::vector<int64_t>& memory) const;
+  void acquire_activations();
+  void release_activations();
+  void recover_from_oom(const std::string& failure);
+  bool budget_wants_replan();
+  void replan();
+  void restart_peak();
+  // Shares (session_shares.cc).
+  void read_slow_rank();
+  void slow_down(double seconds) const;
+  void setup_shares();
+  void balance_shares(double compute_seconds);
 
   TrainConfig config_;
   Logger& log_;
@@ -183,6 +232,24 @@ class TrainSession {
   int64_t skipped_steps_ = 0;
   BatchOrigin batch_origin_;
   std::optional<std::filesystem::path> resumed_from_;
+  std::unique_ptr<MemoryBudget> budget_;
+  MemoryModel memory_model_;
+  struct BudgetCut {
+    int64_t step = 0;  // 0: none
+    size_t bytes = 0;
+    bool boundary = false;
+  } budget_cut_;  // ETR_TEST_BUDGET_CUT
+  int64_t micro_batch_ = 0;
+  int memory_halvings_ = 0;  // ETR_RUN_MEMORY_HALVINGS
+  bool recompute_ = false;
+  bool activations_held_ = false;
+  int64_t oom_recoveries_ = 0;
+  int64_t replans_ = 0;
+  bool budget_read_ = false;
+  size_t earlier_peak_ = 0;  // the allocator's peak before the last re-plan
+  std::unique_ptr<ShareBalancer> balancer_;  // batch.shares = throughput
+  double slow_factor_ = 1;                   // ETR_SLOW_RANK
+  int64_t rebalances_ = 0;
 };
 
 }  // namespace etr

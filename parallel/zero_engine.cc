@@ -219,3 +219,47 @@ std::string ZeroEngine::describe() const {
 }
 
 }  // namespace etr
+
+namespace etr {
+
+// In whole window pages. The gradient window: all of it while a step accumulates several
+// micro-batches (only the last one reduces); else the cap backward keeps it under once a
+// layer is done (layer_grads_final), plus the next layer's buckets taken before its
+// backward. The parameter window: the layer in use and the next one's prefetch, which is
+// at most a layer (all of it when a pipeline gathers once per step).
+Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
+  const size_t whole = static_cast<size_t>(stack_.layout().numel()) * sizeof(float);
+  auto pages = [](const HostWindow* w, size_t bytes) {
+    const size_t page = w ? w->page_bytes() : 1;
+    return (bytes + page - 1) / page * page;
+  };
+  WindowBytes p;
+  if (grad_window_) {
+    const size_t all = pages(grad_window_.get(), whole);
+    p.grads = micro_batches > 1 ? all
+                                : std::min(all, pages(grad_window_.get(),
+                                                      grad_window_cap() + largest_layer_bytes()));
+  }
+  if (param_window_) {
+    // The prefetch takes the next layer's buckets up to prefetch_bytes, and one at least.
+    size_t bucket = 0;
+    for (const Bucket& k : plan_.buckets()) bucket = std::max(bucket, static_cast<size_t>(k.numel()) * sizeof(float));
+    const size_t prefetched = std::max(options_.prefetch_bytes, bucket);
+    const size_t all = pages(param_window_.get(), whole);
+    p.params = options_.gather_once_per_step
+                   ? all
+                   : std::min(all, pages(param_window_.get(),
+                                         largest_layer_bytes() + std::min(prefetched, largest_layer_bytes())));
+  }
+  return p;
+}
+
+// states(): a stage-3 parameter shard and the two moments, each this rank's writer range.
+size_t ZeroEngine::predicted_checkpoint_staging() const {
+  const auto [a, b] = ShardPlan(stack_.layout(), plan_.ranks(), {std::string(state::kParam)})
+                          .flat_range(grid_.dp_rank());
+  const size_t range = static_cast<size_t>(b - a) * sizeof(float);
+  return (options_.stage == 3 ? 3 : 2) * range;
+}
+
+}  // namespace etr

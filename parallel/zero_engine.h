@@ -80,6 +80,7 @@ class ZeroEngine final : public Engine {
   int64_t gathered_bytes() const { return gather_->bytes(); }
   // The most bytes one layer's forward or backward gathers (its buckets, stage 3).
   size_t largest_layer_bytes() const;
+  size_t grad_window_cap() const;  // the held gradient bytes backward waits to come under
 
   int zero_stage() const override { return options_.stage; }
   FlatState& state() override { return shard_; }
@@ -90,6 +91,8 @@ class ZeroEngine final : public Engine {
   std::vector<HeldState> held_states() override;
   void gather_state(std::string_view name, float* out) override;
   EngineMemory memory() const override;
+  WindowBytes predicted_windows(int micro_batches) const override;
+  size_t predicted_checkpoint_staging() const override;
   std::string describe() const override;
 
   void begin_step() override;
@@ -127,6 +130,7 @@ class ZeroEngine final : public Engine {
   float* full_grads_ = nullptr;          // what the layers write
   std::vector<size_t> held_index_;       // bucket -> index of its block in shard_.held()
   std::vector<uint8_t> grad_held_;       // stages 2-3: bucket's gradient pages acquired
+  size_t grad_held_bytes_ = 0;           // their bytes
   std::vector<std::vector<size_t>> needed_;  // per layer: the buckets it reads and writes
   std::unique_ptr<HostCommunicator> grad_comm_, param_comm_;
   std::unique_ptr<BucketReducer> reducer_;

@@ -16,6 +16,7 @@ void ZeroEngine::begin_step() {
   if (grad_window_) {
     grad_window_->drop_all();
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
+    grad_held_bytes_ = 0;
   } else {
     replica_->zero(state::kGrad);
   }
@@ -42,11 +43,22 @@ void ZeroEngine::before_backward(int layer) {
     const Bucket& k = plan_.buckets()[b];
     grad_window_->acquire(k.begin, k.end);
     grad_held_[b] = 1;
+    grad_held_bytes_ += static_cast<size_t>(k.numel()) * sizeof(float);
   }
 }
 
+// The gradient window stays within grad_window_cap() once a layer is done: when the
+// reductions fall behind backward, backward waits for the oldest (as FSDP's rate limiter
+// does for its gathers), so the window's memory does not depend on the network's speed.
 void ZeroEngine::layer_grads_final(int layer) {
-  if (reducer_->armed()) reducer_->layer_ready(layer);
+  if (!reducer_->armed()) return;
+  reducer_->layer_ready(layer);
+  while (grad_window_ && grad_held_bytes_ > grad_window_cap() && reducer_->wait_oldest()) {
+  }
+}
+
+size_t ZeroEngine::grad_window_cap() const {
+  return largest_layer_bytes() + 2 * options_.dp.buckets.bucket_cap_bytes;
 }
 
 void ZeroEngine::reduced(size_t b) {
@@ -57,6 +69,7 @@ void ZeroEngine::reduced(size_t b) {
   if (grad_held_[b]) {
     grad_window_->release(k.begin, k.end);
     grad_held_[b] = 0;
+    grad_held_bytes_ -= static_cast<size_t>(k.numel()) * sizeof(float);
   }
 }
 

@@ -21,7 +21,8 @@ ModelSpec build_model(const SessionContext& ctx) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   // Checked before allocating: a model or micro-batch too large for the budget is one
   // sentence, not minutes of allocation (or an int64 overflow) before OutOfMemory.
-  g.require_fits(ctx.config.batch().micro_batch(), ctx.threads,
+  // (an automatic micro-batch: whether one sequence fits; the batch policy picks it)
+  g.require_fits(std::max(1, ctx.config.batch().micro_batch()), ctx.threads,
                  static_cast<double>(ctx.alloc.stats().budget),
                  zero_state_share(ctx.config.parallel().zero_stage(), ctx.ranks));
   ModelSpec m;

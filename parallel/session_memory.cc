@@ -1,0 +1,367 @@
+// TrainSession: the batch policy's memory side (train_session.h, "Memory"): the budget,
+// the memory model, the micro-batch it picks, the activations taken at the start of each
+// step and given back at its end, and the recovery from an out-of-memory error.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include "parallel/train_session.h"
+#include "runtime/bytes.h"
+#include "runtime/cpu_affinity.h"
+#include "runtime/mpi_check.h"
+
+namespace etr {
+namespace {
+
+// ETR_RUN_MEMORY_HALVINGS (set by etr-run after the kernel's OOM killer ended a rank):
+// how many times to halve the micro-batch. 0 when unset.
+int memory_halvings() {
+  const char* v = std::getenv("ETR_RUN_MEMORY_HALVINGS");
+  if (!v || !*v) return 0;
+  int n = 0;
+  const std::string_view s(v);
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end != s.data() + s.size() || n < 0 || n > 62) {
+    throw ConfigError("ETR_RUN_MEMORY_HALVINGS='" + std::string(s) +
+                      "' is not a number of halvings in [0, 62]");
+  }
+  return n;
+}
+
+}  // namespace
+
+// ETR_TEST_BUDGET_CUT=STEP:BYTES[:RANK] (tests and demonstrations): inside step STEP
+// (1-based, as the progress line counts), after the step boundary's check, the budget of
+// rank RANK (every rank without it) drops to BYTES, as a cgroup cut between two checks
+// would; it stays there. With ETR_TEST_BUDGET_CUT_MODE=boundary the cut comes before
+// that step's boundary check instead (at the end of step STEP - 1), which re-plans.
+void TrainSession::read_budget_cut() {
+  const char* v = std::getenv("ETR_TEST_BUDGET_CUT");
+  if (!v || !*v) return;
+  const std::string s(v);
+  const char* mode = std::getenv("ETR_TEST_BUDGET_CUT_MODE");
+  const std::string m = mode ? mode : "";
+  if (!m.empty() && m != "inside" && m != "boundary") {
+    throw ConfigError("ETR_TEST_BUDGET_CUT_MODE='" + m + "' is not inside or boundary");
+  }
+  const size_t a = s.find(':');
+  const size_t b = a == std::string::npos ? a : s.find(':', a + 1);
+  try {
+    if (a == std::string::npos) throw ConfigError("no BYTES");
+    const int64_t step = std::stoll(s.substr(0, a));
+    const size_t bytes = parse_bytes(s.substr(a + 1, b == std::string::npos ? b : b - a - 1));
+    const int rank = b == std::string::npos ? grid_->rank() : std::stoi(s.substr(b + 1));
+    if (step < 1) throw ConfigError("STEP < 1");
+    if (rank == grid_->rank()) budget_cut_ = {step, bytes, m == "boundary"};
+  } catch (const std::exception&) {
+    throw ConfigError("ETR_TEST_BUDGET_CUT='" + s + "' is not STEP:BYTES[:RANK] (e.g. 3:200MiB:1)");
+  }
+}
+
+size_t TrainSession::read_budget() {
+  const MemoryBudget::Reading r = budget_->read(alloc_.stats().reserved);
+  size_t bytes = r.bytes;
+  // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
+  const int64_t now = static_cast<int64_t>(position_.step) + (budget_cut_.boundary ? 2 : 1);
+  if (budget_cut_.step > 0 && now >= budget_cut_.step) {
+    bytes = std::min(bytes, budget_cut_.bytes);
+  }
+  if (bytes != alloc_.stats().budget) {
+    if (budget_read_) {  // (not the first reading: the allocator's default before it)
+      const bool cut = bytes < r.bytes;
+      log_.info("rank ", grid_->rank(), ": memory budget ",
+                format_bytes(static_cast<double>(alloc_.stats().budget)), " -> ",
+                format_bytes(static_cast<double>(bytes)), " (",
+                cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
+    }
+    alloc_.set_budget(bytes);
+  }
+  budget_read_ = true;
+  return bytes;
+}
+
+void TrainSession::setup_memory() {
+  const int64_t T = config_.model().seq_len();
+  std::vector<MemoryPart> fixed;
+  const EngineMemory m = engine_->memory();
+  fixed.push_back({"parameters", m.params});
+  fixed.push_back({"gradients", m.grads});
+  fixed.push_back({"optimizer state", m.optimizer});
+  const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
+  const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
+  if (staging > 0) fixed.push_back({"checkpoint staging", staging});
+  MemoryModel::VariableParts windows;
+  if (m.stage >= 2) {
+    windows = [this, stage = m.stage](int64_t b) {
+      const Engine::WindowBytes w = engine_->predicted_windows(static_cast<int>(accumulation_for(b)));
+      std::vector<MemoryPart> parts{{"unreduced gradient window", w.grads}};
+      if (stage >= 3) parts.push_back({"gathered parameter window", w.params});
+      return parts;
+    };
+  }
+  MemoryModel::ActivationBytes act;
+  if (pipeline_) {
+    act = [this, T](int64_t b, bool) {
+      return pipeline_->planned_bytes(static_cast<int>(accumulation_for(b)), b, T);
+    };
+  } else {
+    act = [this, T](int64_t b, bool rc) { return model_.stack->activation_bytes(b, T, 1, false, rc); };
+  }
+  memory_model_ = MemoryModel(std::move(fixed), std::move(act), std::move(windows));
+  recompute_ = config_.runtime().recompute() == "blocks";
+  memory_halvings_ = memory_halvings();
+  if (memory_halvings_ > 0 && leader()) {
+    log_.warn("etr-run relaunched the job after the kernel's out-of-memory killer ended a rank: "
+              "the micro-batch is halved ", memory_halvings_, " time(s), to at most ",
+              micro_batch_cap());
+  }
+  read_budget();
+  set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
+}
+
+uint64_t TrainSession::accumulation_for(int64_t b) const {
+  const uint64_t n = plan_->rank(grid_->dp_rank()).samples();
+  return (n + static_cast<uint64_t>(b) - 1) / static_cast<uint64_t>(b);
+}
+
+// The largest micro-batch <= `most` whose planned peak fits the budget (less the margin
+// when automatic); with runtime.recompute = auto, recomputation when b = 1 does not fit
+// otherwise. 0 when nothing fits.
+int64_t TrainSession::fit_micro_batch(int64_t most) {
+  const size_t budget = alloc_.stats().budget;
+  const bool automatic = config_.batch().micro_batch() == 0;
+  const double margin = automatic ? config_.batch().memory_margin() : 0.0;
+  const bool can_recompute = config_.runtime().recompute() != "off" && !pipeline_;
+  if (pipeline_) return fit_pipeline_micro_batch(most, budget, margin);
+  int64_t b = memory_model_.largest_fitting(budget, margin, most, recompute_);
+  if (b == 0 && !recompute_ && can_recompute && config_.runtime().recompute() == "auto") {
+    const int64_t rc = memory_model_.largest_fitting(budget, margin, most, true);
+    if (rc > 0) {
+      recompute_ = true;
+      if (leader()) log_.info("activation recomputation on: without it not even a micro-batch of 1 fits");
+      b = rc;
+    }
+  }
+  return b;
+}
+
+// A pipeline's schedule takes only some micro-batch counts (interleaved: multiples of the
+// stages): the largest b <= most whose count it takes and whose peak fits, from the top.
+int64_t TrainSession::fit_pipeline_micro_batch(int64_t most, size_t budget, double margin) const {
+  const double usable = (1.0 - margin) * static_cast<double>(budget);
+  for (int64_t b = most; b >= 1; --b) {
+    try {
+      if (static_cast<double>(memory_model_.peak(b, false)) <= usable) return b;
+    } catch (const ConfigError&) {
+      // this b gives a micro-batch count the schedule cannot run
+    }
+  }
+  return 0;
+}
+
+// Collective over the world: every rank's micro-batch (the smallest under a pipeline,
+// whose stages run the same micro-batches). OutOfMemory with a sentence when some rank
+// has none that fits (`mine` = 0).
+int64_t TrainSession::agree_micro_batch(int64_t mine) {
+  int64_t lowest = mine;
+  if (grid_->size() > 1) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm()));
+  }
+  if (lowest < 1) {
+    const int64_t T = config_.model().seq_len();
+    const bool here = mine < 1;
+    throw OutOfMemory(
+        std::string("not even a micro-batch of 1 sequence of ") + std::to_string(T) + " tokens fits" +
+        (recompute_ ? " with activation recomputation" : "") +
+        (here ? ": this rank would need " +
+                    format_bytes(static_cast<double>(memory_model_.peak(1, recompute_))) + " (" +
+                    memory_model_.dominant(1, recompute_) + " the most) under a budget of " +
+                    format_bytes(static_cast<double>(alloc_.stats().budget))
+              : " on another rank") +
+        "; raise runtime.memory_budget (or the job's memory limit), use more ranks with a "
+        "higher parallel.zero_stage, or shorten model.seq_len.",
+        here ? memory_model_.peak(1, recompute_) : 0, alloc_.stats().in_use, alloc_.stats().peak,
+        alloc_.stats().budget);
+  }
+  return pipeline_ ? lowest : mine;
+}
+
+// A new plan with micro-batch b on this rank (every rank calls it with its own b).
+// ZeRO stage 3 gathers each layer's parameters in every micro-batch's forward and
+// backward, collectively: there every rank runs as many micro-batches (equal_counts), or
+// a rank would wait in a gather that another never joins.
+void TrainSession::set_micro_batch(int64_t b) {
+  // Each rank's b, and the most its memory holds (batch.micro_batch aside).
+  const bool automatic = config_.batch().micro_batch() == 0;
+  const bool same_count = config_.parallel().zero_stage() == 3 && !pipeline_;
+  const int64_t most = !same_count ? b : memory_model_.largest_fitting(
+      alloc_.stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
+      static_cast<int64_t>(rank_batch().samples()), recompute_);
+  const int64_t mine[2] = {b, std::max(most, b)};
+  std::vector<int64_t> both(2 * static_cast<size_t>(grid_->dp_size()));
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, both.data(), 2, MPI_INT64_T, grid_->dp_group().comm()));
+  std::vector<int64_t> all, memory;
+  for (size_t r = 0; r < both.size(); r += 2) {
+    all.push_back(both[r]);
+    memory.push_back(both[r + 1]);
+  }
+  std::vector<RankBatch> ranks;
+  for (int r = 0; r < grid_->dp_size(); ++r) {
+    const uint64_t n = plan_->rank(r).samples();
+    const uint64_t mb = std::min<uint64_t>(static_cast<uint64_t>(all[static_cast<size_t>(r)]), n);
+    const uint64_t k = (n + mb - 1) / mb;
+    const uint64_t last = n - mb * (k - 1);
+    ranks.push_back({mb, k, last == mb ? 0 : last});
+  }
+  if (same_count) ranks = equal_counts(std::move(ranks), memory);
+  plan_.emplace(plan_->global_batch(), std::move(ranks));
+  // The activations hold the larger of b and the plan's (equal counts may raise it).
+  micro_batch_ = std::max<int64_t>(b, static_cast<int64_t>(rank_batch().micro_batch));
+  if (pipeline_) {
+    pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, config_.model().seq_len());
+    gather_stage_activation_bytes();
+  }
+}
+
+// Every rank's share in the same number k of micro-batches: the most any rank needs for
+// its memory, or fewer when a share cannot be cut in that many (fewer samples than
+// pieces; 4 in 3 pieces of ceil(4 / 3)). Rank r's pieces are ceil(n_r / k) samples, the
+// last one shorter; ConfigError when that is more than memory[r], the most that fits rank r.
+std::vector<RankBatch> TrainSession::equal_counts(std::vector<RankBatch> ranks,
+                                                  const std::vector<int64_t>& memory) const {
+  auto cuts = [&](uint64_t k) {
+    for (const RankBatch& r : ranks) {
+      const uint64_t n = r.samples(), b = (n + k - 1) / k;
+      if (b * (k - 1) >= n) return false;
+    }
+    return true;
+  };
+  uint64_t k = 0;
+  for (const RankBatch& r : ranks) k = std::max(k, r.accumulation);
+  while (k > 1 && !cuts(k)) --k;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const uint64_t n = ranks[i].samples(), b = (n + k - 1) / k;
+    if (b > static_cast<uint64_t>(memory[i])) {
+      throw ConfigError("at parallel.zero_stage = 3 every rank runs the same number of micro-batches "
+                        "(each gathers the parameters), so rank " + std::to_string(i) + " would run " +
+                        std::to_string(b) + " of its " + std::to_string(n) + " samples at once, more "
+                        "than the " + std::to_string(memory[i]) + " its memory holds; make "
+                        "batch.global_batch a multiple of the ranks, or give the job more memory.");
+    }
+    const uint64_t last = n - b * (k - 1);
+    ranks[i] = {b, k, last == b ? 0 : last};
+  }
+  return ranks;
+}
+
+// The most this rank's micro-batch may be: batch.micro_batch (halved by etr-run after an
+// OOM kill), or its whole share when automatic.
+int64_t TrainSession::micro_batch_cap() const {
+  const int64_t share = static_cast<int64_t>(plan_->rank(grid_->dp_rank()).samples());
+  const int64_t configured = config_.batch().micro_batch();
+  if (configured == 0) return share;
+  return std::min(share, std::max<int64_t>(1, configured >> memory_halvings_));
+}
+
+void TrainSession::acquire_activations() {
+  if (pipeline_) return;  // a pipeline keeps its plan between steps
+  if (budget_cut_.step > 0 && !budget_cut_.boundary &&
+      static_cast<int64_t>(position_.step) + 1 == budget_cut_.step) {
+    read_budget();  // the test's cut, after the step boundary's check
+  }
+  const int64_t T = config_.model().seq_len();
+  for (;;) {
+    std::string failure;
+    if (!activations_held_) {
+      try {
+        model_.stack->plan(alloc_, micro_batch_, T, 1, false, recompute_);
+        activations_held_ = true;
+      } catch (const OutOfMemory& e) {
+        failure = e.what();
+      }
+    }
+    // Every rank learns whether any failed before the step communicates at all (a sum with
+    // the collectives' timeout: a peer that died ends the job with a sentence, not a hang).
+    double failed = failure.empty() ? 0 : 1;
+    sum_over_ranks(&failed, 1);
+    if (failed == 0) return;
+    recover_from_oom(failure);
+  }
+}
+
+void TrainSession::release_activations() {
+  if (pipeline_ || !activations_held_) return;
+  model_.stack->release();
+  activations_held_ = false;
+}
+
+// Every rank alike: the step starts again with half the micro-batch and twice the
+// accumulation (the same samples, the same global batch and learning rate); at 1, with
+// activation recomputation; after that, the sentence of agree_micro_batch.
+void TrainSession::recover_from_oom(const std::string& failure) {
+  const int64_t step = static_cast<int64_t>(position_.step) + 1;
+  if (!failure.empty()) log_.warn("step ", step, ": rank ", grid_->rank(), ": ", failure);
+  release_activations();
+  ++oom_recoveries_;
+  const int64_t before = micro_batch_;
+  int64_t b = std::max<int64_t>(1, micro_batch_ / 2);
+  if (before == 1) {
+    const bool can = config_.runtime().recompute() != "off" && !recompute_;
+    if (!can) b = 0;  // agree_micro_batch says what would fit
+    recompute_ = can;
+  }
+  set_micro_batch(agree_micro_batch(b));
+  restart_peak();
+  if (leader()) {
+    const RankBatch& r = rank_batch();
+    log_.warn("step ", step, ": out of memory inside the step (", oom_recoveries_,
+              " so far); every rank discards it and runs it again with micro-batch ", r.micro_batch,
+              " x ", r.accumulation, (recompute_ ? ", recomputing activations" : ""),
+              ", the global batch ", plan_->global_batch(), " and the learning rate unchanged");
+  }
+}
+
+// At the end of a step, before its sums: re-reads the budget; true when this rank's
+// micro-batch should change (the budget no longer holds it, or holds a larger one that
+// an automatic or reduced micro-batch may take).
+bool TrainSession::budget_wants_replan() {
+  read_budget();
+  const int64_t best = fit_micro_batch(micro_batch_cap());
+  return best != micro_batch_;
+}
+
+// Collective, after a step whose sums carried a replan request.
+void TrainSession::replan() {
+  release_activations();
+  const int64_t before = micro_batch_;
+  set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
+  ++replans_;
+  restart_peak();
+  if (leader()) {
+    const RankBatch& r = rank_batch();
+    log_.info("step ", position_.step, ": the memory budget changed; micro-batch ", before, " -> ",
+              r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
+              format_bytes(static_cast<double>(predicted_peak())), " of ",
+              format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
+  }
+}
+
+// The allocator's peak from here on is the new plan's (the memory model's figure); the
+// run's peak keeps the old one.
+void TrainSession::restart_peak() {
+  earlier_peak_ = std::max(earlier_peak_, alloc_.stats().peak);
+  alloc_.reset_peak();
+}
+
+size_t TrainSession::predicted_peak() const { return memory_model_.peak(micro_batch_, recompute_); }
+
+std::vector<std::string> TrainSession::memory_plan() const {
+  const bool automatic = config_.batch().micro_batch() == 0;
+  return memory_model_.plan_table(alloc_.stats().budget,
+                                  automatic ? config_.batch().memory_margin() : 0.0,
+                                  micro_batch_cap(),
+                                  config_.runtime().recompute() != "off" && !pipeline_);
+}
+
+}  // namespace etr

@@ -1,0 +1,85 @@
+// TrainSession: per-rank shares of the global batch (train_session.h, "Shares"): with
+// batch.shares = throughput each rank's share follows its measured speed
+// (parallel/share_balancer.h), re-balanced at step boundaries; and ETR_SLOW_RANK, which
+// slows a rank down to show it.
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "parallel/train_session.h"
+#include "runtime/mpi_check.h"
+
+namespace etr {
+
+// ETR_SLOW_RANK=RANK:FACTOR (benchmarks and tests): rank RANK runs FACTOR times slower
+// (after each micro-batch's forward and backward it sleeps FACTOR - 1 times as long as
+// they took), as a worker on a slower or shared node would.
+void TrainSession::read_slow_rank() {
+  const char* v = std::getenv("ETR_SLOW_RANK");
+  if (!v || !*v) return;
+  const std::string s(v);
+  const size_t colon = s.find(':');
+  try {
+    if (colon == std::string::npos) throw ConfigError("no FACTOR");
+    size_t used = 0;
+    const int rank = std::stoi(s.substr(0, colon), &used);
+    const double factor = std::stod(s.substr(colon + 1));
+    if (used != colon || !(factor >= 1) || factor > 100) throw ConfigError("bad");
+    if (rank == grid_->rank()) slow_factor_ = factor;
+  } catch (const std::exception&) {
+    throw ConfigError("ETR_SLOW_RANK='" + s + "' is not RANK:FACTOR with a factor in [1, 100] (e.g. 1:2)");
+  }
+}
+
+void TrainSession::slow_down(double seconds) const {
+  if (slow_factor_ > 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor_ - 1) * seconds));
+  }
+}
+
+void TrainSession::setup_shares() {
+  read_slow_rank();
+  if (config_.batch().shares() != "throughput" || grid_->dp_size() < 2) return;
+  if (pipeline_ || config_.parallel().zero_stage() == 3) {
+    throw ConfigError("batch.shares = throughput does not combine with parallel.pp > 1 or "
+                      "parallel.zero_stage = 3 yet; use batch.shares = equal there.");
+  }
+  balancer_ = std::make_unique<ShareBalancer>(grid_->dp_size());
+}
+
+// Collective over the data-parallel group, after a step: every rank's samples and
+// compute time, the balancer's proposal, and a new plan when it makes one.
+void TrainSession::balance_shares(double compute_seconds) {
+  if (!balancer_) return;
+  const int dp = grid_->dp_size();
+  double mine[2] = {compute_seconds, static_cast<double>(rank_batch().samples())};
+  std::vector<double> all(2 * static_cast<size_t>(dp));
+  MPI_CHECK(MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, grid_->dp_group().comm()));
+  std::vector<uint64_t> samples(static_cast<size_t>(dp));
+  std::vector<double> seconds(static_cast<size_t>(dp));
+  for (size_t r = 0; r < samples.size(); ++r) {
+    seconds[r] = all[2 * r];
+    samples[r] = static_cast<uint64_t>(all[2 * r + 1]);
+  }
+  balancer_->observe(samples, seconds);
+  const std::optional<std::vector<uint64_t>> next = balancer_->propose(samples);
+  if (!next) return;
+  std::vector<RankBatch> ranks;
+  for (uint64_t n : *next) ranks.push_back({1, n, 0});
+  plan_.emplace(plan_->global_batch(), std::move(ranks));
+  release_activations();
+  set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
+  ++rebalances_;
+  if (leader()) {
+    std::string text;
+    for (size_t r = 0; r < next->size(); ++r) {
+      text += (r ? ", " : "") + std::to_string((*next)[r]) + " (" +
+              std::to_string(static_cast<int>(balancer_->rates()[r] + 0.5)) + "/s)";
+    }
+    log_.info("step ", position_.step, ": shares of the global batch re-balanced to the ranks' "
+              "speeds: ", text);
+  }
+}
+
+}  // namespace etr

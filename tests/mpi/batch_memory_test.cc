@@ -1,0 +1,258 @@
+// The batch policy's memory side (parallel/train_session.h, "Memory") at np 1-4:
+//   - the memory model's planned peak is within 5 % of the allocator's measured peak over
+//     a grid of micro-batches, ZeRO stages, recomputation and pipeline schedules;
+//   - an out-of-memory error inside a step (ETR_TEST_BUDGET_CUT: the budget cut between
+//     two checks) is agreed on by every rank, the step runs again with half the
+//     micro-batch, and the run equals one that used the smaller micro-batch from the start
+//     (bitwise when every rank halves; within rounding when one does), no sample lost;
+//   - a cut seen at a step boundary re-plans without an error, and the peak stays in it;
+//   - when not even one sequence fits, recomputation (auto) makes it fit, bitwise as a run
+//     that recomputed from the start; without it, one sentence on every rank;
+//   - runtime.recompute = blocks trains bitwise as without it;
+//   - batch.micro_batch = auto picks the largest that fits the budget less the margin;
+//   - ETR_RUN_MEMORY_HALVINGS halves the micro-batch, the global batch kept.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "mpi/mpi_test_main.h"
+#include "runtime/config/train_config.h"
+#include "runtime/error.h"
+#include "runtime/state_names.h"
+
+namespace etr::train {
+namespace {
+
+// The tiny GPT with 4 blocks, global batch 4 per rank in micro-batches of 4.
+TrainConfig config(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), "batch.global_batch=" + std::to_string(4 * testing::world().group().size()));
+  TrainConfig c = parse_config(R"(
+    model { preset: "tiny" n_layer: 4 }
+    optimizer { lr: 3e-3 grad_clip: 0.5 }
+    schedule { warmup_steps: 1 max_steps: 100 }
+    batch { micro_batch: 4 }
+    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
+    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" }
+    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
+    runtime { threads: 1 }
+  )");
+  apply_overrides(c, extra);
+  resolve(c, gpt::model_presets());
+  return c;
+}
+
+struct State {
+  std::vector<float> param, m, v;
+  std::vector<double> losses;
+  uint64_t samples = 0;
+};
+
+State train(Trainer& t, int steps) {
+  State s;
+  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
+  s.param = t.gather_state(state::kParam);
+  s.m = t.gather_state(state::kAdamM);
+  s.v = t.gather_state(state::kAdamV);
+  s.samples = t.session().position().samples_seen;
+  return s;
+}
+
+bool bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_bitwise(const State& want, const State& got, const std::string& what) {
+  EXPECT_TRUE(bitwise(want.param, got.param)) << what << ": parameters differ";
+  EXPECT_TRUE(bitwise(want.m, got.m)) << what << ": adam.m differs";
+  EXPECT_TRUE(bitwise(want.v, got.v)) << what << ": adam.v differs";
+  EXPECT_EQ(want.losses, got.losses) << what;
+  EXPECT_EQ(want.samples, got.samples) << what << ": samples seen";
+}
+
+// Summation order only (a micro-batch split differently on some rank): 2e-5 absolute on
+// parameters and moments, 1e-5 on losses, as the pipeline tests state.
+void expect_near(const State& want, const State& got, const std::string& what) {
+  ASSERT_EQ(want.param.size(), got.param.size());
+  double worst = 0;
+  for (size_t i = 0; i < want.param.size(); ++i) {
+    worst = std::max({worst, std::fabs(double(want.param[i]) - got.param[i]),
+                      std::fabs(double(want.m[i]) - got.m[i]), std::fabs(double(want.v[i]) - got.v[i])});
+  }
+  EXPECT_LT(worst, 2e-5) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(want.losses[i], got.losses[i], 1e-5) << what;
+  EXPECT_EQ(want.samples, got.samples) << what << ": samples seen";
+}
+
+// Sets an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// Between the planned peaks at micro-batches b and b + 1 of `c` (this rank's).
+size_t budget_between(const TrainConfig& c, int64_t b) {
+  Trainer probe(c, testing::world());
+  const MemoryModel& m = probe.session().memory_model();
+  const bool rc = probe.session().recompute();
+  return (m.peak(b, rc) + m.peak(b + 1, rc)) / 2;
+}
+
+TEST(BatchMemory, ModelWithinFivePercentOfTheMeasuredPeak) {
+  World& w = testing::world();
+  const int n = w.group().size();
+  std::vector<std::vector<std::string>> grid;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const char* b : {"1", "2", "4"}) {
+      grid.push_back({"parallel.zero_stage=" + std::to_string(stage), std::string("batch.micro_batch=") + b});
+    }
+  }
+  grid.push_back({"runtime.recompute=blocks", "batch.micro_batch=4"});
+  grid.push_back({"runtime.recompute=blocks", "parallel.zero_stage=3", "batch.micro_batch=2"});
+  if (n % 2 == 0) {
+    for (const char* s : {"gpipe", "1f1b", "zb-h1"}) {
+      grid.push_back({"parallel.pp=2", std::string("parallel.pp_schedule=") + s, "batch.micro_batch=1"});
+    }
+    grid.push_back({"parallel.pp=2", "parallel.zero_stage=3", "batch.micro_batch=2"});
+    grid.push_back({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual_stages=2",
+                    "batch.micro_batch=1", "model.n_layer=6"});
+  }
+  for (const auto& extra : grid) {
+    std::string what;
+    for (const std::string& e : extra) what += e + " ";
+    Trainer t(config(extra), w);
+    for (int i = 0; i < 3; ++i) t.train_step();
+    const double planned = static_cast<double>(t.session().predicted_peak());
+    const double measured = static_cast<double>(t.session().allocator().stats().peak);
+    EXPECT_LT(std::fabs(planned - measured), 0.05 * measured)
+        << what << "on rank " << w.rank() << ": planned " << planned << ", measured " << measured
+        << " (windows measured " << t.session().engine().memory().unreduced_peak << " + "
+        << t.session().engine().memory().gathered_peak << ", planned "
+        << t.session().engine().predicted_windows(static_cast<int>(t.session().batch_plan().rank(t.grid().dp_rank()).accumulation)).grads
+        << " + " << t.session().engine().predicted_windows(1).params << ")";
+  }
+}
+
+TEST(BatchMemory, OutOfMemoryInTheFirstStepEqualsTheHalfMicroBatchBitwise) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"batch.micro_batch=2"}), w);
+    return train(t, 3);
+  }();
+  const std::string cut = "1:" + std::to_string(budget_between(config({}), 2));
+  ScopedEnv env("ETR_TEST_BUDGET_CUT", cut);  // every rank
+  Trainer t(config({}), w);
+  const State got = train(t, 3);
+  EXPECT_EQ(t.session().oom_recoveries(), 1);
+  EXPECT_EQ(t.session().micro_batch(), 2);
+  expect_bitwise(want, got, "out of memory at step 1, " + cut);
+  EXPECT_LE(t.session().allocator().stats().peak, t.session().allocator().stats().budget);
+}
+
+TEST(BatchMemory, OutOfMemoryOnOneRankLaterIsRedoneWithinRounding) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"batch.micro_batch=2"}), w);
+    return train(t, 4);
+  }();
+  const int last = w.group().size() - 1;
+  const std::string cut = "3:" + std::to_string(budget_between(config({}), 2)) + ":" + std::to_string(last);
+  ScopedEnv env("ETR_TEST_BUDGET_CUT", cut);
+  Trainer t(config({}), w);
+  const State got = train(t, 4);
+  EXPECT_EQ(t.session().oom_recoveries(), 1) << "every rank counts it";
+  EXPECT_EQ(t.session().micro_batch(), w.rank() == last ? 2 : 4);
+  expect_near(want, got, "out of memory at step 3 on rank " + std::to_string(last));
+}
+
+TEST(BatchMemory, ACutSeenAtAStepBoundaryReplansWithoutAnError) {
+  World& w = testing::world();
+  const size_t bytes = budget_between(config({}), 2);
+  ScopedEnv env("ETR_TEST_BUDGET_CUT", "2:" + std::to_string(bytes));
+  ScopedEnv mode("ETR_TEST_BUDGET_CUT_MODE", "boundary");
+  Trainer t(config({}), w);
+  t.train_step();
+  EXPECT_EQ(t.session().micro_batch(), 2) << "re-planned at the end of step 1";
+  const State got = train(t, 2);
+  EXPECT_EQ(t.session().oom_recoveries(), 0);
+  EXPECT_EQ(t.session().memory_replans(), 1);
+  EXPECT_LE(t.session().allocator().stats().peak, bytes) << "the peak since the re-plan";
+  EXPECT_EQ(got.samples, 3u * 4u * static_cast<uint64_t>(w.group().size()));
+}
+
+TEST(BatchMemory, RecomputationIsBitwiseAndTurnsOnWhenOneSequenceDoesNotFitWithoutIt) {
+  World& w = testing::world();
+  const State plain = [&] {
+    Trainer t(config({"batch.micro_batch=1", "runtime.recompute=off"}), w);
+    return train(t, 3);
+  }();
+  const State recomputed = [&] {
+    Trainer t(config({"batch.micro_batch=1", "runtime.recompute=blocks"}), w);
+    EXPECT_TRUE(t.session().recompute());
+    return train(t, 3);
+  }();
+  expect_bitwise(plain, recomputed, "recomputation");
+  // A budget between the peaks of one sequence with and without recomputation.
+  size_t bytes = 0;
+  {
+    Trainer probe(config({"batch.micro_batch=1"}), w);
+    const MemoryModel& m = probe.session().memory_model();
+    ASSERT_LT(m.peak(1, true), m.peak(1, false));
+    bytes = (m.peak(1, true) + m.peak(1, false)) / 2;
+  }
+  {
+    ScopedEnv env("ETR_TEST_BUDGET_CUT", "1:" + std::to_string(bytes));
+    Trainer t(config({"batch.micro_batch=1"}), w);
+    expect_bitwise(plain, train(t, 3), "recomputation turned on by an out-of-memory error");
+    EXPECT_TRUE(t.session().recompute());
+    EXPECT_EQ(t.session().oom_recoveries(), 1);
+  }
+  {
+    ScopedEnv env("ETR_TEST_BUDGET_CUT", "1:" + std::to_string(bytes));
+    Trainer t(config({"batch.micro_batch=1", "runtime.recompute=off"}), w);
+    try {
+      t.train_step();
+      ADD_FAILURE() << "no error when nothing fits";
+    } catch (const OutOfMemory& e) {
+      EXPECT_NE(std::string(e.what()).find("not even a micro-batch of 1 sequence"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(BatchMemory, AutoMicroBatchIsTheLargestThatFitsTheBudgetLessTheMargin) {
+  World& w = testing::world();
+  const size_t budget = budget_between(config({}), 2) + (1 << 20);
+  Trainer t(config({"batch.micro_batch=auto", "runtime.memory_budget=" + std::to_string(budget)}), w);
+  const MemoryModel& m = t.session().memory_model();
+  const int64_t share = static_cast<int64_t>(t.session().batch_plan().rank(w.group().rank()).samples());
+  int64_t brute = 0;
+  for (int64_t b = 1; b <= share; ++b) {
+    if (static_cast<double>(m.peak(b, false)) <= 0.9 * static_cast<double>(budget)) brute = b;
+  }
+  ASSERT_GT(brute, 0);
+  EXPECT_EQ(t.session().micro_batch(), brute);
+  t.train_step();
+  EXPECT_LE(t.session().allocator().stats().peak, budget);
+}
+
+TEST(BatchMemory, MemoryHalvingsFromEtrRunHalveTheMicroBatch) {
+  World& w = testing::world();
+  ScopedEnv env("ETR_RUN_MEMORY_HALVINGS", "1");
+  Trainer t(config({}), w);
+  EXPECT_EQ(t.session().micro_batch(), 2);
+  EXPECT_EQ(t.session().batch_plan().global_batch(), 4u * static_cast<uint64_t>(w.group().size()));
+}
+
+}  // namespace
+}  // namespace etr::train
