@@ -68,13 +68,19 @@ size_t TrainSession::read_budget() {
     bytes = std::min(bytes, budget_cut_.bytes);
   }
   if (bytes != alloc_.stats().budget) {
-    if (budget_read_) {  // (not the first reading: the allocator's default before it)
+    // A change of more than 5 % since the last one logged (a cgroup's share moves a little
+    // with the memory outside the allocator); not the first reading (the allocator's own
+    // default comes before it).
+    const double moved = std::fabs(static_cast<double>(bytes) - static_cast<double>(logged_budget_));
+    if (budget_read_ && moved > 0.05 * static_cast<double>(logged_budget_)) {
       const bool cut = bytes < r.bytes;
       log_.info("rank ", grid_->rank(), ": memory budget ",
-                format_bytes(static_cast<double>(alloc_.stats().budget)), " -> ",
+                format_bytes(static_cast<double>(logged_budget_)), " -> ",
                 format_bytes(static_cast<double>(bytes)), " (",
                 cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
+      logged_budget_ = bytes;
     }
+    if (!budget_read_) logged_budget_ = bytes;
     alloc_.set_budget(bytes);
   }
   budget_read_ = true;
@@ -325,20 +331,33 @@ void TrainSession::recover_from_oom(const std::string& failure) {
 // At the end of a step, before its sums: re-reads the budget; true when this rank's
 // micro-batch should change (the budget no longer holds it, or holds a larger one that
 // an automatic or reduced micro-batch may take).
+// Hysteresis: a smaller micro-batch as soon as the plan no longer fits; a larger one only
+// when its peak leaves another 5 % of the budget free, so a budget that wavers (a cgroup's
+// share less the memory outside the allocator) does not re-plan every step.
 bool TrainSession::budget_wants_replan() {
   read_budget();
   const int64_t best = fit_micro_batch(micro_batch_cap());
-  return best != micro_batch_;
+  if (best >= micro_batch_) {
+    if (best == micro_batch_) return false;
+    const bool automatic = config_.batch().micro_batch() == 0;
+    const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;
+    return static_cast<double>(memory_model_.peak(best, recompute_)) <=
+           (1.0 - margin) * static_cast<double>(alloc_.stats().budget);
+  }
+  return true;
 }
 
 // Collective, after a step whose sums carried a replan request.
 void TrainSession::replan() {
   release_activations();
   const int64_t before = micro_batch_;
-  set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
+  // The ranks that did not ask keep theirs unless it no longer fits (hysteresis above).
+  int64_t b = fit_micro_batch(micro_batch_cap());
+  if (b > micro_batch_ && !budget_wants_replan()) b = micro_batch_;
+  set_micro_batch(agree_micro_batch(b));
   ++replans_;
   restart_peak();
-  if (leader()) {
+  if (leader() && micro_batch_ != before) {
     const RankBatch& r = rank_batch();
     log_.info("step ", position_.step, ": the memory budget changed; micro-batch ", before, " -> ",
               r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",

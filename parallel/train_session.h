@@ -246,6 +246,7 @@ class TrainSession {
   int64_t oom_recoveries_ = 0;
   int64_t replans_ = 0;
   bool budget_read_ = false;
+  size_t logged_budget_ = 0;  // the budget last logged
   size_t earlier_peak_ = 0;  // the allocator's peak before the last re-plan
   std::unique_ptr<ShareBalancer> balancer_;  // batch.shares = throughput
   double slow_factor_ = 1;                   // ETR_SLOW_RANK

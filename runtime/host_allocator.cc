@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -33,8 +34,36 @@ HostAllocator::HostAllocator(size_t budget) {
 }
 
 HostAllocator::~HostAllocator() {
-  for (auto& [ptr, bytes] : sizes_) std::free(ptr);
-  for (auto& [bytes, ptr] : cache_) std::free(ptr);
+  for (auto& [ptr, bytes] : sizes_) release_block(ptr, bytes);
+  for (auto& [bytes, ptr] : cache_) release_block(ptr, bytes);
+}
+
+// Blocks of 2 MiB and more are mapped from the system directly, 2 MiB aligned and advised
+// for huge pages, and unmapped when returned: their pages leave the process at once
+// (malloc would keep them in its heap once its dynamic mmap threshold had grown), so the
+// resident memory outside this allocator, which a cgroup's budget subtracts
+// (runtime/memory_budget.h), does not grow when the batch policy gives memory back.
+void* HostAllocator::map_block(size_t bytes) {
+  const size_t rounded = (bytes + kHugeAlignment - 1) / kHugeAlignment * kHugeAlignment;
+  const size_t span = rounded + kHugeAlignment;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugeAlignment - 1) / kHugeAlignment * kHugeAlignment;
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = aligned + rounded;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  void* ptr = reinterpret_cast<void*>(aligned);
+  madvise(ptr, rounded, MADV_HUGEPAGE);
+  return ptr;
+}
+
+void HostAllocator::release_block(void* ptr, size_t bytes) {
+  if (bytes >= kHugeAlignment) {
+    munmap(ptr, (bytes + kHugeAlignment - 1) / kHugeAlignment * kHugeAlignment);
+  } else {
+    std::free(ptr);
+  }
 }
 
 void* HostAllocator::allocate(size_t bytes) {
@@ -44,7 +73,7 @@ void* HostAllocator::allocate(size_t bytes) {
     throw_out_of_memory(Device::cpu(), bytes, stats_,
                         "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");
   }
-  if (bytes > std::numeric_limits<size_t>::max() - kHugeAlignment) {
+  if (bytes > std::numeric_limits<size_t>::max() - 2 * kHugeAlignment) {
     // Rounding up to the alignment would wrap around to a small size.
     throw_out_of_memory(Device::cpu(), bytes, stats_, "no address space holds that many bytes");
   }
@@ -59,14 +88,11 @@ void* HostAllocator::allocate(size_t bytes) {
   }
   // A new block: the cache makes room first when it would take reserved past the budget.
   if (stats_.reserved + bytes > stats_.budget) trim_to(stats_.budget - bytes);
-  size_t align = bytes >= kHugeAlignment ? kHugeAlignment : kAlignment;
-  size_t rounded = (bytes + align - 1) / align * align;
-  void* ptr = std::aligned_alloc(align, rounded);
+  void* ptr = bytes >= kHugeAlignment ? map_block(bytes) : std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (!ptr) {
     throw_out_of_memory(Device::cpu(), bytes, stats_,
                         "the operating system refused the allocation");
   }
-  if (align == kHugeAlignment) madvise(ptr, rounded, MADV_HUGEPAGE);
   sizes_.emplace(ptr, bytes);
   stats_.in_use += bytes;
   stats_.reserved += bytes;
@@ -91,13 +117,13 @@ void HostAllocator::deallocate(void* ptr) {
     return;
   }
   stats_.reserved -= bytes;
-  std::free(ptr);
+  release_block(ptr, bytes);
 }
 
 void HostAllocator::trim_to(size_t reserved) {
   for (auto it = cache_.begin(); it != cache_.end() && stats_.reserved > reserved;) {
     stats_.reserved -= it->first;
-    std::free(it->second);
+    release_block(it->second, it->first);
     it = cache_.erase(it);
   }
 }

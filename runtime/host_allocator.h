@@ -46,6 +46,8 @@ class HostAllocator final : public Allocator {
  private:
   mutable std::mutex mutex_;
   void trim_to(size_t reserved);  // with mutex_ held: frees cached blocks until reserved <= it
+  static void* map_block(size_t bytes);                // >= kHugeAlignment; nullptr on failure
+  static void release_block(void* ptr, size_t bytes);  // munmap or free, by size
   std::unordered_map<void*, size_t> sizes_;
   std::unordered_multimap<size_t, void*> cache_;  // freed blocks >= kHugeAlignment, by size
   MemoryStats stats_;

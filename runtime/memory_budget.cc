@@ -180,17 +180,25 @@ std::optional<CgroupPaths> find_memory_cgroup(std::string_view proc_self_cgroup,
   if (const auto path = cgroup_path(proc_self_cgroup, "")) {
     if (const auto dir = cgroup_dir(mountinfo, *path, 2);
         dir && file_exists(root + dir->first + "/memory.max")) {
-      return CgroupPaths{
-          2, root + dir->first, files_up_to(root, dir->first, dir->second, "memory.max"),
-          root + dir->first + "/memory.current", root + dir->first + "/memory.events"};
+      std::vector<std::string> limits = files_up_to(root, dir->first, dir->second, "memory.max");
+      for (std::string& f : files_up_to(root, dir->first, dir->second, "memory.high")) {
+        limits.push_back(std::move(f));
+      }
+      return CgroupPaths{2, root + dir->first, std::move(limits), root + dir->first + "/memory.current",
+                         root + dir->first + "/memory.events"};
     }
   }
   if (const auto path = cgroup_path(proc_self_cgroup, "memory")) {
     if (const auto dir = cgroup_dir(mountinfo, *path, 1);
         dir && file_exists(root + dir->first + "/memory.usage_in_bytes")) {
-      return CgroupPaths{
-          1, root + dir->first, files_up_to(root, dir->first, dir->second, "memory.limit_in_bytes"),
-          root + dir->first + "/memory.usage_in_bytes", root + dir->first + "/memory.oom_control"};
+      std::vector<std::string> limits =
+          files_up_to(root, dir->first, dir->second, "memory.limit_in_bytes");
+      for (std::string& f : files_up_to(root, dir->first, dir->second, "memory.soft_limit_in_bytes")) {
+        limits.push_back(std::move(f));
+      }
+      return CgroupPaths{1, root + dir->first, std::move(limits),
+                         root + dir->first + "/memory.usage_in_bytes",
+                         root + dir->first + "/memory.oom_control"};
     }
   }
   return std::nullopt;
@@ -298,7 +306,10 @@ MemoryBudget::Reading MemoryBudget::read(size_t allocator_reserved) const {
   if (inputs_.cgroup) {
     std::optional<size_t> limit;
     for (const std::string& file : inputs_.cgroup->limit_files) {
-      if (const auto l = read_limit(file); l && (!limit || *l < *limit)) limit = l;
+      if (const auto l = read_limit(file); l && (!limit || *l < *limit)) {
+        limit = l;
+        r.cgroup_file = file.substr(file.rfind('/') + 1);
+      }
     }
     if (limit) {
       r.cgroup_version = inputs_.cgroup->version;
@@ -321,8 +332,7 @@ std::string MemoryBudget::Reading::describe() const {
     case Source::kEnvironment:
       return "ETR_HOST_MEMORY_BUDGET " + format_bytes(static_cast<double>(bytes));
     case Source::kCgroup:
-      return "cgroup v" + std::to_string(cgroup_version) +
-             (cgroup_version == 2 ? " memory.max " : " memory.limit_in_bytes ") +
+      return "cgroup v" + std::to_string(cgroup_version) + " " + cgroup_file + " " +
              format_bytes(static_cast<double>(cgroup_limit)) + " / " + std::to_string(local_ranks) +
              (local_ranks == 1 ? " rank" : " ranks") + ", less " +
              format_bytes(static_cast<double>(outside)) + " outside the allocator";

@@ -30,8 +30,9 @@ namespace etr {
 struct CgroupPaths {
   int version = 0;  // 1 or 2
   std::string dir;  // the process's cgroup, e.g. /sys/fs/cgroup/memory/a/b
-  // The limit files of dir and of each ancestor up to the mount point: the smallest
-  // limit among them bounds the process.
+  // The limit files of dir and of each ancestor up to the mount point, hard (memory.max,
+  // memory.limit_in_bytes) then soft (memory.high, memory.soft_limit_in_bytes): the
+  // smallest limit among them bounds the process.
   std::vector<std::string> limit_files;
   std::string usage_file;  // memory.current (v2), memory.usage_in_bytes (v1)
   std::string oom_file;    // memory.events (v2), memory.oom_control (v1): "oom_kill N"
@@ -78,6 +79,10 @@ class MemoryBudget {
     Source source = Source::kAvailable;
     // How the cgroup's share was made (source kCgroup).
     int cgroup_version = 0;
+    // The file that bound it: memory.max or memory.high (v2), memory.limit_in_bytes or
+    // memory.soft_limit_in_bytes (v1). The soft ones are how a scheduler asks a job to
+    // shrink without the kernel's OOM killer: etr re-plans under them at the next step.
+    std::string cgroup_file;
     size_t cgroup_limit = 0;
     int local_ranks = 1;
     size_t outside = 0;  // resident bytes not reserved by the allocator

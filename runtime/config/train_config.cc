@@ -4,6 +4,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
@@ -323,12 +324,59 @@ TrainConfig load_config(const std::string& path) {
   return parse_config(content.str(), path);
 }
 
+namespace {
+
+// The names of the fields that take `auto` for 0 (the accepts_auto option), anywhere in
+// the config.
+void auto_fields(const google::protobuf::Descriptor& d, std::vector<std::string>& names) {
+  for (int i = 0; i < d.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& f = *d.field(i);
+    if (f.options().GetExtension(config::accepts_auto)) names.push_back(f.name());
+    if (f.message_type() && f.message_type() != &d) auto_fields(*f.message_type(), names);
+  }
+}
+
+// `micro_batch: auto` as `micro_batch: 0` for the text format parser, for the fields that
+// accept it (found by protobuf's own tokenizer, so comments and strings are left alone).
+std::string substitute_auto(std::string_view text) {
+  std::vector<std::string> names;
+  auto_fields(*TrainConfig::descriptor(), names);
+  std::vector<size_t> line_start{0};
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n') line_start.push_back(i + 1);
+  }
+  google::protobuf::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+  FirstError ignored;
+  google::protobuf::io::Tokenizer tok(&input, &ignored);
+  tok.set_comment_style(google::protobuf::io::Tokenizer::SH_COMMENT_STYLE);
+  std::vector<size_t> at;  // offsets of the `auto` tokens to replace
+  std::string previous[2];
+  while (tok.Next()) {
+    const auto& t = tok.current();
+    if (t.type == google::protobuf::io::Tokenizer::TYPE_IDENTIFIER && t.text == "auto" &&
+        previous[1] == ":" && std::find(names.begin(), names.end(), previous[0]) != names.end() &&
+        static_cast<size_t>(t.line) < line_start.size()) {
+      // Columns count a tab to the next multiple of 8; configs indent with spaces.
+      at.push_back(line_start[static_cast<size_t>(t.line)] + static_cast<size_t>(t.column));
+    }
+    previous[0] = previous[1];
+    previous[1] = t.text;
+  }
+  std::string out(text);
+  for (auto it = at.rbegin(); it != at.rend(); ++it) {
+    if (out.compare(*it, 4, "auto") == 0) out.replace(*it, 4, "0");
+  }
+  return out;
+}
+
+}  // namespace
+
 TrainConfig parse_config(std::string_view text, std::string_view source) {
   TrainConfig config;
   FirstError errors;
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
+  if (!parser.ParseFromString(substitute_auto(text), &config)) {
     if (!errors.found) throw ConfigError(std::string(source) + ": not a valid config.");
     throw ConfigError(std::string(source) + ":" + std::to_string(errors.line + 1) + ":" +
                       std::to_string(errors.column + 1) + ": " + errors.message +

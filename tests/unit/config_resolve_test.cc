@@ -226,6 +226,15 @@ TEST(Validation, AutoIsZeroOnlyWhereAFieldAcceptsIt) {
   EXPECT_EQ(resolved({"batch.micro_batch=auto", "batch.global_batch=10"}).batch().global_batch(), 10);
   EXPECT_EQ(resolve_error({"model.n_layer=auto"}),
             "bad value \"auto\" for model.n_layer (int32): expected an integer");
+  // In a config file too; a comment or a string saying `micro_batch: auto` is left alone.
+  const TrainConfig f = parse_config(
+      "batch { micro_batch: auto  # micro_batch: auto\n global_batch:auto }\n"
+      "log { sample_prompt: \"micro_batch: auto\" }\n", "test");
+  EXPECT_EQ(f.batch().micro_batch(), 0);
+  EXPECT_TRUE(f.batch().has_micro_batch());
+  EXPECT_EQ(f.batch().global_batch(), 0);
+  EXPECT_EQ(f.log().sample_prompt(), "micro_batch: auto");
+  EXPECT_THROW(parse_config("model { n_layer: auto }", "test"), ConfigError);
 }
 
 TEST(Validation, AccumulationStepsPerDataParallelWorld) {

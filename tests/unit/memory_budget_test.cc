@@ -261,6 +261,22 @@ TEST(MemoryBudget, CgroupShareLessOutsideTheAllocator) {
   EXPECT_EQ(budget.read(1 * kGiB).bytes, 3 * kGiB / 2);
 }
 
+// A soft limit below the hard one (how a scheduler asks a job to shrink without the OOM
+// killer) binds, is named, and is re-read by every read().
+TEST(MemoryBudget, ASoftLimitBindsAndIsReReadEachTime) {
+  FakeRoot f;
+  MemoryBudget::Inputs in = inputs(f, "3221225472\n", 0);
+  f.write("sys/fs/cgroup/memory/jobs/a/memory.soft_limit_in_bytes", kHuge);
+  in.cgroup = find_memory_cgroup(kHybridCgroup, kHybridMountinfo, f.root());
+  const MemoryBudget budget(in);
+  EXPECT_EQ(budget.read(0).bytes, 3 * kGiB);
+  f.write("sys/fs/cgroup/memory/jobs/a/memory.soft_limit_in_bytes", "1073741824\n");
+  const auto r = budget.read(0);
+  EXPECT_EQ(r.bytes, 1 * kGiB);
+  EXPECT_EQ(r.describe(),
+            "cgroup v1 memory.soft_limit_in_bytes 1 GiB / 1 rank, less 0 B outside the allocator");
+}
+
 TEST(MemoryBudget, ASharePerLocalRank) {
   for (int ranks : {1, 2, 3, 4, 7}) {
     FakeRoot f;
