@@ -58,7 +58,9 @@ std::string check_position(const ckpt::Manifest& m) {
            std::to_string(m.batch().micro_batch()) + ")";
   }
   const ckpt::DataState& d = m.data();
-  if (m.has_config() && m.config().batch().has_global_batch() && gb > 0 &&
+  // (an automatic global batch, `auto` = 0 in the config, records the one it chose)
+  const bool automatic = m.batch().auto_global_batch() && m.config().batch().global_batch() == 0;
+  if (m.has_config() && m.config().batch().has_global_batch() && gb > 0 && !automatic &&
       m.config().batch().global_batch() != gb) {
     return "its batch policy has a global batch of " + std::to_string(gb) + " but its config " +
            std::to_string(m.config().batch().global_batch());

@@ -92,12 +92,20 @@ void BucketReducer::begin_step() {
   next_ = 0;
   reported_ = 0;
   armed_ = true;
+  local_sq_ = 0;
   last_layer_ = layout_.num_layers();
   std::fill(work_.begin(), work_.end(), nullptr);
 }
 
 void BucketReducer::launch(size_t i) {
   const Bucket& b = buckets_[i];
+  if (measure_local_) {
+    double sq = 0;
+    const float* g = grads_ + b.begin;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t k = 0; k < b.end - b.begin; ++k) sq += static_cast<double>(g[k]) * g[k];
+    local_sq_ += sq;
+  }
   if (before_launch_) before_launch_(i, b, grads_ + b.begin);
   TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32);
   if (options_.op == BucketOp::kAllreduce || b.replicated) {

@@ -111,6 +111,11 @@ class BucketReducer {
   void set_on_reduced(std::function<void(size_t bucket)> f) { on_reduced_ = std::move(f); }
 
   void begin_step();
+  // With `on`, each bucket's squared L2 norm is summed before its collective: this rank's
+  // own gradient before the reduction (the gradient noise scale's small batch,
+  // parallel/goodput.h). local_sq_norm() is the step's sum (reset by begin_step()).
+  void measure_local_norm(bool on) { measure_local_ = on; }
+  double local_sq_norm() const { return local_sq_; }
   // Between begin_step() and finish().
   bool armed() const { return armed_; }
   // Layer `layer`'s gradients are final. Layers must report in decreasing order between
@@ -139,6 +144,8 @@ class BucketReducer {
   size_t next_ = 0;                       // first bucket not launched yet
   int last_layer_ = 0;                    // the last layer reported (decreasing)
   bool armed_ = false;
+  bool measure_local_ = false;
+  double local_sq_ = 0;
   LaunchHook before_launch_;
   std::function<float*(size_t)> scatter_out_;
   std::function<void(size_t)> on_reduced_;

@@ -96,7 +96,8 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
   m.mutable_schedule()->set_next_lr(learning_rate(static_cast<int64_t>(position.step),
                                                   config_.optimizer().lr(), s.warmup_steps(),
                                                   s.max_steps(), s.min_lr_ratio()));
-  m.mutable_batch()->set_global_batch(config_.batch().global_batch());
+  *m.mutable_batch() = batch_policy_;
+  if (m.batch().global_batch() == 0) m.mutable_batch()->set_global_batch(config_.batch().global_batch());
   m.mutable_batch()->set_micro_batch(config_.batch().micro_batch());
   *m.mutable_config() = config_;
   m.mutable_layout()->set_world_size(grid_.size());

@@ -66,6 +66,8 @@ class CheckpointCadence {
 
   // The manifest of a checkpoint after `position` (everything but tensors and files).
   ckpt::Manifest manifest(const DataPosition& position, const BatchOrigin& origin) const;
+  // The batch policy's state the next manifests record (the session's, kept current).
+  void set_batch_policy(const ckpt::BatchPolicy& b) { batch_policy_ = b; }
   // Collective: saves `states` (of `layout`) to the "durable" or "fast" tier, async per
   // checkpoint.async. Returns false when the save failed (logged; training may go on).
   bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
@@ -86,6 +88,7 @@ class CheckpointCadence {
   bool saved(int64_t step) const;
 
  private:
+  ckpt::BatchPolicy batch_policy_;
   const TrainConfig& config_;
   const ProcessGrid& grid_;
   Logger& log_;

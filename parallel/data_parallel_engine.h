@@ -59,6 +59,12 @@ class DataParallelEngine final : public Engine {
   // Collective: every rank's parameters become rank 0's, so the replicas start equal.
   void broadcast_parameters();
   const BucketReducer* reducer() const override { return reducer_.get(); }
+  void measure_local_norm(bool on) override {
+    if (reducer_) reducer_->measure_local_norm(on);
+  }
+  double local_grad_sq_norm() const override {
+    return reducer_ ? reducer_->local_sq_norm() : std::nan("");
+  }
 
   int zero_stage() const override { return 0; }
   FlatState& state() override { return state_; }

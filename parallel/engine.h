@@ -22,6 +22,7 @@
 // Parameters are initialised once, before the first step, by initialize_parameters().
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -113,6 +114,11 @@ class Engine {
   virtual size_t predicted_checkpoint_staging() const { return 0; }
   // Null on one rank.
   virtual const BucketReducer* reducer() const { return nullptr; }
+  // The squared norm of this rank's own gradient before the step's reduction, measured
+  // when measure_local_norm(true) (BucketReducer::measure_local_norm); NaN without a
+  // reducer (one rank).
+  virtual void measure_local_norm(bool /*on*/) {}
+  virtual double local_grad_sq_norm() const { return std::nan(""); }
   // One line for the start-up log ("data parallel: 4 ranks; 12 gradient buckets ...").
   virtual std::string describe() const = 0;
 

@@ -8,6 +8,7 @@ namespace etr {
 
 bool TrainSession::save_checkpoint(const std::string& tier) {
   checkpoints_->wait_for_snapshot();  // the engine may reuse the last save's buffers
+  checkpoints_->set_batch_policy(batch_policy_state());
   return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_origin_),
                             model_.stack->layout(), engine_->states());
 }
@@ -26,10 +27,13 @@ void TrainSession::restore(const std::filesystem::path& dir) {
     log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",
               position_.seed, "; the data order from here on differs from the original run's");
   }
-  if (m.batch().global_batch() != config_.batch().global_batch()) {
+  if (goodput_ && m.batch().auto_global_batch()) {
+    // The automatic global batch continues where it was (its B, progress, noise scale).
+    batch_origin_ = {m.data().batch_origin_step(), m.data().batch_origin_samples()};
+  } else if (m.batch().global_batch() != static_cast<int64_t>(plan_->global_batch())) {
     if (leader()) {
       log_.warn("the global batch changed from ", m.batch().global_batch(), " to ",
-                config_.batch().global_batch(), "; training continues at sample ",
+                plan_->global_batch(), "; training continues at sample ",
                 m.data().samples_seen(), " but not as the uninterrupted run would");
     }
     batch_origin_ = {m.step(), m.data().samples_seen()};
@@ -40,6 +44,9 @@ void TrainSession::restore(const std::filesystem::path& dir) {
   // the data position agrees with it (check_manifest_sense).
   position_.step = m.step();
   position_.samples_seen = m.data().samples_seen();
+  const BatchOrigin origin = batch_origin_;
+  restore_batch_policy(m.batch());  // (a new B resets the origin: the checkpoint's holds)
+  batch_origin_ = origin;
   resumed_from_ = dir;
   elastic_->restored(m.step(), m.layout().world_size(), r.seconds);
   if (leader()) {

@@ -43,6 +43,10 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                        static_cast<long long>(c.micro_batch), static_cast<long long>(c.accumulation),
                        c.recompute ? " recompute" : "");
   }
+  if (s.global_batch > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+    n += std::snprintf(line + n, sizeof line - n, " | B %lld, noise %.0f",
+                       static_cast<long long>(s.global_batch), s.noise_scale);
+  }
   if (c.communicates && n > 0 && n < static_cast<int>(sizeof line)) {
     n += std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
                        s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
@@ -62,7 +66,8 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", c.peak_bytes}};
   j["predicted_peak_bytes"] = c.predicted_peak;
   j["budget_bytes"] = c.budget;
-  j["global_batch"] = c.global_batch;
+  j["global_batch"] = s.global_batch > 0 ? s.global_batch : c.global_batch;
+  if (s.global_batch > 0) j["noise_scale"] = std::isfinite(s.noise_scale) ? s.noise_scale : -1.0;
   j["micro_batch"] = c.micro_batch;
   j["accumulation"] = c.accumulation;
   j["recompute"] = c.recompute;

@@ -5,6 +5,7 @@
 //   12.34 GFLOP/s | peak 1.2 GiB | comm 3.1 ms, exposed 0.4 ms, hidden 87%
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -39,6 +40,10 @@ struct StepStats {
   int64_t micro_batch = 0;
   int64_t accumulation = 0;
   size_t predicted_peak = 0;
+  // An automatic global batch: the B the step ran with (0 otherwise), and the gradient
+  // noise scale after it (NaN before the first estimate).
+  int64_t global_batch = 0;
+  double noise_scale = std::nan("");
   double bubble = -1;
   double bubble_theory = 0;
   double norm_wait_seconds = 0;

@@ -11,13 +11,15 @@ namespace etr {
 int64_t TrainSession::peak_bytes() const { return static_cast<int64_t>(alloc_.stats().peak); }
 
 void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum) {
-  const int64_t steps = config_.schedule().max_steps();
   const int64_t step = static_cast<int64_t>(position_.step);
+  const bool last = finished();
   const auto& lg = config_.log();
-  if (lg.log_every() > 0 && (step % lg.log_every() == 0 || step == steps || step == 1)) {
+  if (lg.log_every() > 0 && (step % lg.log_every() == 0 || last || step == 1)) {
     StepContext c;
     c.step = position_.step;
-    c.tokens = static_cast<double>(plan_->global_batch()) * static_cast<double>(data_->seq_len());
+    c.tokens = static_cast<double>(s.global_batch > 0 ? static_cast<uint64_t>(s.global_batch)
+                                                      : plan_->global_batch()) *
+               static_cast<double>(data_->seq_len());
     c.flops_per_token = model_.flops_per_token;
     c.peak_bytes = alloc_.stats().peak;
     c.predicted_peak = s.predicted_peak;
@@ -35,11 +37,12 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.stage_activation_bytes = stage_activation_bytes_;
     reporter_->step(s, c);
   }
-  if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || step == steps) {
+  if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || last) {
     sum.final_val_loss = evaluate();
     reporter_->held_out(position_.step, sum.final_val_loss);
   }
-  checkpoints_->at_step(step, step == steps, position_, batch_origin_, model_.stack->layout(),
+  checkpoints_->set_batch_policy(batch_policy_state());
+  checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
                         [this] { return engine_->states(); });
   elastic_->after_step(step, step - 1 == start);
 }
@@ -49,11 +52,12 @@ RunSummary TrainSession::run() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t steps = config_.schedule().max_steps();
   const int64_t start = static_cast<int64_t>(position_.step);
+  const uint64_t start_samples = position_.samples_seen;
   sum.start_step = start;
-  if (start >= steps && leader()) {
+  if (finished() && leader()) {
     log_.info("already at step ", start, " of schedule.max_steps = ", steps, "; nothing to train");
   }
-  for (int64_t i = start; i < steps; ++i) {
+  for (int64_t i = start; !finished(); ++i) {
     StepStats s = train_step();
     if (i == start) sum.first_loss = s.loss;
     if (s.skipped) ++sum.skipped_steps;
@@ -64,7 +68,7 @@ RunSummary TrainSession::run() {
     sum.final_loss = s.loss;
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
-    if (s.resize && step < steps &&
+    if (s.resize && !finished() &&
         elastic_->resize(step, *checkpoints_, [this](const std::string& tier) {
           return save_checkpoint(tier);
         })) {
@@ -74,9 +78,9 @@ RunSummary TrainSession::run() {
     }
   }
   flush_checkpoints();
-  if (!sum.resized) sum.steps = std::max<int64_t>(0, steps - start);
+  if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  sum.tokens_per_second = static_cast<double>(sum.steps) * static_cast<double>(plan_->global_batch()) *
+  sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
                          static_cast<double>(data_->seq_len()) / sum.seconds;
   sum.peak_bytes = std::max(earlier_peak_, alloc_.stats().peak);
   sum.oom_recoveries = oom_recoveries_;

@@ -93,11 +93,12 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   read_budget();
   // Every rank needs at least one sequence (checked alike on every rank, before anything
   // is built); the data is checked against the batch once it is loaded.
-  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
-                                         initial_micro_batch(config_)));
+  plan_.emplace(plan_data_parallel_batch(initial_global_batch(config_, grid_->dp_size()),
+                                         grid_->dp_size(), initial_micro_batch(config_)));
   build(program, group);
   setup_parallel();
   setup_shares();
+  setup_goodput();
   log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
@@ -109,6 +110,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   read_budget_cut();     // (tests) from the first step on
   alloc_.reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
+
 
 TrainSession::~TrainSession() = default;
 
@@ -132,8 +134,9 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
     throw ConfigError("the data source gives samples of " + std::to_string(data_->seq_len()) +
                       " tokens but model.seq_len is " + std::to_string(T));
   }
-  plan_.emplace(plan_data_parallel_batch(config_.batch().global_batch(), grid_->dp_size(),
-                                         initial_micro_batch(config_), data_->train_samples()));
+  plan_.emplace(plan_data_parallel_batch(initial_global_batch(config_, grid_->dp_size()),
+                                         grid_->dp_size(), initial_micro_batch(config_),
+                                         data_->train_samples()));
   position_.seed = data_->seed();
   if (!pipeline_) hooks_ = engine_->hooks();
   setup_memory();  // the micro-batch, and a pipeline's plan
@@ -304,6 +307,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
     loss_sum += model_.stack->forward(batch, hooks_) * static_cast<double>(b) / static_cast<double>(B);
     engine_->begin_backward(m + 1 == mine.accumulation);
     model_.stack->backward(batch, hooks_);
+    if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
     const double took = std::chrono::duration<double>(Clock::now() - c0).count();
     slow_down(took);
     compute += took * slow_factor_;
@@ -325,8 +329,9 @@ StepStats TrainSession::train_step() {
   const int64_t B = static_cast<int64_t>(plan_->global_batch()), T = data_->seq_len();
   const auto& s = config_.schedule();
   StepStats st;
-  st.lr = learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
-                        s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
+  st.lr = goodput_ ? goodput_learning_rate()
+                  : learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
+                                  s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
   engine_->begin_step();
   if (nonfinite_at_step_ == static_cast<int64_t>(position_.step) + 1) {
     // A NaN in this rank's gradient of the last tensor (backward accumulates into it, and
@@ -347,11 +352,18 @@ StepStats TrainSession::train_step() {
   // summed flag every rank takes the same finite-or-stop decision.
   // A pipeline's measured bubble and norm wait ride along too (means over the ranks).
   // So does a rank's wish for another micro-batch (the memory budget, re-read here).
-  double sums[6] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+  // So do an automatic global batch's figures (no pipeline then): n_r |g_r|^2, the step's
+  // compute seconds and the last optimizer step's.
+  double sums[7] = {loss_sum, resize_requested() ? 1.0 : 0.0,
                     std::isfinite(st.grad_norm) ? 0.0 : 1.0, budget_wants_replan() ? 1.0 : 0.0,
                     pipeline_ ? pipeline_->executor().last_step().bubble() : 0.0,
-                    pipeline_ ? pipeline_->norm_wait_seconds() : 0.0};
-  sum_over_ranks(sums, pipeline_ ? 6 : 4);
+                    pipeline_ ? pipeline_->norm_wait_seconds() : 0.0, 0.0};
+  if (goodput_) {
+    sums[4] = goodput_local_term();
+    sums[5] = compute_seconds;
+    sums[6] = last_optimizer_seconds_;
+  }
+  sum_over_ranks(sums, pipeline_ ? 6 : goodput_ ? 7 : 4);
   st.loss = sums[0];
   st.resize = sums[1] > 0;
   const bool replan_wanted = sums[3] > 0;
@@ -365,8 +377,10 @@ StepStats TrainSession::train_step() {
   } else {
     checkpoints_->wait_for_snapshot();  // an async save may still be copying the state
     auto scope = tracer_.scope(TraceTrack::kCompute, "optimizer", "optimizer");
+    const auto o0 = Clock::now();
     engine_->optimizer_step({static_cast<int64_t>(position_.step) + 1, st.lr, st.grad_norm,
                              config_.optimizer().grad_clip()});
+    last_optimizer_seconds_ = std::chrono::duration<double>(Clock::now() - o0).count();
   }
   position_.advance(static_cast<uint64_t>(B));
   st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
@@ -375,6 +389,12 @@ StepStats TrainSession::train_step() {
   release_activations();
   if (replan_wanted) replan();
   balance_shares(compute_seconds);
+  if (goodput_) {
+    const double n = static_cast<double>(grid_->size());
+    st.global_batch = static_cast<int64_t>(plan_->global_batch());
+    goodput_after_step(st.grad_norm, sums[4], sums[5] / n, sums[6] / n);
+    st.noise_scale = noise_scale();
+  }
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }

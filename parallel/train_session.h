@@ -87,6 +87,10 @@ struct ModelSpec {
 
 class TrainSession;
 
+// The global batch of the first plan: batch.global_batch, or batch.min_global_batch (at
+// least one sample per data-parallel rank) when automatic (session_goodput.cc).
+int64_t initial_global_batch(const TrainConfig& config, int dp);
+
 struct TrainProgram {
   std::function<ModelSpec(const SessionContext&)> model;
   // Called after the model is built (the memory it left is in ctx.alloc).
@@ -107,6 +111,8 @@ class TrainSession {
                const TrainProgram& program, ElasticReporter* elastic = nullptr);
   ~TrainSession();
 
+  // Trains until schedule.max_steps (with an automatic global batch: until the schedule's
+  // scale-invariant progress reaches it).
   RunSummary run();
   // One optimizer step. Throws NonFiniteError naming the step when its loss or gradient
   // norm is not finite and optimizer.skip_nonfinite_steps allows no more skips (every
@@ -164,6 +170,11 @@ class TrainSession {
   int64_t memory_replans() const { return replans_; }
   // Shares: how often batch.shares = throughput moved them, and this step's plan.
   int64_t share_rebalances() const { return rebalances_; }
+  // The automatic global batch (batch.global_batch = auto): the smoothed gradient noise
+  // scale (NaN before it has one), the schedule's progress in base-batch steps, and the
+  // decisions taken. NaN / 0 otherwise.
+  double noise_scale() const;
+  double schedule_progress() const;
   const BatchPlan& batch_plan() const { return *plan_; }
   // The model's peak at the current micro-batch.
   size_t predicted_peak() const;
@@ -202,6 +213,20 @@ class TrainSession {
   bool budget_wants_replan();
   void replan();
   void restart_peak();
+  // Goodput (session_goodput.cc): the automatic global batch.
+  struct Goodput;
+  struct GoodputDeleter {  // (Goodput is complete in session_goodput.cc only)
+    void operator()(Goodput* g) const;
+  };
+  void setup_goodput();
+  bool finished() const;
+  double goodput_learning_rate();
+  void goodput_first_micro_batch(uint64_t samples);
+  double goodput_local_term() const;
+  void goodput_after_step(double grad_norm, double weighted_sum, double seconds, double fixed_seconds);
+  void set_global_batch(uint64_t B);
+  ckpt::BatchPolicy batch_policy_state() const;
+  void restore_batch_policy(const ckpt::BatchPolicy& saved);
   // Shares (session_shares.cc).
   void read_slow_rank();
   void slow_down(double seconds) const;
@@ -249,6 +274,8 @@ class TrainSession {
   size_t logged_budget_ = 0;  // the budget last logged
   size_t earlier_peak_ = 0;  // the allocator's peak before the last re-plan
   std::unique_ptr<ShareBalancer> balancer_;  // batch.shares = throughput
+  std::unique_ptr<Goodput, GoodputDeleter> goodput_;  // batch.global_batch = auto
+  double last_optimizer_seconds_ = 0;
   double slow_factor_ = 1;                   // ETR_SLOW_RANK
   int64_t rebalances_ = 0;
 };

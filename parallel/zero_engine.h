@@ -74,6 +74,12 @@ class ZeroEngine final : public Engine {
 
   const ZeroPlan& plan() const { return plan_; }
   const BucketReducer* reducer() const override { return reducer_.get(); }
+  void measure_local_norm(bool on) override {
+    if (reducer_) reducer_->measure_local_norm(on);
+  }
+  double local_grad_sq_norm() const override {
+    return reducer_ ? reducer_->local_sq_norm() : std::nan("");
+  }
   // Stage 3's gatherer (null below): its recorded order and reorders.
   const LayerGatherer* gatherer() const { return layers_.get(); }
   // Parameter bytes all-gathered since construction.

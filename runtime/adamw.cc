@@ -93,4 +93,17 @@ double learning_rate(int64_t step, double lr, int64_t warmup, int64_t max_steps,
   return lr * (min_ratio + (1.0 - min_ratio) * cosine);
 }
 
+double learning_rate_at(double step, double lr, int64_t warmup, int64_t max_steps,
+                        double min_ratio) {
+  step = std::max(step, 0.0);
+  if (step >= static_cast<double>(max_steps)) return lr * min_ratio;
+  if (warmup > 0 && step < static_cast<double>(warmup)) {
+    return lr * (step + 1) / static_cast<double>(warmup);
+  }
+  const double progress = (step - static_cast<double>(warmup)) /
+                          static_cast<double>(std::max<int64_t>(1, max_steps - warmup));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return lr * (min_ratio + (1.0 - min_ratio) * cosine);
+}
+
 }  // namespace etr

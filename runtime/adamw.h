@@ -55,5 +55,9 @@ double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm);
 // INT64_MAX). `step` is 0-based; a negative step is step 0.
 double learning_rate(int64_t step, double lr, int64_t warmup, int64_t max_steps,
                      double min_ratio);
+// The same schedule at a real-valued step (the automatic global batch's scale-invariant
+// progress, parallel/goodput.h): equal to learning_rate() at whole steps.
+double learning_rate_at(double step, double lr, int64_t warmup, int64_t max_steps,
+                        double min_ratio);
 
 }  // namespace etr
