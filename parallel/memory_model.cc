@@ -64,6 +64,13 @@ std::vector<std::string> MemoryModel::plan_table(size_t budget, double margin, i
   out.push_back("memory model per rank (the allocator's peak in a step), budget " + mib(budget) +
                 ", margin " + std::to_string(static_cast<int>(margin * 100 + 0.5)) + " %:");
   for (const MemoryPart& p : fixed_) out.push_back("  " + p.name + ": " + mib(p.bytes));
+  if (variable_) {
+    const std::vector<MemoryPart> lo = variable_(1), hi = variable_(max_b);
+    for (size_t i = 0; i < lo.size() && i < hi.size(); ++i) {
+      out.push_back("  " + lo[i].name + ": " + mib(lo[i].bytes) + " at b = 1, " + mib(hi[i].bytes) +
+                    " at b = " + std::to_string(max_b));
+    }
+  }
   std::snprintf(line, sizeof line, "  %8s %16s %16s %s", "b", "peak", "activations",
                 can_recompute ? "  peak with recomputation" : "");
   out.emplace_back(line);
