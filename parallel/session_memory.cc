@@ -124,6 +124,13 @@ void TrainSession::setup_memory() {
   }
   read_budget();
   set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
+  if (config_.batch().micro_batch() > 0 && micro_batch_ < micro_batch_cap()) {
+    log_.warn("rank ", grid_->rank(), ": batch.micro_batch = ", micro_batch_cap(),
+              " does not fit the memory budget of ",
+              format_bytes(static_cast<double>(alloc_.stats().budget)), " (its planned peak is ",
+              format_bytes(static_cast<double>(memory_model_.peak(micro_batch_cap(), recompute_))),
+              "); running micro-batches of ", micro_batch_, " instead, the global batch unchanged");
+  }
 }
 
 uint64_t TrainSession::accumulation_for(int64_t b) const {
@@ -143,11 +150,9 @@ int64_t TrainSession::fit_micro_batch(int64_t most) {
   int64_t b = memory_model_.largest_fitting(budget, margin, most, recompute_);
   if (b == 0 && !recompute_ && can_recompute && config_.runtime().recompute() == "auto") {
     const int64_t rc = memory_model_.largest_fitting(budget, margin, most, true);
-    if (rc > 0) {
-      recompute_ = true;
-      if (leader()) log_.info("activation recomputation on: without it not even a micro-batch of 1 fits");
-      b = rc;
-    }
+    recompute_ = true;  // (when nothing fits either way, the sentence gives its figure)
+    if (rc > 0 && leader()) log_.info("activation recomputation on: without it not even a micro-batch of 1 fits");
+    b = rc;
   }
   return b;
 }

@@ -70,7 +70,7 @@ void GptConfig::require_fits(int64_t micro_batch, int threads, double budget,
                       (state_share < 1 ? " (its share under parallel.zero_stage)" : "") + limit +
                       "make the model smaller or raise runtime.memory_budget.");
   }
-  if (m.state + m.activations > budget) {
+  if (micro_batch > 0 && m.state + m.activations > budget) {
     throw ConfigError("batch.micro_batch = " + std::to_string(micro_batch) +
                       " with model.seq_len = " + std::to_string(seq_len) + " needs " +
                       format_bytes(m.activations) + " of activations on top of " +

@@ -39,7 +39,8 @@ struct GptConfig {
   };
   Memory training_memory(int64_t micro_batch, int threads) const;
   // Throws ConfigError, one sentence naming the config fields and the budget, when
-  // training_memory(micro_batch, threads) is more than `budget` bytes. `state_share`: the
+  // training_memory(micro_batch, threads) is more than `budget` bytes (micro_batch 0: the
+  // state alone; the batch policy fits the activations). `state_share`: the
   // part of the 16 Psi of state one rank keeps (ZeRO: EngineMemory's analytic / 16 Psi).
   void require_fits(int64_t micro_batch, int threads, double budget,
                     double state_share = 1.0) const;

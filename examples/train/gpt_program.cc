@@ -21,8 +21,9 @@ ModelSpec build_model(const SessionContext& ctx) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   // Checked before allocating: a model or micro-batch too large for the budget is one
   // sentence, not minutes of allocation (or an int64 overflow) before OutOfMemory.
-  // (an automatic micro-batch: whether one sequence fits; the batch policy picks it)
-  g.require_fits(std::max(1, ctx.config.batch().micro_batch()), ctx.threads,
+  // Whether the state fits: the batch policy takes the micro-batch that fits
+  // (batch.micro_batch is its ceiling), with recomputation when needed, or says none does.
+  g.require_fits(0, ctx.threads,
                  static_cast<double>(ctx.alloc.stats().budget),
                  zero_state_share(ctx.config.parallel().zero_stage(), ctx.ranks));
   ModelSpec m;

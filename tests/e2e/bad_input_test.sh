@@ -43,15 +43,16 @@ train_tiny=("$mpirun" -np 1 "$train" --config "$tiny")
 expect_fail 1 'runtime\.threads is 65536, more than the [0-9]+ CPUs of this machine' -- \
   "${train_tiny[@]}" --set runtime.threads=65536
 # 2. a model larger than the host memory budget: refused before allocating (it grew at
-#    450 MB/s), with no int64 overflow on the way; a micro-batch whose activations do not fit.
+#    450 MB/s), with no int64 overflow on the way; a budget in which the state fits but not
+#    one sequence's activations, even recomputed (a larger micro-batch is lowered instead).
 expect_fail 1 'model\.n_layer = 2147483647.* needs .* for parameters, gradients and AdamW state, more than the .* host memory budget' -- \
   "${train_tiny[@]}" --set model.n_layer=2147483647
 expect_fail 1 'model\.n_layer = 100000.* more than the 1 GiB host memory budget' -- \
   "${train_tiny[@]}" --set model.n_layer=100000 --set runtime.memory_budget=1GiB
 expect_fail 1 'model\.d_model = 2147483646.* needs' -- \
   "${train_tiny[@]}" --set model.d_model=2147483646 --set model.n_head=1
-expect_fail 1 'batch\.micro_batch = 100000 with model\.seq_len = 64 needs .* of activations' -- \
-  "${train_tiny[@]}" --set batch.micro_batch=100000 --set batch.global_batch=100000
+expect_fail 1 'not even a micro-batch of 1 sequence of 64 tokens fits with activation recomputation: this rank would need .* under a budget of 2.051 MiB' -- \
+  "${train_tiny[@]}" --set runtime.memory_budget=2100KiB
 # 3. a non-finite real in a config FILE: the sentence --set gives.
 for section in "optimizer { lr: inf }" "optimizer { weight_decay: nan }" \
   "optimizer { eps: -inf }" "optimizer { grad_clip: nan }" "model { preset: 'tiny' init_std: inf }"; do

@@ -162,7 +162,8 @@ Result<Real> run(Part part, const std::vector<Micro<Real>>& micro, int in_flight
 
 template <typename Real>
 bool same_bits(const std::vector<Real>& a, const std::vector<Real>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Real)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Real)) == 0);
 }
 
 template <typename Real>
