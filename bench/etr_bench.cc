@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "bench/batch_bench.h"
 #include "bench/bench_context.h"
 #include "bench/ckpt_bench.h"
 #include "bench/collective_bench.h"
@@ -38,6 +39,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_ckpt_subcommand,              // ckpt
     etr::bench::add_elastic_subcommand,           // elastic
     etr::bench::add_pipeline_subcommand,          // pipeline
+    etr::bench::add_batch_subcommand,             // batch
     etr::bench::add_zero_subcommand,              // zero
 };
 

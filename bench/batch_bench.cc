@@ -1,0 +1,532 @@
+// `etr-bench batch`: the batch policy (parallel/train_session.h "Memory" and "Shares",
+// parallel/goodput.h) on the "small" GPT-2, one thread per rank (bench/run_batch.sh: np 2),
+// each table beside a reference measured in the same run: memory (the model's predicted
+// peak beside the allocator's measured one), auto (batch.micro_batch = auto beside the
+// default 4, roomy and tight budgets, a budget cut inside a step), shares (throughput vs
+// equal shares with a rank at half speed, and no slow rank), noise (the noise scale
+// estimator on a synthetic problem with a known noise scale; the goodput decision's cost).
+// A configuration that fails with an etr::Error (agreed by every rank) is reported in its
+// row; a CommError (a peer gone, or ranks in different collectives) ends the bench.
+#include "bench/batch_bench.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench/bench_context.h"
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "parallel/goodput.h"
+#include "runtime/bytes.h"
+#include "runtime/config/train_config.h"
+#include "runtime/error.h"
+
+namespace etr::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr const char* kTables[] = {"memory", "auto", "shares", "noise"};
+
+struct BatchArgs {
+  int steps = 6;          // timed steps per row (auto, shares)
+  int warmup = 4;         // untimed steps first (shares: the balancer settles; auto: 1)
+  int memory_steps = 3;   // steps per memory row
+  int noise_steps = 200;  // simulated steps per noise estimate
+  std::vector<std::string> only{std::begin(kTables), std::end(kTables)};
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string json;
+  bool wants(const std::string& t) const {
+    return std::find(only.begin(), only.end(), t) != only.end();
+  }
+};
+
+std::string num(int64_t v) {
+  return std::to_string(v);
+}
+
+// printf into a string (a table row: at most 1 KiB).
+[[gnu::format(printf, 1, 2)]] std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof buf, format, args);
+  va_end(args);
+  return buf;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The small GPT-2 at `global_batch`, then `set` (after the user's --set).
+TrainConfig bench_config(const BatchArgs& a, int global_batch,
+                         const std::vector<std::string>& set) {
+  TrainConfig c = bench_train_config(R"(model { preset: "small" }
+                                        batch { global_batch: 16 micro_batch: 4 })",
+                                     1, "etr-bench batch", a.config, a.overrides);
+  apply_overrides(c, {"batch.global_batch=" + num(global_batch)});
+  apply_overrides(c, set);
+  resolve(c, gpt::model_presets());
+  return c;
+}
+
+// name=value in the environment while it lives (nothing for an empty name).
+struct ScopedEnv {
+  ScopedEnv(const std::string& n, const std::string& v) : name(n) {
+    if (!name.empty()) setenv(name.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (!name.empty()) unsetenv(name.c_str());
+  }
+  std::string name;
+};
+
+// Runs one configuration on every rank: "" when it ran, else the sentence of the lowest
+// failing rank (the same on every rank). An etr::Error ends the row, not the bench.
+std::string guarded(const BenchContext& ctx, const std::function<void()>& f) {
+  std::string local;
+  try {
+    f();
+  } catch (const CommError&) {
+    throw;  // a collective that did not complete: the ranks are no longer in step
+  } catch (const AgreedError&) {
+    throw;
+  } catch (const Error& e) {
+    local = e.what();
+  }
+  try {
+    ctx.agree(local);
+  } catch (const AgreedError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Collective: every rank's `mine`, in rank order.
+std::vector<double> all_ranks(const BenchContext& ctx, double mine) {
+  std::vector<double> all(static_cast<size_t>(ctx.size()));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, ctx.world().group().comm());
+  return all;
+}
+
+std::string joined(const std::vector<double>& v, bool bytes) {
+  std::string s;
+  for (double x : v)
+    s += (s.empty() ? "" : " | ") + (bytes ? format_bytes(x) : num(std::llround(x)));
+  return s;
+}
+
+// 1. Memory model.
+
+struct MemoryCase {
+  std::string name;
+  std::vector<std::string> set;  // at global batch 16
+};
+
+std::vector<MemoryCase> memory_cases() {
+  const auto mb = [](int b) { return "batch.micro_batch=" + num(b); };
+  const auto zero = [](int z) { return "parallel.zero_stage=" + num(z); };
+  std::vector<MemoryCase> c;
+  for (int b : {1, 2, 4, 8}) c.push_back({"zero 0, b " + num(b), {mb(b), zero(0)}});
+  for (int z : {1, 2, 3}) c.push_back({"zero " + num(z) + ", b 4", {mb(4), zero(z)}});
+  for (int b : {2, 8})
+    c.push_back({"recompute blocks, b " + num(b), {mb(b), "runtime.recompute=blocks"}});
+  for (std::string s : {"gpipe", "1f1b", "zb-h1"}) {
+    c.push_back({"pp 2 " + s + ", b 2", {mb(2), "parallel.pp=2", "parallel.pp_schedule=" + s}});
+  }
+  c.push_back({"pp 2 zero 3, b 2", {mb(2), "parallel.pp=2", zero(3)}});
+  return c;
+}
+
+struct MemoryRow {
+  std::string name, error;
+  int64_t micro_batch = 0, accumulation = 0;  // rank 0's
+  bool recompute = false;
+  std::vector<double> predicted, measured;  // peak bytes per rank
+  double worst = 0;  // (predicted - measured) / measured, the largest in size over the ranks
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryRow, name, error, micro_batch, accumulation, recompute,
+                                   predicted, measured, worst)
+
+MemoryRow measure_memory(BenchContext& ctx, const BatchArgs& a, const MemoryCase& mc) {
+  MemoryRow r;
+  r.name = mc.name;
+  r.error = guarded(ctx, [&] {
+    train::Trainer t(bench_config(a, 16, mc.set), ctx.world());
+    for (int i = 0; i < a.memory_steps; ++i) t.train_step();
+    TrainSession& s = t.session();
+    r.micro_batch = static_cast<int64_t>(s.rank_batch().micro_batch);
+    r.accumulation = static_cast<int64_t>(s.rank_batch().accumulation);
+    r.recompute = s.recompute();
+    r.predicted = all_ranks(ctx, static_cast<double>(s.predicted_peak()));
+    r.measured = all_ranks(ctx, static_cast<double>(s.allocator().stats().peak));
+  });
+  for (size_t i = 0; i < r.measured.size(); ++i) {
+    const double e = r.measured[i] > 0 ? (r.predicted[i] - r.measured[i]) / r.measured[i] : 1;
+    if (std::abs(e) > std::abs(r.worst)) r.worst = e;
+  }
+  return r;
+}
+
+json memory_table(BenchContext& ctx, const BatchArgs& a) {
+  ctx.print(
+      fmt("\n# 1. memory model: TrainSession::predicted_peak() beside the allocator's measured "
+          "peak after %d steps, each rank; error = (predicted - measured) / measured, the "
+          "largest over the ranks; global batch 16, b x k = rank 0's micro-batch x count\n"
+          "#   configuration           b x k   recompute  predicted per rank     "
+          "measured per rank        error\n",
+          a.memory_steps));
+  json rows = json::array();
+  double worst = 0;
+  for (const MemoryCase& mc : memory_cases()) {
+    const MemoryRow r = measure_memory(ctx, a, mc);
+    if (!r.error.empty()) {
+      ctx.print("  " + r.name + ": fails: " + r.error + "\n");
+      rows.push_back(r);
+      continue;
+    }
+    if (std::abs(r.worst) > std::abs(worst)) worst = r.worst;
+    ctx.print(fmt("  %-24s %3lld x %-3lld %-9s  %-22s %-22s %+7.2f %%%s\n", r.name.c_str(),
+                  static_cast<long long>(r.micro_batch), static_cast<long long>(r.accumulation),
+                  r.recompute ? "blocks" : "off", joined(r.predicted, true).c_str(),
+                  joined(r.measured, true).c_str(), 100 * r.worst,
+                  std::abs(r.worst) > 0.05 ? "  (over 5 %)" : ""));
+    rows.push_back(r);
+  }
+  ctx.print(fmt("# worst error %.1f %% (bar: 5 %%)\n", 100 * std::abs(worst)));
+  return {{"rows", rows}, {"worst_error", std::abs(worst)}};
+}
+
+// 2 and 3. Timed runs.
+
+struct RunRow {
+  std::string name, error;
+  int64_t micro_batch = 0, accumulation = 0;  // rank 0's at the end
+  bool recompute = false;
+  int64_t oom_recoveries = 0, share_rebalances = 0;
+  std::vector<double> shares;       // samples per rank at the end
+  std::vector<double> model_peaks;  // the memory model at b = 1..4, the most of any rank
+  double step_seconds = 0, tokens_per_s = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunRow, name, error, micro_batch, accumulation, recompute,
+                                   oom_recoveries, share_rebalances, shares, step_seconds,
+                                   tokens_per_s)
+
+// `warmup` untimed steps, then a.steps timed ones, at global batch 32; `env` (NAME=VALUE)
+// is in the environment while the Trainer is built (it reads it then).
+RunRow measure_run(BenchContext& ctx, const BatchArgs& a, const std::string& name,
+                   const std::vector<std::string>& set, const std::string& env = "",
+                   int warmup = 1) {
+  RunRow r;
+  r.name = name;
+  r.error = guarded(ctx, [&] {
+    const TrainConfig c = bench_config(a, 32, set);
+    std::unique_ptr<train::Trainer> t;
+    {
+      const size_t eq = env.find('=');
+      ScopedEnv scoped(env.substr(0, eq), eq == std::string::npos ? "" : env.substr(eq + 1));
+      t = std::make_unique<train::Trainer>(c, ctx.world());
+    }
+    for (int i = 0; i < warmup; ++i) t->train_step();
+    MPI_Barrier(ctx.world().group().comm());
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.steps; ++i) t->train_step();
+    const double seconds = ctx.max_over_ranks(seconds_since(t0));
+    r.step_seconds = seconds / a.steps;
+    r.tokens_per_s = static_cast<double>(a.steps) * 32 * c.model().seq_len() / seconds;
+    TrainSession& s = t->session();
+    r.micro_batch = static_cast<int64_t>(s.rank_batch().micro_batch);
+    r.accumulation = static_cast<int64_t>(s.rank_batch().accumulation);
+    r.recompute = s.recompute();
+    r.oom_recoveries = s.oom_recoveries();
+    r.share_rebalances = s.share_rebalances();
+    for (const RankBatch& rb : s.batch_plan().ranks())
+      r.shares.push_back(static_cast<double>(rb.samples()));
+    for (int b = 1; b <= 4; ++b) r.model_peaks.push_back(s.memory_model().peak(b, false));
+    ctx.max_over_ranks(r.model_peaks.data(), 4);
+  });
+  return r;
+}
+
+// A budget where micro-batch 4 does not fit but 2 does with the automatic margin: midway
+// between the memory model's peak at 2 (over 1 - margin) and at 4. 0 when there is none.
+size_t tight_budget(const RunRow& roomy, double margin) {
+  if (roomy.model_peaks.size() < 4) return 0;
+  const double lo = roomy.model_peaks[1] / (1 - margin), hi = roomy.model_peaks[3];
+  return lo < hi ? static_cast<size_t>((lo + hi) / 2) : 0;
+}
+
+void print_auto_row(const BenchContext& ctx, const RunRow& r, const std::string& budget,
+                    const RunRow* reference) {
+  if (!r.error.empty()) {
+    ctx.print(fmt("  %-36s %-10s fails: %s\n", r.name.c_str(), budget.c_str(), r.error.c_str()));
+    return;
+  }
+  std::string vs = "reference";
+  if (reference) {
+    vs = reference->error.empty() ? fmt("%.2fx", r.tokens_per_s / reference->tokens_per_s)
+                                  : "(the default failed)";
+  }
+  ctx.print(fmt("  %-36s %-10s %3lld x %-3lld %-9s %4lld %10.0f   %s\n", r.name.c_str(),
+                budget.c_str(), static_cast<long long>(r.micro_batch),
+                static_cast<long long>(r.accumulation), r.recompute ? "blocks" : "off",
+                static_cast<long long>(r.oom_recoveries), r.tokens_per_s, vs.c_str()));
+}
+
+json auto_table(BenchContext& ctx, const BatchArgs& a) {
+  const std::string roomy = "2GiB";
+  const double margin = bench_config(a, 32, {}).batch().memory_margin();
+  ctx.print(fmt(
+      "\n# 2. batch.micro_batch = auto beside the default (4): global batch 32, 1 warm-up + %d "
+      "timed steps; auto leaves batch.memory_margin = %.2f of the budget free and takes at most a "
+      "rank's share; b x k = rank 0's at the end; oom = out-of-memory recoveries; after a cut, b "
+      "rises again only with 5 %% of the budget to spare beyond the margin (hysteresis)\n"
+      "#   configuration                        budget       b x k   recompute  oom   "
+      "tokens/s   vs default at %s\n",
+      a.steps, margin, roomy.c_str()));
+  const auto budget = [](const std::string& b) { return "runtime.memory_budget=" + b; };
+  const auto timed = [&](const std::string& name, const std::string& b, bool automatic,
+                         const std::string& cut = "") {
+    std::vector<std::string> set{budget(b)};
+    if (automatic) set.push_back("batch.micro_batch=auto");
+    return measure_run(ctx, a, name, set, cut.empty() ? "" : "ETR_TEST_BUDGET_CUT=" + cut);
+  };
+  json rows = json::array();
+  const RunRow def = timed("default (micro_batch 4)", roomy, false);
+  const RunRow aut = timed("auto", roomy, true);
+  print_auto_row(ctx, def, roomy, nullptr);
+  print_auto_row(ctx, aut, roomy, &def);
+  rows.push_back(def);
+  rows.push_back(aut);
+  const size_t tight = tight_budget(aut, margin);
+  if (tight == 0) {
+    ctx.print(
+        "# no tight budget: the memory model of the auto row is missing or b = 2 does not fit "
+        "below b = 4\n");
+    return {{"budget", roomy}, {"rows", rows}};
+  }
+  const std::string t = format_bytes(static_cast<double>(tight)),
+                    bytes = num(static_cast<int64_t>(tight));
+  const std::string cut = "2:" + bytes;
+  const RunRow tdef = timed("default (micro_batch 4)", bytes, false);
+  const RunRow taut = timed("auto", bytes, true);
+  const RunRow tcut = timed("default, cut to " + t + " in step 2", roomy, false, cut);
+  print_auto_row(ctx, tdef, t, &def);
+  print_auto_row(ctx, taut, t, &def);
+  print_auto_row(ctx, tcut, roomy, &def);
+  ctx.print(
+      fmt("# tight budget %s: midway between the model's peak at b = 2 over (1 - margin), %s, "
+          "and at b = 4, %s; the cut (ETR_TEST_BUDGET_CUT=%s) lands inside the first timed step\n",
+          t.c_str(), format_bytes(aut.model_peaks[1] / (1 - margin)).c_str(),
+          format_bytes(aut.model_peaks[3]).c_str(), cut.c_str()));
+  for (const RunRow* r : {&tdef, &taut, &tcut}) rows.push_back(*r);
+  return {{"budget", roomy}, {"tight_budget", tight}, {"rows", rows}};
+}
+
+json shares_table(BenchContext& ctx, const BatchArgs& a) {
+  ctx.print(
+      fmt("\n# 3. unequal workers: rank 1 at half speed (ETR_SLOW_RANK=1:2), global batch 32, "
+          "micro-batch 2; %d warm-up steps (the balancer observes 2, then re-balances) + %d timed; "
+          "shares = samples per rank at the end\n"
+          "#   configuration                      step s   tokens/s  shares      re-balances\n",
+          a.warmup, a.steps));
+  if (ctx.size() < 2) {
+    ctx.print("# skipped: needs at least 2 ranks\n");
+    return json::object();
+  }
+  const std::vector<std::string> eq{"batch.micro_batch=2", "batch.shares=equal"};
+  const std::vector<std::string> tp{"batch.micro_batch=2", "batch.shares=throughput"};
+  const auto timed = [&](const std::string& name, const std::vector<std::string>& set, bool slow) {
+    return measure_run(ctx, a, name, set, slow ? "ETR_SLOW_RANK=1:2" : "", a.warmup);
+  };
+  const RunRow rows[3] = {timed("equal shares, rank 1 slow", eq, true),
+                          timed("throughput shares, rank 1 slow", tp, true),
+                          timed("equal shares, no slow rank", eq, false)};
+  json out = json::array();
+  for (const RunRow& r : rows) {
+    ctx.print(!r.error.empty()
+                  ? fmt("  %-34s fails: %s\n", r.name.c_str(), r.error.c_str())
+                  : fmt("  %-34s %7.3f %10.0f  %-11s %lld\n", r.name.c_str(), r.step_seconds,
+                        r.tokens_per_s, joined(r.shares, false).c_str(),
+                        static_cast<long long>(r.share_rebalances)));
+    out.push_back(r);
+  }
+  double speedup = 0;
+  if (rows[0].error.empty() && rows[1].error.empty())
+    speedup = rows[0].step_seconds / rows[1].step_seconds;
+  ctx.print(
+      fmt("# throughput shares %.2fx the equal shares' speed with rank 1 slow (bar: >= 1.20x; "
+          "theory for speeds 1 and 1/2: 1.50x)%s\n",
+          speedup, speedup >= 1.2 ? "" : "  BELOW THE BAR"));
+  return {{"rows", out}, {"speedup", speedup}};
+}
+
+// 4. Noise scale (rank 0 alone).
+
+// The estimate after `steps` steps of a problem whose per-sample gradients are
+// mu + N(0, sigma^2 I_d), |mu|^2 = 1 and d sigma^2 = `known`, so that tr(Sigma) / |G|^2 is
+// `known` exactly (a mean of n samples is drawn directly as mu + N(0, sigma^2 / n I_d), the
+// same distribution). `shares`: the ranks' samples (data_parallel_sample), or with `micro`
+// one rank whose first micro-batch is shares[0] of the step's samples (micro_batch_sample).
+double estimate_noise_scale(double known, int dim, uint64_t seed,
+                            const std::vector<uint64_t>& shares, int steps, bool micro) {
+  std::mt19937_64 rng(seed);
+  const double mu = 1 / std::sqrt(static_cast<double>(dim));
+  const auto sq_norm = [](const std::vector<double>& g) {
+    double s = 0;
+    for (double x : g) s += x * x;
+    return s;
+  };
+  GradientNoiseScale gns(0.95);
+  uint64_t B = 0;
+  for (uint64_t n : shares) B += n;
+  std::vector<double> g(static_cast<size_t>(dim)), global(g.size());
+  for (int step = 0; step < steps; ++step) {
+    std::fill(global.begin(), global.end(), 0.0);
+    std::vector<RankGradient> ranks;
+    for (uint64_t n : shares) {
+      std::normal_distribution<double> z(0, std::sqrt(known / dim / static_cast<double>(n)));
+      for (size_t i = 0; i < g.size(); ++i) {
+        g[i] = mu + z(rng);
+        global[i] += static_cast<double>(n) / static_cast<double>(B) * g[i];
+      }
+      ranks.push_back({n, sq_norm(g)});
+    }
+    gns.update(micro ? micro_batch_sample(ranks[0].sq_norm, ranks[0].samples, sq_norm(global), B)
+                     : data_parallel_sample(ranks, sq_norm(global)));
+  }
+  return gns.noise_scale().value_or(std::nan(""));
+}
+
+// Microseconds per GoodputPolicy::decide(), over `calls` calls.
+double decide_microseconds(const GoodputPolicy& policy, int calls) {
+  const StepTimeFit fit{0.02, 0.004, 3};
+  uint64_t sink = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    sink += policy.decide(uint64_t{16} << (i % 4), 16.0 * (1 + i % 64), fit).batch;
+  }
+  const double us = 1e6 * seconds_since(t0) / calls;
+  volatile uint64_t keep = sink;  // the calls' results are used
+  static_cast<void>(keep);
+  return us;
+}
+
+json noise_table(BenchContext& ctx, const BatchArgs& a) {
+  if (!ctx.is_root()) return json::object();
+  struct Sim {
+    const char* name;
+    std::vector<uint64_t> shares;  // of the global batch 64
+    bool micro;                    // one rank: shares[0] is its first micro-batch
+  };
+  const Sim sims[] = {{"2 ranks 24|40", {24, 40}, false},
+                      {"4 ranks 8|12|20|24", {8, 12, 20, 24}, false},
+                      {"1 rank, 8 of 64", {8, 56}, true}};
+  constexpr int kDim = 4096;
+  ctx.print(fmt(
+      "\n# 4. gradient noise scale: per-sample gradients mu + N(0, sigma^2 I), d = %d, |mu|^2 = 1, "
+      "d sigma^2 = B_noise (the known value); global batch 64 split unequally over simulated ranks "
+      "(data_parallel_sample), or one rank's first micro-batch against its step "
+      "(micro_batch_sample); %d steps, smoothing 0.95, std::mt19937_64 seeds 42...; error = "
+      "estimate / known - 1\n#   known",
+      kDim, a.noise_steps));
+  for (const Sim& sim : sims) ctx.print(fmt("  %20s  error", sim.name));
+  ctx.print("\n");
+  json rows = json::array();
+  uint64_t seed = 42;
+  for (double known : {16.0, 64.0, 256.0, 1024.0}) {
+    std::vector<double> est;
+    ctx.print(fmt("  %6.0f", known));
+    for (const Sim& sim : sims) {
+      est.push_back(
+          estimate_noise_scale(known, kDim, seed++, sim.shares, a.noise_steps, sim.micro));
+      ctx.print(fmt("  %20.1f %+5.1f%%", est.back(), 100 * (est.back() / known - 1)));
+    }
+    ctx.print("\n");
+    rows.push_back({{"known", known}, {"estimates", est}});
+  }
+  const GoodputPolicy policy(GoodputSettings{8, 4096, 4, 0.05});
+  constexpr int kCalls = 10000;
+  const double us = decide_microseconds(policy, kCalls);
+  ctx.print(
+      fmt("# goodput decision: %.2f us per GoodputPolicy::decide() (%zu candidates in [8, 4096], "
+          "mean of %d calls; bar: < 10 ms = 10000 us)\n",
+          us, policy.candidates().size(), kCalls));
+  return {{"simulations", {sims[0].name, sims[1].name, sims[2].name}},
+          {"rows", rows},
+          {"decide_us", us},
+          {"candidates", policy.candidates().size()}};
+}
+
+// The 1-minute load average (/proc/loadavg; -1 when unreadable): the timed rows (auto,
+// shares) want the ranks' cores otherwise idle.
+double load_average() {
+  double load = -1;
+  std::ifstream("/proc/loadavg") >> load;
+  return load;
+}
+
+void run(BenchContext& ctx, const BatchArgs& a) {
+  const TrainConfig c = bench_config(a, 16, {});
+  ctx.print(
+      fmt("# etr-bench batch: GPT-2 n_layer=%d d_model=%d seq_len=%d (preset small), %d ranks, "
+          "%d thread per rank\n# %s; load average %.2f on %d CPUs at the start\n",
+          c.model().n_layer(), c.model().d_model(), c.model().seq_len(), ctx.size(),
+          c.runtime().threads(), ctx.machine().placement().c_str(), load_average(),
+          ctx.machine().cpus_online));
+  Logger& log = ctx.world().log();
+  const LogLevel level = log.level();
+  log.set_level(LogLevel::kWarn);
+  json doc{{"benchmark", "batch"}, {"machine", ctx.machine().to_json()}, {"steps", a.steps}};
+  if (a.wants("memory")) doc["memory"] = memory_table(ctx, a);
+  if (a.wants("auto")) doc["auto"] = auto_table(ctx, a);
+  if (a.wants("shares")) doc["shares"] = shares_table(ctx, a);
+  if (a.wants("noise")) doc["noise"] = noise_table(ctx, a);
+  log.set_level(level);
+  ctx.print(fmt("# load average %.2f at the end\n", load_average()));
+  if (!a.json.empty()) ctx.write_json(a.json, doc);
+}
+
+}  // namespace
+
+void add_batch_subcommand(CLI::App& app, SubcommandList& list) {
+  auto args = std::make_shared<BatchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "batch",
+      "Batch policy: memory model vs measured peak, auto micro-batch, throughput shares, "
+      "noise scale (bench/run_batch.sh)");
+  const std::tuple<const char*, int*, const char*> counts[] = {
+      {"--steps", &args->steps, "Timed optimizer steps per row (auto, shares)"},
+      {"--warmup", &args->warmup, "Untimed steps first (shares; auto takes 1)"},
+      {"--memory-steps", &args->memory_steps, "Steps per memory row"},
+      {"--noise-steps", &args->noise_steps, "Simulated steps per noise estimate"}};
+  for (auto [name, value, help] : counts) {
+    cmd->add_option(name, *value, help)
+        ->capture_default_str()
+        ->check(CLI::Range(value == &args->warmup ? 0 : 1, 1000000));
+  }
+  cmd->add_option("--only", args->only, "Tables to run: memory, auto, shares, noise")
+      ->delimiter(',')
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kTables), std::end(kTables))))
+      ->capture_default_str();
+  add_training_config_options(cmd, args->config, args->overrides, args->json);
+  list.push_back({cmd, [args](BenchContext& ctx) { run(ctx, *args); }});
+}
+
+}  // namespace etr::bench
