@@ -40,6 +40,8 @@ struct StepStats {
   int64_t micro_batch = 0;
   int64_t accumulation = 0;
   size_t predicted_peak = 0;
+  size_t peak_bytes = 0;    // the allocator's peak at the step's end (since the last re-plan)
+  bool recompute = false;   // activation recomputation in the step
   // An automatic global batch: the B the step ran with (0 otherwise), and the gradient
   // noise scale after it (NaN before the first estimate).
   int64_t global_batch = 0;

@@ -21,12 +21,12 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
                                                       : plan_->global_batch()) *
                static_cast<double>(data_->seq_len());
     c.flops_per_token = model_.flops_per_token;
-    c.peak_bytes = alloc_.stats().peak;
+    c.peak_bytes = s.peak_bytes;
     c.predicted_peak = s.predicted_peak;
     c.micro_batch = s.micro_batch;
     c.accumulation = s.accumulation;
     c.global_batch = static_cast<int64_t>(plan_->global_batch());
-    c.recompute = recompute_;
+    c.recompute = s.recompute;
     c.oom_recoveries = oom_recoveries_;
     c.replans = replans_;
     c.budget = alloc_.stats().budget;

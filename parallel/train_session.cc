@@ -99,6 +99,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   setup_parallel();
   setup_shares();
   setup_goodput();
+  setup_recompute_trial();
   log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
@@ -360,10 +361,11 @@ StepStats TrainSession::train_step() {
                     pipeline_ ? pipeline_->norm_wait_seconds() : 0.0, 0.0};
   if (goodput_) {
     sums[4] = goodput_local_term();
-    sums[5] = compute_seconds;
     sums[6] = last_optimizer_seconds_;
   }
-  sum_over_ranks(sums, pipeline_ ? 6 : goodput_ ? 7 : 4);
+  const bool timed = goodput_ || recompute_trial_active();
+  if (timed) sums[5] = compute_seconds;
+  sum_over_ranks(sums, pipeline_ ? 6 : timed ? 7 : 4);
   st.loss = sums[0];
   st.resize = sums[1] > 0;
   const bool replan_wanted = sums[3] > 0;
@@ -386,9 +388,12 @@ StepStats TrainSession::train_step() {
   st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
   st.accumulation = static_cast<int64_t>(rank_batch().accumulation);
   st.predicted_peak = predicted_peak();
+  st.peak_bytes = alloc_.stats().peak;
+  st.recompute = recompute_;
   release_activations();
   if (replan_wanted) replan();
   balance_shares(compute_seconds);
+  recompute_trial_step(sums[5], static_cast<double>(B));
   if (goodput_) {
     const double n = static_cast<double>(grid_->size());
     st.global_batch = static_cast<int64_t>(plan_->global_batch());

@@ -167,6 +167,8 @@ class TrainSession {
   int64_t micro_batch() const { return micro_batch_; }
   bool recompute() const { return recompute_; }
   int64_t oom_recoveries() const { return oom_recoveries_; }
+  // Recomputation tried for speed (session_recompute.cc): 0 not tried, 1-2 timing, 3 decided.
+  int recompute_trial_phase() const { return trial_.phase; }
   int64_t memory_replans() const { return replans_; }
   // Shares: how often batch.shares = throughput moved them, and this step's plan.
   int64_t share_rebalances() const { return rebalances_; }
@@ -227,6 +229,10 @@ class TrainSession {
   void set_global_batch(uint64_t B);
   ckpt::BatchPolicy batch_policy_state() const;
   void restore_batch_policy(const ckpt::BatchPolicy& saved);
+  // Recomputation tried for speed (session_recompute.cc).
+  void setup_recompute_trial();
+  bool recompute_trial_active() const;
+  void recompute_trial_step(double compute, double samples);
   // Shares (session_shares.cc).
   void read_slow_rank();
   void slow_down(double seconds) const;
@@ -276,6 +282,12 @@ class TrainSession {
   std::unique_ptr<ShareBalancer> balancer_;  // batch.shares = throughput
   std::unique_ptr<Goodput, GoodputDeleter> goodput_;  // batch.global_batch = auto
   double last_optimizer_seconds_ = 0;
+  struct RecomputeTrial {
+    int phase = 0;  // 0 none, 1 timing without, 2 timing with, 3 decided
+    int steps = 0;  // steps at the current choice
+    int64_t without = 0, with = 0;
+    double seconds_without = 0, seconds_with = 0;  // per sample, summed over the timed steps
+  } trial_;
   double slow_factor_ = 1;                   // ETR_SLOW_RANK
   int64_t rebalances_ = 0;
 };

@@ -236,9 +236,11 @@ Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
   WindowBytes p;
   if (grad_window_) {
     const size_t all = pages(grad_window_.get(), whole);
+    // (a held range that does not start on a page boundary touches one page more)
     p.grads = micro_batches > 1 ? all
                                 : std::min(all, pages(grad_window_.get(),
-                                                      grad_window_cap() + largest_layer_bytes()));
+                                                      grad_window_cap() + largest_layer_bytes()) +
+                                                    grad_window_->page_bytes());
   }
   if (param_window_) {
     // The prefetch takes the next layer's buckets up to prefetch_bytes, and one at least.

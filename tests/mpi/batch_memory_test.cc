@@ -230,6 +230,38 @@ TEST(BatchMemory, RecomputationIsBitwiseAndTurnsOnWhenOneSequenceDoesNotFitWitho
   }
 }
 
+// With an automatic micro-batch and runtime.recompute = auto, recomputation that lets a
+// larger micro-batch fit is timed against the smaller one without it; every rank keeps the
+// same choice, which is one of the two, and training goes on within the budget.
+TEST(BatchMemory, RecomputationIsTimedForSpeedAndEveryRankKeepsTheSameChoice) {
+  World& w = testing::world();
+  size_t budget = 0;
+  int64_t share = 0;
+  {
+    Trainer probe(config({"batch.micro_batch=4"}), w);
+    const MemoryModel& m = probe.session().memory_model();
+    share = static_cast<int64_t>(probe.session().batch_plan().rank(w.group().rank()).samples());
+    // 4 fits with recomputation only (under the automatic margin of 10 %).
+    budget = static_cast<size_t>(static_cast<double>(m.peak(4, true) + m.peak(4, false)) / 2 / 0.9);
+    ASSERT_LT(static_cast<double>(m.peak(4, true)), 0.9 * static_cast<double>(budget));
+    ASSERT_GT(static_cast<double>(m.peak(4, false)), 0.9 * static_cast<double>(budget));
+  }
+  ASSERT_EQ(share, 4);
+  Trainer t(config({"batch.micro_batch=auto", "runtime.memory_budget=" + std::to_string(budget)}), w);
+  const int64_t without = t.session().micro_batch();
+  ASSERT_LT(without, 4);
+  EXPECT_EQ(t.session().recompute_trial_phase(), 1);
+  for (int i = 0; i < 7; ++i) t.train_step();
+  EXPECT_EQ(t.session().recompute_trial_phase(), 3);
+  const bool rc = t.session().recompute();
+  EXPECT_EQ(t.session().micro_batch(), rc ? 4 : without);
+  int64_t mine[2] = {rc ? 1 : 0, t.session().micro_batch()}, lo[2], hi[2];
+  MPI_Allreduce(mine, lo, 2, MPI_INT64_T, MPI_MIN, w.group().comm());
+  MPI_Allreduce(mine, hi, 2, MPI_INT64_T, MPI_MAX, w.group().comm());
+  EXPECT_EQ(lo[0], hi[0]) << "the ranks chose differently";
+  EXPECT_LE(t.session().allocator().stats().peak, budget);
+}
+
 TEST(BatchMemory, AutoMicroBatchIsTheLargestThatFitsTheBudgetLessTheMargin) {
   World& w = testing::world();
   const size_t budget = budget_between(config({}), 2) + (1 << 20);
