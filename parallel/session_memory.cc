@@ -80,9 +80,9 @@ size_t TrainSession::read_budget() {
                 cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
       logged_budget_ = bytes;
     }
-    if (!budget_read_) logged_budget_ = bytes;
     alloc_.set_budget(bytes);
   }
+  if (!budget_read_) logged_budget_ = bytes;
   budget_read_ = true;
   return bytes;
 }
