@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# A cluster on one machine (issue 18, first part): H simulated hosts, each a network
+# namespace with its own address in the 198.18.0.0/15 benchmarking range and its own
+# hostname (a UTS namespace per command), joined by a bridge that lives in a namespace of
+# its own (nothing is added to the machine's own network), each link shaped with the tbf
+# qdisc in both directions. Needs root.
+#
+#   tests/cluster/sim_cluster.sh up H S [RATE [BURST]]   H hosts of S slots (rate e.g. 2gbit)
+#   tests/cluster/sim_cluster.sh exec I CMD...           run CMD on host I (1-based)
+#   tests/cluster/sim_cluster.sh rsh ADDRESS CMD...      mpirun's rsh agent (plm_rsh_agent)
+#   tests/cluster/sim_cluster.sh hostfile                the hosts, "ADDRESS slots=S" lines
+#   tests/cluster/sim_cluster.sh down                    remove everything (also after a crash)
+#
+# ETR_CLUSTER_NAME (default etrc) names the namespaces, so two clusters can coexist; the
+# state (hostfile, settings) is in /run/etr-cluster/NAME.
+set -euo pipefail
+name=${ETR_CLUSTER_NAME:-etrc}
+state=/run/etr-cluster/$name
+self=$(readlink -f "${BASH_SOURCE[0]}")
+
+die() { echo "sim_cluster: $*" >&2; exit 1; }
+
+down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${name}-(h[0-9]+|sw)$" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns delete "$ns"
+  done
+  rm -rf "$state"
+}
+
+up() {
+  local hosts=$1 slots=$2 rate=${3:-2gbit} burst=${4:-256kb} i
+  [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 200 ]] || die "hosts must be 1..200, not '$hosts'"
+  [[ $slots =~ ^[0-9]+$ && $slots -ge 1 ]] || die "slots must be at least 1, not '$slots'"
+  [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+  down
+  trap 'down; exit 1' ERR
+  mkdir -p "$state"
+  ip netns add "$name-sw"
+  ip -n "$name-sw" link set lo up
+  ip -n "$name-sw" link add br0 type bridge
+  ip -n "$name-sw" link set br0 up
+  : >"$state/hostfile"
+  for ((i = 1; i <= hosts; i++)); do
+    ip netns add "$name-h$i"
+    ip -n "$name-h$i" link set lo up
+    ip link add "$name-v$i" netns "$name-h$i" type veth peer name "p$i" netns "$name-sw"
+    ip -n "$name-h$i" link set "$name-v$i" name eth0
+    ip -n "$name-h$i" addr add "198.18.0.$i/24" dev eth0
+    ip -n "$name-h$i" link set eth0 up
+    ip -n "$name-sw" link set "p$i" master br0
+    ip -n "$name-sw" link set "p$i" up
+    # Shaped both ways: the host's egress, and the switch port's egress towards the host.
+    ip netns exec "$name-h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+    ip netns exec "$name-sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 50ms
+    echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
+  done
+  printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
+  trap - ERR
+  echo "sim_cluster: $hosts host(s) of $slots slot(s) at $rate (198.18.0.1-$hosts, namespaces $name-h1..$hosts)"
+  echo "  run on host 1:  $self exec 1 CMD..."
+  echo "  mpirun:         --hostfile $state/hostfile --mca plm_rsh_agent '$self rsh'"
+  echo "                  --mca btl self,vader,tcp --mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24"
+  echo "  remove:         $self down"
+}
+
+# exec I CMD...: CMD in host I's network namespace with hostname hI.
+run_on() {
+  local i=$1
+  shift
+  ip netns list | grep -q "^$name-h$i\b" || die "no host $i (is the cluster up?)"
+  exec ip netns exec "$name-h$i" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "h$i" "$@"
+}
+
+# rsh [ssh options] ADDRESS CMD...: as ssh would, the command is one string for a shell.
+rsh() {
+  while [[ ${1:-} == -* ]]; do shift; done  # (Open MPI may pass ssh options)
+  local address=$1
+  shift
+  [[ $address =~ ^198\.18\.0\.([0-9]+)$ ]] || die "rsh: '$address' is not a simulated host"
+  local i=${BASH_REMATCH[1]}
+  exec ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
+}
+
+case "${1:-}" in
+  up) shift; [ $# -ge 2 ] || die "usage: up HOSTS SLOTS [RATE [BURST]]"; up "$@" ;;
+  down) down ;;
+  exec) shift; [ $# -ge 2 ] || die "usage: exec HOST CMD..."; run_on "$@" ;;
+  rsh) shift; rsh "$@" ;;
+  hostfile) cat "$state/hostfile" ;;
+  *) die "usage: $0 up|down|exec|rsh|hostfile ..." ;;
+esac
