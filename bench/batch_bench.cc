@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +26,7 @@
 
 #include "bench/batch_noise.h"
 #include "bench/bench_context.h"
+#include "bench/table.h"
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
 #include "parallel/goodput.h"
@@ -58,16 +58,6 @@ struct BatchArgs {
 
 std::string num(int64_t v) {
   return std::to_string(v);
-}
-
-// printf into a string (a table row: at most 1 KiB).
-[[gnu::format(printf, 1, 2)]] std::string fmt(const char* format, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
 }
 
 double seconds_since(Clock::time_point t0) {
@@ -186,7 +176,7 @@ MemoryRow measure_memory(BenchContext& ctx, const BatchArgs& a, const MemoryCase
 
 json memory_table(BenchContext& ctx, const BatchArgs& a) {
   ctx.print(
-      fmt("\n# 1. memory model: TrainSession::predicted_peak() beside the allocator's measured "
+      cell("\n# 1. memory model: TrainSession::predicted_peak() beside the allocator's measured "
           "peak after %d steps, each rank; error = (predicted - measured) / measured, the "
           "largest over the ranks; global batch 16, b x k = rank 0's micro-batch x count\n"
           "#   configuration           b x k   recompute  predicted per rank     "
@@ -202,14 +192,14 @@ json memory_table(BenchContext& ctx, const BatchArgs& a) {
       continue;
     }
     if (std::abs(r.worst) > std::abs(worst)) worst = r.worst;
-    ctx.print(fmt("  %-24s %3lld x %-3lld %-9s  %-22s %-22s %+7.2f %%%s\n", r.name.c_str(),
+    ctx.print(cell("  %-24s %3lld x %-3lld %-9s  %-22s %-22s %+7.2f %%%s\n", r.name.c_str(),
                   static_cast<long long>(r.micro_batch), static_cast<long long>(r.accumulation),
                   r.recompute ? "blocks" : "off", joined(r.predicted, true).c_str(),
                   joined(r.measured, true).c_str(), 100 * r.worst,
                   std::abs(r.worst) > 0.05 ? "  (over 5 %)" : ""));
     rows.push_back(r);
   }
-  ctx.print(fmt("# worst error %.1f %% (bar: 5 %%)\n", 100 * std::abs(worst)));
+  ctx.print(cell("# worst error %.1f %% (bar: 5 %%)\n", 100 * std::abs(worst)));
   return {{"rows", rows}, {"worst_error", std::abs(worst)}};
 }
 
@@ -275,15 +265,15 @@ size_t tight_budget(const RunRow& roomy, double margin) {
 void print_auto_row(const BenchContext& ctx, const RunRow& r, const std::string& budget,
                     const RunRow* reference) {
   if (!r.error.empty()) {
-    ctx.print(fmt("  %-36s %-10s fails: %s\n", r.name.c_str(), budget.c_str(), r.error.c_str()));
+    ctx.print(cell("  %-36s %-10s fails: %s\n", r.name.c_str(), budget.c_str(), r.error.c_str()));
     return;
   }
   std::string vs = "reference";
   if (reference) {
-    vs = reference->error.empty() ? fmt("%.2fx", r.tokens_per_s / reference->tokens_per_s)
+    vs = reference->error.empty() ? cell("%.2fx", r.tokens_per_s / reference->tokens_per_s)
                                   : "(the default failed)";
   }
-  ctx.print(fmt("  %-36s %-10s %3lld x %-3lld %-9s %4lld %10.0f   %s\n", r.name.c_str(),
+  ctx.print(cell("  %-36s %-10s %3lld x %-3lld %-9s %4lld %10.0f   %s\n", r.name.c_str(),
                 budget.c_str(), static_cast<long long>(r.micro_batch),
                 static_cast<long long>(r.accumulation), r.recompute ? "blocks" : "off",
                 static_cast<long long>(r.oom_recoveries), r.tokens_per_s, vs.c_str()));
@@ -292,7 +282,7 @@ void print_auto_row(const BenchContext& ctx, const RunRow& r, const std::string&
 json auto_table(BenchContext& ctx, const BatchArgs& a) {
   const std::string roomy = "2GiB";
   const double margin = bench_config(a, 32, {}).batch().memory_margin();
-  ctx.print(fmt(
+  ctx.print(cell(
       "\n# 2. batch.micro_batch = auto beside the default (4): global batch 32, 1 warm-up + %d "
       "timed steps; auto leaves batch.memory_margin = %.2f of the budget free and takes at most a "
       "rank's share; b x k = rank 0's at the end; oom = out-of-memory recoveries; after a cut, b "
@@ -331,7 +321,7 @@ json auto_table(BenchContext& ctx, const BatchArgs& a) {
   print_auto_row(ctx, taut, t, &def);
   print_auto_row(ctx, tcut, roomy, &def);
   ctx.print(
-      fmt("# tight budget %s: midway between the model's peak at b = 2 over (1 - margin), %s, "
+      cell("# tight budget %s: midway between the model's peak at b = 2 over (1 - margin), %s, "
           "and at b = 4, %s; the cut (ETR_TEST_BUDGET_CUT=%s) lands inside the first timed step\n",
           t.c_str(), format_bytes(aut.model_peaks[1] / (1 - margin)).c_str(),
           format_bytes(aut.model_peaks[3]).c_str(), cut.c_str()));
@@ -341,7 +331,7 @@ json auto_table(BenchContext& ctx, const BatchArgs& a) {
 
 json shares_table(BenchContext& ctx, const BatchArgs& a) {
   ctx.print(
-      fmt("\n# 3. unequal workers: rank 1 at half speed (ETR_SLOW_RANK=1:2), global batch 32, "
+      cell("\n# 3. unequal workers: rank 1 at half speed (ETR_SLOW_RANK=1:2), global batch 32, "
           "micro-batch 2; %d warm-up steps (the balancer observes 2, then re-balances) + %d timed; "
           "shares = samples per rank at the end\n"
           "#   configuration                      step s   tokens/s  shares      re-balances\n",
@@ -361,8 +351,8 @@ json shares_table(BenchContext& ctx, const BatchArgs& a) {
   json out = json::array();
   for (const RunRow& r : rows) {
     ctx.print(!r.error.empty()
-                  ? fmt("  %-34s fails: %s\n", r.name.c_str(), r.error.c_str())
-                  : fmt("  %-34s %7.3f %10.0f  %-11s %lld\n", r.name.c_str(), r.step_seconds,
+                  ? cell("  %-34s fails: %s\n", r.name.c_str(), r.error.c_str())
+                  : cell("  %-34s %7.3f %10.0f  %-11s %lld\n", r.name.c_str(), r.step_seconds,
                         r.tokens_per_s, joined(r.shares, false).c_str(),
                         static_cast<long long>(r.share_rebalances)));
     out.push_back(r);
@@ -371,7 +361,7 @@ json shares_table(BenchContext& ctx, const BatchArgs& a) {
   if (rows[0].error.empty() && rows[1].error.empty())
     speedup = rows[0].step_seconds / rows[1].step_seconds;
   ctx.print(
-      fmt("# throughput shares %.2fx the equal shares' speed with rank 1 slow (bar: >= 1.20x; "
+      cell("# throughput shares %.2fx the equal shares' speed with rank 1 slow (bar: >= 1.20x; "
           "theory for speeds 1 and 1/2: 1.50x)%s\n",
           speedup, speedup >= 1.2 ? "" : "  BELOW THE BAR"));
   return {{"rows", out}, {"speedup", speedup}};
@@ -389,7 +379,7 @@ double load_average() {
 void run(BenchContext& ctx, const BatchArgs& a) {
   const TrainConfig c = bench_config(a, 16, {});
   ctx.print(
-      fmt("# etr-bench batch: GPT-2 n_layer=%d d_model=%d seq_len=%d (preset small), %d ranks, "
+      cell("# etr-bench batch: GPT-2 n_layer=%d d_model=%d seq_len=%d (preset small), %d ranks, "
           "%d thread per rank\n# %s; load average %.2f on %d CPUs at the start\n",
           c.model().n_layer(), c.model().d_model(), c.model().seq_len(), ctx.size(),
           c.runtime().threads(), ctx.machine().placement().c_str(), load_average(),
@@ -403,7 +393,7 @@ void run(BenchContext& ctx, const BatchArgs& a) {
   if (a.wants("shares")) doc["shares"] = shares_table(ctx, a);
   if (a.wants("noise")) doc["noise"] = noise_table(ctx, a.noise_steps);
   log.set_level(level);
-  ctx.print(fmt("# load average %.2f at the end\n", load_average()));
+  ctx.print(cell("# load average %.2f at the end\n", load_average()));
   if (!a.json.empty()) ctx.write_json(a.json, doc);
 }
 

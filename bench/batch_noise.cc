@@ -5,13 +5,13 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_context.h"
+#include "bench/table.h"
 #include "parallel/goodput.h"
 
 namespace etr::bench {
@@ -19,16 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
-
-// printf into a string (a table row: at most 1 KiB).
-[[gnu::format(printf, 1, 2)]] std::string fmt(const char* format, ...) {
-  char buf[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof buf, format, args);
-  va_end(args);
-  return buf;
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -98,24 +88,24 @@ json noise_table(BenchContext& ctx, int noise_steps) {
                       {"4 ranks 8|12|20|24", {8, 12, 20, 24}, false},
                       {"1 rank, 8 of 64", {8, 56}, true}};
   constexpr int kDim = 4096;
-  ctx.print(fmt(
+  ctx.print(cell(
       "\n# 4. gradient noise scale: per-sample gradients mu + N(0, sigma^2 I), d = %d, |mu|^2 = 1, "
       "d sigma^2 = B_noise (the known value); global batch 64 split unequally over simulated ranks "
       "(data_parallel_sample), or one rank's first micro-batch against its step "
       "(micro_batch_sample); %d steps, smoothing 0.95, std::mt19937_64 seeds 42...; error = "
       "estimate / known - 1\n#   known",
       kDim, noise_steps));
-  for (const Sim& sim : sims) ctx.print(fmt("  %20s  error", sim.name));
+  for (const Sim& sim : sims) ctx.print(cell("  %20s  error", sim.name));
   ctx.print("\n");
   json rows = json::array();
   uint64_t seed = 42;
   for (double known : {16.0, 64.0, 256.0, 1024.0}) {
     std::vector<double> est;
-    ctx.print(fmt("  %6.0f", known));
+    ctx.print(cell("  %6.0f", known));
     for (const Sim& sim : sims) {
       est.push_back(
           estimate_noise_scale(known, kDim, seed++, sim.shares, noise_steps, sim.micro));
-      ctx.print(fmt("  %20.1f %+5.1f%%", est.back(), 100 * (est.back() / known - 1)));
+      ctx.print(cell("  %20.1f %+5.1f%%", est.back(), 100 * (est.back() / known - 1)));
     }
     ctx.print("\n");
     rows.push_back({{"known", known}, {"estimates", est}});
@@ -124,7 +114,7 @@ json noise_table(BenchContext& ctx, int noise_steps) {
   constexpr int kCalls = 10000;
   const double us = decide_microseconds(policy, kCalls);
   ctx.print(
-      fmt("# goodput decision: %.2f us per GoodputPolicy::decide() (%zu candidates in [8, 4096], "
+      cell("# goodput decision: %.2f us per GoodputPolicy::decide() (%zu candidates in [8, 4096], "
           "mean of %d calls; bar: < 10 ms = 10000 us)\n",
           us, policy.candidates().size(), kCalls));
   return {{"simulations", {sims[0].name, sims[1].name, sims[2].name}},

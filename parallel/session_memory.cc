@@ -341,24 +341,26 @@ void TrainSession::recover_from_oom(const std::string& failure) {
 // share less the memory outside the allocator) does not re-plan every step.
 bool TrainSession::budget_wants_replan() {
   read_budget();
-  const int64_t best = fit_micro_batch(micro_batch_cap());
-  if (best >= micro_batch_) {
-    if (best == micro_batch_) return false;
-    const bool automatic = config_.batch().micro_batch() == 0;
-    const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;
-    return static_cast<double>(memory_model_.peak(best, recompute_)) <=
-           (1.0 - margin) * static_cast<double>(alloc_.stats().budget);
-  }
-  return true;
+  return wanted_micro_batch() != micro_batch_;
 }
 
-// Collective, after a step whose sums carried a replan request.
+// The micro-batch this rank wants under the budget last read, with the hysteresis above.
+int64_t TrainSession::wanted_micro_batch() {
+  const int64_t best = fit_micro_batch(micro_batch_cap());
+  if (best <= micro_batch_) return best;
+  const bool automatic = config_.batch().micro_batch() == 0;
+  const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;
+  const bool room = static_cast<double>(memory_model_.peak(best, recompute_)) <=
+                    (1.0 - margin) * static_cast<double>(alloc_.stats().budget);
+  return room ? best : micro_batch_;
+}
+
+// Collective, after a step whose sums carried a replan request (the ranks that did not ask
+// keep theirs unless it no longer fits).
 void TrainSession::replan() {
   release_activations();
   const int64_t before = micro_batch_;
-  // The ranks that did not ask keep theirs unless it no longer fits (hysteresis above).
-  int64_t b = fit_micro_batch(micro_batch_cap());
-  if (b > micro_batch_ && !budget_wants_replan()) b = micro_batch_;
+  const int64_t b = wanted_micro_batch();
   set_micro_batch(agree_micro_batch(b));
   ++replans_;
   restart_peak();

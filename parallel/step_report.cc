@@ -36,12 +36,12 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                         "%6.2f GFLOP/s | peak %s",
                         static_cast<long long>(c.step), s.loss, s.lr, s.grad_norm, tps,
                         s.seconds * 1e3, gflops,
-                        format_bytes(static_cast<double>(c.peak_bytes)).c_str());
-  if (c.predicted_peak > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+                        format_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  if (s.predicted_peak > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
     n += std::snprintf(line + n, sizeof line - n, " (plan %s) | b %lld x %lld%s",
-                       format_bytes(static_cast<double>(c.predicted_peak)).c_str(),
-                       static_cast<long long>(c.micro_batch), static_cast<long long>(c.accumulation),
-                       c.recompute ? " recompute" : "");
+                       format_bytes(static_cast<double>(s.predicted_peak)).c_str(),
+                       static_cast<long long>(s.micro_batch), static_cast<long long>(s.accumulation),
+                       s.recompute ? " recompute" : "");
   }
   if (s.global_batch > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
     n += std::snprintf(line + n, sizeof line - n, " | B %lld, noise %.0f",
@@ -63,14 +63,14 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   log_.info(line);
   nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
-                      {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", c.peak_bytes}};
-  j["predicted_peak_bytes"] = c.predicted_peak;
+                      {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", s.peak_bytes}};
+  j["predicted_peak_bytes"] = s.predicted_peak;
   j["budget_bytes"] = c.budget;
   j["global_batch"] = s.global_batch > 0 ? s.global_batch : c.global_batch;
   if (s.global_batch > 0) j["noise_scale"] = std::isfinite(s.noise_scale) ? s.noise_scale : -1.0;
-  j["micro_batch"] = c.micro_batch;
-  j["accumulation"] = c.accumulation;
-  j["recompute"] = c.recompute;
+  j["micro_batch"] = s.micro_batch;
+  j["accumulation"] = s.accumulation;
+  j["recompute"] = s.recompute;
   j["oom_recoveries"] = c.oom_recoveries;
   j["memory_replans"] = c.replans;
   if (c.shares.size() > 1) j["shares"] = c.shares;

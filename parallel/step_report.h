@@ -77,12 +77,7 @@ struct StepContext {
   uint64_t step = 0;            // steps completed
   double tokens = 0;            // tokens in the global batch
   double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
-  size_t peak_bytes = 0;        // of the host allocator
-  size_t predicted_peak = 0;    // the memory model's (parallel/memory_model.h); 0: none
-  int64_t micro_batch = 0;      // rank 0's micro-batch and accumulation this step
-  int64_t accumulation = 0;
-  int64_t global_batch = 0;
-  bool recompute = false;       // activation recomputation on
+  int64_t global_batch = 0;     // the plan's (a step's own, with an automatic one, is in StepStats)
   int64_t oom_recoveries = 0;   // steps redone after an out-of-memory error, so far
   int64_t replans = 0;          // micro-batch changes for the memory budget, so far
   size_t budget = 0;            // the allocator's budget

@@ -8,8 +8,6 @@
 
 namespace etr {
 
-int64_t TrainSession::peak_bytes() const { return static_cast<int64_t>(alloc_.stats().peak); }
-
 void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum) {
   const int64_t step = static_cast<int64_t>(position_.step);
   const bool last = finished();
@@ -21,12 +19,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
                                                       : plan_->global_batch()) *
                static_cast<double>(data_->seq_len());
     c.flops_per_token = model_.flops_per_token;
-    c.peak_bytes = s.peak_bytes;
-    c.predicted_peak = s.predicted_peak;
-    c.micro_batch = s.micro_batch;
-    c.accumulation = s.accumulation;
     c.global_batch = static_cast<int64_t>(plan_->global_batch());
-    c.recompute = s.recompute;
     c.oom_recoveries = oom_recoveries_;
     c.replans = replans_;
     c.budget = alloc_.stats().budget;

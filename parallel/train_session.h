@@ -196,7 +196,6 @@ class TrainSession {
   double run_micro_batches(int64_t B, int64_t T, double& loss_sum);
   void skip_or_stop(StepStats& st, bool loss_finite);
   void after_step(const StepStats& s, int64_t start, RunSummary& sum);
-  int64_t peak_bytes() const;
   // Memory (session_memory.cc).
   void setup_memory();
   void read_budget_cut();
@@ -213,6 +212,7 @@ class TrainSession {
   void release_activations();
   void recover_from_oom(const std::string& failure);
   bool budget_wants_replan();
+  int64_t wanted_micro_batch();
   void replan();
   void restart_peak();
   // Goodput (session_goodput.cc): the automatic global batch.

@@ -22,6 +22,7 @@
 
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
+#include "mpi/batch_test_util.h"
 #include "mpi/mpi_test_main.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
@@ -29,6 +30,8 @@
 
 namespace etr::train {
 namespace {
+
+using namespace batch_testing;
 
 // The tiny GPT with 4 blocks, global batch 4 per rank in micro-batches of 4.
 TrainConfig config(std::vector<std::string> extra) {
@@ -47,58 +50,6 @@ TrainConfig config(std::vector<std::string> extra) {
   resolve(c, gpt::model_presets());
   return c;
 }
-
-struct State {
-  std::vector<float> param, m, v;
-  std::vector<double> losses;
-  uint64_t samples = 0;
-};
-
-State train(Trainer& t, int steps) {
-  State s;
-  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
-  s.param = t.gather_state(state::kParam);
-  s.m = t.gather_state(state::kAdamM);
-  s.v = t.gather_state(state::kAdamV);
-  s.samples = t.session().position().samples_seen;
-  return s;
-}
-
-bool bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void expect_bitwise(const State& want, const State& got, const std::string& what) {
-  EXPECT_TRUE(bitwise(want.param, got.param)) << what << ": parameters differ";
-  EXPECT_TRUE(bitwise(want.m, got.m)) << what << ": adam.m differs";
-  EXPECT_TRUE(bitwise(want.v, got.v)) << what << ": adam.v differs";
-  EXPECT_EQ(want.losses, got.losses) << what;
-  EXPECT_EQ(want.samples, got.samples) << what << ": samples seen";
-}
-
-// Summation order only (a micro-batch split differently on some rank): 2e-5 absolute on
-// parameters and moments, 1e-5 on losses, as the pipeline tests state.
-void expect_near(const State& want, const State& got, const std::string& what) {
-  ASSERT_EQ(want.param.size(), got.param.size());
-  double worst = 0;
-  for (size_t i = 0; i < want.param.size(); ++i) {
-    worst = std::max({worst, std::fabs(double(want.param[i]) - got.param[i]),
-                      std::fabs(double(want.m[i]) - got.m[i]), std::fabs(double(want.v[i]) - got.v[i])});
-  }
-  EXPECT_LT(worst, 2e-5) << what;
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(want.losses[i], got.losses[i], 1e-5) << what;
-  EXPECT_EQ(want.samples, got.samples) << what << ": samples seen";
-}
-
-// Sets an environment variable for the life of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 // Between the planned peaks at micro-batches b and b + 1 of `c` (this rank's).
 size_t budget_between(const TrainConfig& c, int64_t b) {
