@@ -30,7 +30,7 @@ down() {
 }
 
 up() {
-  local hosts=$1 slots=$2 rate=${3:-2gbit} burst=${4:-256kb} i
+  local hosts=$1 slots=$2 rate=${3:-2gbit} burst=${4:-256kb} latency=${5:-5ms} i
   [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 200 ]] || die "hosts must be 1..200, not '$hosts'"
   [[ $slots =~ ^[0-9]+$ && $slots -ge 1 ]] || die "slots must be at least 1, not '$slots'"
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
@@ -52,8 +52,8 @@ up() {
     ip -n "$name-sw" link set "p$i" master br0
     ip -n "$name-sw" link set "p$i" up
     # Shaped both ways: the host's egress, and the switch port's egress towards the host.
-    ip netns exec "$name-h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
-    ip netns exec "$name-sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 50ms
+    ip netns exec "$name-h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency "$latency"
+    ip netns exec "$name-sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency "$latency"
     echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
   done
   printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
