@@ -15,8 +15,9 @@ AllreduceAlgo parse_allreduce_algo(const std::string& name) {
   if (name == "auto") return AllreduceAlgo::kAuto;
   if (name == "ring") return AllreduceAlgo::kRing;
   if (name == "rd" || name == "recursive_doubling") return AllreduceAlgo::kRecursiveDoubling;
+  if (name == "hier" || name == "hierarchical") return AllreduceAlgo::kHierarchical;
   if (name == "mpi") return AllreduceAlgo::kMpi;
-  throw ConfigError("unknown allreduce algorithm '" + name + "'; use auto, ring, rd or mpi");
+  throw ConfigError("unknown allreduce algorithm '" + name + "'; use auto, ring, rd, hier or mpi");
 }
 
 const char* allreduce_algo_name(AllreduceAlgo algo) {
@@ -24,6 +25,7 @@ const char* allreduce_algo_name(AllreduceAlgo algo) {
     case AllreduceAlgo::kAuto: return "auto";
     case AllreduceAlgo::kRing: return "ring";
     case AllreduceAlgo::kRecursiveDoubling: return "rd";
+    case AllreduceAlgo::kHierarchical: return "hier";
     case AllreduceAlgo::kMpi: return "mpi";
   }
   return "?";

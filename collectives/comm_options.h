@@ -4,9 +4,14 @@
 // (runtime/config/settings.h):
 //
 //   ETR_COMM_TIMEOUT_S          seconds before a stuck collective fails (default 300)
-//   ETR_ALLREDUCE_ALGO          auto | ring | rd (recursive doubling) | mpi (default auto)
+//   ETR_ALLREDUCE_ALGO          auto | ring | rd (recursive doubling) | hier (hierarchical:
+//                               within each host, then across hosts; the ring when the
+//                               hosts hold unequal numbers of ranks or there is one host)
+//                               | mpi (default auto)
 //   ETR_ALLREDUCE_SMALL_BYTES   auto uses recursive doubling below this size times (n-1),
-//                               the ring above (default 16KiB; see choose_allreduce)
+//                               above it hier when the ranks span >= 2 hosts with the
+//                               same number >= 2 on each, else the ring (default 16KiB;
+//                               see choose_allreduce)
 //   ETR_RING_CHUNK_BYTES        pipelining unit of the ring algorithms (default 256KiB)
 //   ETR_RING_DEPTH              chunks in flight per direction (default 4)
 //   ETR_INLINE_BYTES            ops up to this size run on the caller's thread when the
@@ -32,7 +37,7 @@
 
 namespace etr {
 
-enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling, kMpi };
+enum class AllreduceAlgo { kAuto, kRing, kRecursiveDoubling, kHierarchical, kMpi };
 
 AllreduceAlgo parse_allreduce_algo(const std::string& name);
 const char* allreduce_algo_name(AllreduceAlgo algo);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "collectives/chain_broadcast.h"
+#include "collectives/hierarchical.h"
 #include "collectives/mpi_transport.h"
 #include "collectives/op_context.h"
 #include "collectives/progress_engine.h"
@@ -16,6 +17,7 @@
 #include "collectives/ring_common.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/error.h"
+#include "runtime/log.h"
 #include "runtime/mpi_check.h"
 
 namespace etr {
@@ -23,12 +25,7 @@ namespace etr {
 // What a collective's body gets when it runs on the engine (or inline).
 struct HostCommunicator::AlgoSetup {
   OpContext& ctx;
-  AlgoParams params(DType dtype) const {
-    const int64_t chunk =
-        std::max<int64_t>(1, static_cast<int64_t>(comm.options_.chunk_bytes / dtype_size(dtype)));
-    return AlgoParams{*comm.transport_, ctx, *comm.scratch_, dtype, chunk,
-                      std::clamp(comm.options_.depth, 1, 64)};
-  }
+  AlgoParams params(DType dtype) const { return comm.algo_params(*comm.transport_, ctx, dtype); }
   const HostCommunicator& comm;
 };
 
@@ -88,10 +85,11 @@ bool node_oversubscribed(const Group& group) {
 
 }  // namespace
 
-HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
+HostCommunicator::HostCommunicator(const Group& group, CommOptions options, Logger* log)
     : options_(options),
       group_(group.dup(group.name())),
       p2p_group_(group.dup(group.name())),
+      topology_(discover_host_topology(group_)),
       transport_(std::make_unique<MpiTransport>(group_.comm())),
       p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
       scratch_(std::make_unique<RingScratch>()),
@@ -105,6 +103,39 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options)
   if (options_.max_idle_sleep.count() < 0) options_.max_idle_sleep = IdlePolicy::kFirstSleep;
   // Slots for the pipelined pieces are allocated and touched now, not in the first step.
   scratch_->get(scratch_->slots, options_.chunk_bytes * std::clamp(options_.depth, 1, 64));
+  build_host_groups(log);
+}
+
+// The groups of the hierarchical allreduce, when it can run; otherwise, if it was asked
+// for, one line saying that the ring runs instead.
+void HostCommunicator::build_host_groups(Logger* log) {
+  if (topology_.hierarchical_possible()) {
+    const std::string host = std::to_string(topology_.node);
+    const std::string local = std::to_string(topology_.local_rank);
+    host_group_ = group_.split(topology_.node, group_.rank(), name() + "/host" + host);
+    cross_group_ = group_.split(topology_.local_rank, topology_.node, name() + "/across" + local);
+    host_transport_ = std::make_unique<MpiTransport>(host_group_->comm());
+    cross_transport_ = std::make_unique<MpiTransport>(cross_group_->comm());
+    return;
+  }
+  if (options_.allreduce_algo != AllreduceAlgo::kHierarchical || group_.rank() != 0) return;
+  Logger fallback;
+  (log ? *log : fallback)
+      .warn("allreduce on group '", name(), "': hier needs at least 2 hosts with the same "
+            "number of ranks on each, here ", topology_.str(), "; running the ring instead");
+}
+
+IdlePolicy HostCommunicator::idle_policy() const {
+  return IdlePolicy{static_cast<unsigned>(options_.spin_polls),
+                    static_cast<unsigned>(options_.yield_polls), options_.max_idle_sleep,
+                    caller_waiting_.get()};
+}
+
+AlgoParams HostCommunicator::algo_params(Transport& transport, OpContext& ctx,
+                                         DType dtype) const {
+  const int64_t chunk =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_bytes / dtype_size(dtype)));
+  return AlgoParams{transport, ctx, *scratch_, dtype, chunk, std::clamp(options_.depth, 1, 64)};
 }
 
 HostCommunicator::~HostCommunicator() { engine_.reset(); }
@@ -121,20 +152,27 @@ const std::string& HostCommunicator::name() const { return group_.name(); }
 // rd 2.2 / 3.7 / 9.2 / 14.0 / 24.7 us against ring 2.5 / 3.9 / 6.5 / 14.7 / 20.9 us at
 // 4 / 8 / 16 / 32 / 64 KiB, so 16 KiB x (n-1); oversubscribed np=3 and np=4 runs put
 // the crossover higher still (64-256 KiB), consistent with the scaling.
+//
+// Across hosts, a ring with its ranks placed host by host sends 2(n-1)/n of the buffer
+// over each host's link; the hierarchical allreduce 2(H-1)/H (H hosts), the rest staying
+// in shared memory: auto takes it where the ring would, given >= 2 hosts of L >= 2 ranks
+// each (with L = 1 it is the ring itself).
 AllreduceAlgo HostCommunicator::choose_allreduce(size_t bytes) const {
-  if (options_.allreduce_algo != AllreduceAlgo::kAuto) return options_.allreduce_algo;
+  const AllreduceAlgo asked = options_.allreduce_algo;
+  const bool hier = topology_.hierarchical_possible();
+  if (asked == AllreduceAlgo::kHierarchical) return hier ? asked : AllreduceAlgo::kRing;
+  if (asked != AllreduceAlgo::kAuto) return asked;
   const size_t limit = options_.small_bytes * static_cast<size_t>(std::max(1, size() - 1));
-  return bytes < limit ? AllreduceAlgo::kRecursiveDoubling : AllreduceAlgo::kRing;
+  if (bytes < limit) return AllreduceAlgo::kRecursiveDoubling;
+  return hier && topology_.ranks_per_node() >= 2 ? AllreduceAlgo::kHierarchical
+                                                 : AllreduceAlgo::kRing;
 }
 
 WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t bytes,
                                             std::function<void(AlgoSetup&)> body) {
   auto work = std::make_shared<HostWork>(description);
   auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
-    OpContext ctx(*work, rank(), size(), options_.timeout,
-                  IdlePolicy{static_cast<unsigned>(options_.spin_polls),
-                                        static_cast<unsigned>(options_.yield_polls),
-                                        options_.max_idle_sleep, caller_waiting_.get()});
+    OpContext ctx(*work, rank(), size(), options_.timeout, idle_policy());
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};
@@ -150,12 +188,14 @@ WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
     throw InvalidArgument("allreduce on group '" + name() + "': the mpi algorithm has no " +
                           std::string(dtype_name(in.dtype())) + " type; use ring or rd");
   }
+  const OpDescription d = describe("allreduce", in, reduce_op_name(op), name());
   return submit_collective(
-      describe("allreduce", in, reduce_op_name(op), name()), in.nbytes(),
-      [this, in, out, op, algo](AlgoSetup& s) {
+      d, in.nbytes(), [this, d, in, out, op, algo](AlgoSetup& s) {
         switch (algo) {
           case AllreduceAlgo::kMpi:
             return mpi_allreduce(s.ctx, group_.comm(), in, out, op);
+          case AllreduceAlgo::kHierarchical:
+            return run_hierarchical(d, in, out, op);
           case AllreduceAlgo::kRecursiveDoubling:
             return recursive_doubling_allreduce(s.params(in.dtype()), in.data(), out.data(),
                                                 in.numel(), op);
@@ -163,6 +203,23 @@ WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
             return ring_allreduce(s.params(in.dtype()), in.data(), out.data(), in.numel(), op);
         }
       });
+}
+
+// The rings within the host and across hosts each time out naming their own group and
+// ranks; their contexts start with the operation, so they share its deadline.
+void HostCommunicator::run_hierarchical(const OpDescription& d, TensorView in, TensorView out,
+                                        ReduceOp op) {
+  OpDescription host_d = d, cross_d = d;
+  host_d.group = &host_group_->name();
+  cross_d.group = &cross_group_->name();
+  const HostWork host_work(host_d), cross_work(cross_d);
+  OpContext host_ctx(host_work, host_group_->rank(), host_group_->size(), options_.timeout,
+                     idle_policy());
+  OpContext cross_ctx(cross_work, cross_group_->rank(), cross_group_->size(), options_.timeout,
+                      idle_policy());
+  hierarchical_allreduce(algo_params(*host_transport_, host_ctx, in.dtype()),
+                         algo_params(*cross_transport_, cross_ctx, in.dtype()), in.data(),
+                         out.data(), in.numel(), op);
 }
 
 WorkPtr HostCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op) {

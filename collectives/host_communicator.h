@@ -9,8 +9,12 @@
 //
 // Algorithms (one per file): ring reduce-scatter + ring allgather, chunked and
 // pipelined, for large allreduces; recursive doubling below CommOptions::small_bytes;
-// MPI's own MPI_Allreduce when asked (for comparison). The communicator duplicates
-// the group's MPI communicator, so its traffic never mixes with anybody else's.
+// hierarchical (within each host, then across hosts: collectives/hierarchical.h) when
+// the group spans several hosts with the same number of ranks on each; MPI's own
+// MPI_Allreduce when asked (for comparison). The communicator duplicates the group's
+// MPI communicator, so its traffic never mixes with anybody else's; on several hosts it
+// also splits it into the ranks of its host and the ranks of its local index on every
+// host (collective, in the constructor), each with a transport of its own.
 //
 // (*) Collectives up to CommOptions::inline_bytes (64 KiB) run on the calling thread
 // when nothing else is queued, and return when done: issue collectives on several
@@ -21,23 +25,32 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "collectives/comm_options.h"
 #include "collectives/communicator.h"
+#include "collectives/host_topology.h"
 #include "runtime/group.h"
 
 namespace etr {
 
 class ProgressEngine;
 class MpiTransport;
+class Logger;
+class OpContext;
+class Transport;
+struct AlgoParams;
+struct IdlePolicy;
 struct RingScratch;
 struct CallerWaiting;
 
 class HostCommunicator final : public Communicator {
  public:
-  // Collective over `group`: every member must construct it.
-  HostCommunicator(const Group& group, CommOptions options = CommOptions::from_env());
+  // Collective over `group`: every member must construct it. `log` (optional) receives
+  // the one line said when `hier` is asked for but cannot run (rank 0 of the group).
+  HostCommunicator(const Group& group, CommOptions options = CommOptions::from_env(),
+                   Logger* log = nullptr);
   ~HostCommunicator() override;
 
   int rank() const override;
@@ -56,20 +69,35 @@ class HostCommunicator final : public Communicator {
   WorkPtr barrier() override;
   void set_caller_waiting(bool waiting) override;
 
-  // The allreduce algorithm `auto` picks for `bytes`.
+  // The allreduce algorithm that runs for `bytes`: auto's pick, or the one asked for
+  // (kRing when kHierarchical was asked for but is not possible).
   AllreduceAlgo choose_allreduce(size_t bytes) const;
+
+  // The hosts the group spans, and the ranks on each (0 when they differ).
+  const HostTopology& topology() const { return topology_; }
+  int nodes() const { return topology_.nodes; }
+  int ranks_per_node() const { return topology_.ranks_per_node(); }
 
  private:
   struct AlgoSetup;
   WorkPtr submit_collective(OpDescription description, size_t bytes,
                             std::function<void(AlgoSetup&)> body);
   WorkPtr submit_point_to_point(bool is_send, TensorView buf, int peer, int tag);
+  IdlePolicy idle_policy() const;
+  AlgoParams algo_params(Transport& transport, OpContext& ctx, DType dtype) const;
+  void build_host_groups(Logger* log);
+  void run_hierarchical(const OpDescription& d, TensorView in, TensorView out, ReduceOp op);
 
   CommOptions options_;
   Group group_;      // collectives' messages
   Group p2p_group_;  // send/recv, so user tags never meet collective traffic
+  HostTopology topology_;
+  std::optional<Group> host_group_;   // this host's ranks (hierarchical only)
+  std::optional<Group> cross_group_;  // the ranks of this local index, one per host
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<MpiTransport> p2p_transport_;
+  std::unique_ptr<MpiTransport> host_transport_;
+  std::unique_ptr<MpiTransport> cross_transport_;
   std::unique_ptr<RingScratch> scratch_;
   std::unique_ptr<CallerWaiting> caller_waiting_;
   std::unique_ptr<ProgressEngine> engine_;  // last: stopped first

@@ -13,16 +13,17 @@ namespace {
 
 using SegmentDst = std::function<char*(int step, int segment)>;
 
-// After this, rank r holds segment r fully reduced at dst(n - 2, r).
+// After this, rank r holds segment r fully reduced at dst(n - 2, r); an average is
+// divided by avg_divisor on that last hop (0: not at all).
 void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector<int64_t>& off,
-                          ReduceOp op, const SegmentDst& dst) {
+                          ReduceOp op, int avg_divisor, const SegmentDst& dst) {
   const int n = p.ctx.size(), r = p.ctx.rank();
   const size_t es = dtype_size(p.dtype);
   void* slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(p.chunk) * es * p.depth);
   for (int s = 0; s <= n - 2; ++s) {
     const int send_seg = ring_mod(r - 1 - s, n);
     const int recv_seg = ring_mod(r - 2 - s, n);
-    const bool last = s == n - 2;
+    const bool divide_here = s == n - 2 && op == ReduceOp::kAvg && avg_divisor > 0;
     char* recv_dst = dst(s, recv_seg);
     const char* recv_in = in + off[recv_seg] * es;
     RingStep step;
@@ -37,8 +38,8 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
     step.depth = p.depth;
     step.slots = slots;
     step.consume = [&](int64_t o, const void* piece, int64_t c) {
-      if (last && op == ReduceOp::kAvg) {
-        reduce_avg_last(p.dtype, recv_dst + o * es, recv_in + o * es, piece, c, n);
+      if (divide_here) {
+        reduce_avg_last(p.dtype, recv_dst + o * es, recv_in + o * es, piece, c, avg_divisor);
       } else {
         reduce(p.dtype, op, recv_dst + o * es, recv_in + o * es, piece, c);
       }
@@ -83,18 +84,32 @@ std::vector<int64_t> equal_blocks(int64_t block, int n) {
 
 }  // namespace
 
-void ring_allreduce(const AlgoParams& p, const void* in, void* out, int64_t count, ReduceOp op) {
+void ring_reduce_scatter_segments(const AlgoParams& p, const void* in, void* out,
+                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor) {
   const int n = p.ctx.size();
   const size_t es = dtype_size(p.dtype);
+  char* o = static_cast<char*>(out);
+  const char* i = static_cast<const char*>(in);
   if (n == 1) {
-    if (in != out) std::memcpy(out, in, count * es);
+    const int64_t count = off[1] - off[0];
+    if (count == 0) return;
+    if (in != out) std::memmove(o + off[0] * es, i + off[0] * es, count * es);
+    if (op == ReduceOp::kAvg && avg_divisor > 1) divide(p.dtype, o + off[0] * es, count, avg_divisor);
     return;
   }
-  const std::vector<int64_t> off = ring_segments(count, n, es);
-  char* o = static_cast<char*>(out);
-  reduce_scatter_phase(p, static_cast<const char*>(in), off, op,
+  reduce_scatter_phase(p, i, off, op, avg_divisor,
                        [&](int, int seg) { return o + off[seg] * es; });
-  allgather_phase(p, o, off, nullptr, nullptr);
+}
+
+void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off) {
+  allgather_phase(p, static_cast<char*>(out), off, nullptr, nullptr);
+}
+
+void ring_allreduce(const AlgoParams& p, const void* in, void* out, int64_t count, ReduceOp op) {
+  const int n = p.ctx.size();
+  const std::vector<int64_t> off = ring_segments(count, n, dtype_size(p.dtype));
+  ring_reduce_scatter_segments(p, in, out, off, op, n);
+  ring_allgather_segments(p, out, off);
 }
 
 void ring_reduce_scatter(const AlgoParams& p, const void* in, void* out, int64_t block,
@@ -107,7 +122,7 @@ void ring_reduce_scatter(const AlgoParams& p, const void* in, void* out, int64_t
   }
   char* stage = n > 2 ? static_cast<char*>(p.scratch.get(p.scratch.stage, 2 * block * es))
                       : nullptr;
-  reduce_scatter_phase(p, static_cast<const char*>(in), equal_blocks(block, n), op,
+  reduce_scatter_phase(p, static_cast<const char*>(in), equal_blocks(block, n), op, n,
                        [&](int s, int) -> char* {
                          if (s == n - 2) return static_cast<char*>(out);
                          return stage + (s % 2) * block * es;

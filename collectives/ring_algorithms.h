@@ -9,9 +9,14 @@
 //   allgather, step s = 0..n-2: send segment (r-s), receive segment (r-s-1) in place.
 // Every step is chunked and pipelined (ring_step.h). Each segment is reduced by exactly
 // one rank, so all ranks end with bitwise identical results.
+//
+// Segments are equal blocks (reduce_scatter, allgather) or given as offsets (the
+// *_segments variants and allreduce: ring_segments(), 64-byte aligned, the last ones
+// shorter or empty when count is not a multiple). Ranks and size are the OpContext's.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "collectives/ring_common.h"
 
@@ -26,5 +31,16 @@ void ring_reduce_scatter(const AlgoParams& p, const void* in, void* out, int64_t
 
 // out [n x block] = every rank's in [block], rank order; in may alias block r of out.
 void ring_allgather(const AlgoParams& p, const void* in, void* out, int64_t block);
+
+// Segment r of out := segment r of the reduction of in, where segment i is
+// [off[i], off[i+1]) (off: n + 1 ascending offsets, uneven and empty segments allowed).
+// The other segments of out are overwritten with partial results. in == out allowed.
+// For ReduceOp::kAvg the last hop divides by `avg_divisor` (0: it does not divide, the
+// segment holds the sum); other ops ignore it.
+void ring_reduce_scatter_segments(const AlgoParams& p, const void* in, void* out,
+                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor);
+
+// Segment i of out := rank i's segment i, given each rank's own segment in place in out.
+void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off);
 
 }  // namespace etr

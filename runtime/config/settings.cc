@@ -23,7 +23,8 @@ bool is_bytes(const std::string& text, size_t at_least = 0) {
 }
 
 bool known_algo(const std::string& a) {
-  return a == "auto" || a == "ring" || a == "rd" || a == "recursive_doubling" || a == "mpi";
+  return a == "auto" || a == "ring" || a == "rd" || a == "recursive_doubling" || a == "hier" ||
+         a == "hierarchical" || a == "mpi";
 }
 
 struct Entry {
@@ -35,7 +36,7 @@ struct Entry {
 const Entry kEntries[] = {
     {{"ETR_COMM_TIMEOUT_S", "comm.timeout_s", "a positive number of seconds"},
      [](const CommConfig& c) { return c.timeout_s() > 0 && c.timeout_s() < 1e9; }},
-    {{"ETR_ALLREDUCE_ALGO", "comm.allreduce_algo", "an allreduce algorithm (auto, ring, rd or mpi)"},
+    {{"ETR_ALLREDUCE_ALGO", "comm.allreduce_algo", "an allreduce algorithm (auto, ring, rd, hier or mpi)"},
      [](const CommConfig& c) { return known_algo(c.allreduce_algo()); }},
     {{"ETR_ALLREDUCE_SMALL_BYTES", "comm.allreduce_small_bytes", "a byte count (e.g. 16KiB)"},
      [](const CommConfig& c) { return is_bytes(c.allreduce_small_bytes()); }},

@@ -295,6 +295,8 @@ const char* algo_name(AllreduceAlgo a) {
       return "ring";
     case AllreduceAlgo::kRecursiveDoubling:
       return "rd";
+    case AllreduceAlgo::kHierarchical:
+      return "hier";
     case AllreduceAlgo::kMpi:
       return "mpi";
   }

@@ -77,7 +77,7 @@ TEST(SettingsRegistry, BadValuesAreOneSentenceNamingTheirSource) {
   {
     ScopedEnv algo("ETR_ALLREDUCE_ALGO", "tree");
     EXPECT_EQ(config_error([] { CommOptions::from_env(); }),
-              "ETR_ALLREDUCE_ALGO='tree' is not an allreduce algorithm (auto, ring, rd or mpi)");
+              "ETR_ALLREDUCE_ALGO='tree' is not an allreduce algorithm (auto, ring, rd, hier or mpi)");
   }
   config::TrainConfig c = parse_config("comm { max_idle_sleep_us: 0 }");
   apply_field_defaults(c);
