@@ -118,8 +118,11 @@ int fail(const Error& e, World& world, ElasticReporter& elastic, const std::stri
   // rank stops alike, and a relaunch from the same checkpoint would meet it again).
   const bool nonfinite = dynamic_cast<const NonFiniteError*>(&e) != nullptr;
   const bool own = dynamic_cast<const CommError*>(&e) == nullptr && !nonfinite;
+  // A timeout names the peer it waited on: etr-run tells an unreachable host from it.
+  const auto* comm = dynamic_cast<const CommError*>(&e);
+  const int peer = comm ? comm->peer_world_rank() : -1;
   elastic.event("error rank=" + std::to_string(world.rank()) + " own=" + (own ? "1" : "0") +
-                (nonfinite ? " final=1" : ""));
+                (peer >= 0 ? " peer=" + std::to_string(peer) : "") + (nonfinite ? " final=1" : ""));
   if (nonfinite) {  // every rank ends normally, and one says why
     if (world.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;

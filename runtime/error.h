@@ -37,6 +37,14 @@ class IoError : public Error {
 class CommError : public Error {
  public:
   using Error::Error;
+  // A timeout waiting on the rank `peer_world_rank` of MPI_COMM_WORLD.
+  CommError(const std::string& what, int peer_world_rank)
+      : Error(what), peer_world_rank_(peer_world_rank) {}
+  // The world rank this rank waited on when it gave up, or -1.
+  int peer_world_rank() const { return peer_world_rank_; }
+
+ private:
+  int peer_world_rank_ = -1;
 };
 
 // A checkpoint is missing, incomplete or corrupt.

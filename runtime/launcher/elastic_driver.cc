@@ -19,7 +19,9 @@
 #include "runtime/elastic.h"
 #include "runtime/error.h"
 #include "runtime/launcher/job_events.h"
+#include "runtime/launcher/failure_cause.h"
 #include "runtime/launcher/job_process.h"
+#include "runtime/launcher/launch_watch.h"
 #include "runtime/launcher/mpirun_output.h"
 #include "runtime/launcher/oom_watch.h"
 
@@ -29,7 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_signal = 0;  // read by launch_watch.cc's pump()
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 template <typename... Args>
@@ -53,8 +55,8 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // What one launch of the job did.
 struct LaunchResult {
   int status = 0;          // exit status (128 + signal when mpirun was killed)
-  int killed_rank = -1;    // from mpirun's report (MpirunOutput)
-  int own_error_rank = -1; // from the job's "error ... own=1" event
+  FailureEvidence evidence;  // whom to blame (failure_cause.h)
+  Clock::time_point first_error{};  // the first error or lost daemon heard of (else epoch)
   bool final_error = false;  // the job's "error ... final=1": a relaunch would fail alike
   bool resize_requested = false;
   bool first_step_seen = false;
@@ -64,16 +66,24 @@ struct LaunchResult {
   OomEvidence oom;      // the OOM kill count around the launch, mpirun's SIGKILL reports
 };
 
-// A job's "error rank=R own=0|1 [final=1]" event: the first rank that named itself the
-// cause (own=1), and whether a relaunch would fail the same way (final=1). Any event's
+// A job's "error rank=R own=0|1 [peer=P] [final=1]" event: the first rank that named
+// itself the cause (own=1), the peers ranks timed out waiting on, and whether a relaunch
+// would fail the same way (final=1); the launch shim's "daemon-lost host=H". Any event's
 // micro_batch=B: the micro-batch the job runs at (oom_watch.h).
 void note_error(const Event& e, LaunchResult& r) {
   if (const auto b = e.fields.find("micro_batch"); b != e.fields.end()) {
     r.micro_batch = std::atoi(b->second.c_str());
   }
-  if (e.name != "error") return;
   auto field = [&e](const char* k) { return e.fields.count(k) ? e.fields.at(k) : std::string(); };
-  if (field("own") == "1" && r.own_error_rank < 0) r.own_error_rank = std::atoi(field("rank").c_str());
+  if (e.name == "daemon-lost") r.evidence.lost_hosts.push_back(field("host"));
+  if (e.name != "error" && e.name != "daemon-lost") return;
+  if (r.first_error == Clock::time_point{}) r.first_error = Clock::now();
+  if (e.name != "error") return;
+  const int rank = std::atoi(field("rank").c_str());
+  if (field("own") == "1" && r.evidence.own_error_rank < 0) r.evidence.own_error_rank = rank;
+  if (field("own") != "1" && !field("peer").empty()) {
+    r.evidence.waits.emplace_back(rank, std::atoi(field("peer").c_str()));
+  }
   if (field("final") == "1") r.final_error = true;
 }
 
@@ -86,44 +96,6 @@ struct LaunchEnv {
   int64_t event_ms = 0;
   int memory_halvings = 0;  // relaunches after an OOM kill (oom_watch.h)
 };
-
-// What etr-run follows of one running launch.
-struct Watch {
-  explicit Watch(const JobProcess& job) : pid(job.pid), stderr_fd(job.stderr_fd) {}
-  pid_t pid;
-  int stderr_fd;
-  MpirunOutput output{STDERR_FILENO};
-  Clock::time_point next_discovery;
-  bool eof = false, reaped = false, started = false, stop_forwarded = false;
-  bool resize_pending = false;
-  int status = 0;
-  std::string reason;  // why a resize is pending
-  std::optional<Discovery> discovery;
-};
-
-// Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits, and
-// forwards etr-run's stop signal to it once.
-void pump(Watch& w) {
-  if (!w.eof) {
-    pollfd p{w.stderr_fd, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      char buf[65536];
-      const ssize_t n = read(w.stderr_fd, buf, sizeof buf);
-      if (n > 0) {
-        w.output.feed(buf, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        w.eof = true;
-      }
-    }
-  } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.reaped = true;
-  if (g_stop_signal && !w.stop_forwarded && !w.reaped) {
-    kill(w.pid, SIGTERM);
-    w.stop_forwarded = true;
-  }
-}
 
 class Driver {
  public:
@@ -168,6 +140,8 @@ class Driver {
   bool discovery_warned_ = false;
   bool discovered_once_ = false;
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
+  MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
+  std::string said_;
   int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;
 };
 
@@ -253,15 +227,16 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   if (!o_.checkpoint_dir.empty()) vars["ETR_RUN_CHECKPOINT_DIR"] = o_.checkpoint_dir;
   const JobEnvironment job_env = job_environment(std::move(vars));
   r.oom.before = read_oom_count();
-  Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward), job_env.vars));
+  Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward, network_), job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
-    pump(w);
+    pump(w, g_stop_signal);
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
+    end_stuck_mpirun(w, r.first_error);
   }
   w.output.flush();
-  r.killed_rank = w.output.killed_rank();
+  r.evidence.killed_rank = w.output.killed_rank();
   r.program_error = w.output.program_error();
   close(w.stderr_fd);
   for (const Event& e : events_->read_new()) note_error(e, r);
@@ -345,9 +320,7 @@ void catch_stop_signals() {
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
 int Driver::run() {
@@ -365,10 +338,11 @@ int Driver::run() {
     int np = whole_pipelines(o_, total_slots(*hosts));
     if (launches_ == 0 && o_.np > 0) np = std::min(np, o_.np);
     const auto assigned = take_slots(*hosts, np);
-    if (const std::string why = local_program_problem(o_, assigned); !why.empty()) {
-      say("error: ", why, "; give the job as an executable's path or a program on PATH");
+    if (const std::string why = launch_problem(o_, assigned, network_); !why.empty()) {
+      say("error: ", why);
       break;
     }
+    if (auto line = network_.describe("--iface or ETR_MPI_IFACE"); line != said_) say(said_ = line);
     ++launches_;
     const std::string halvings = std::to_string(env.memory_halvings);
     say("launch ", launches_, ": ", np, " rank(s) on ", format_hosts(assigned),
@@ -458,25 +432,19 @@ std::optional<int> Driver::after_oom(const OomKill& k, const LaunchResult& r, La
 bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
                            int64_t last_step) {
   ++failures_;
-  const int culprit = r.own_error_rank >= 0 ? r.own_error_rank : r.killed_rank;
-  std::string who = "no rank is named as the cause";
-  if (culprit >= 0) {
-    std::string host;
-    int first = 0;
-    for (const auto& h : assigned) {
-      if (culprit < first + h.slots) {
-        host = h.host;
-        break;
-      }
-      first += h.slots;
-    }
-    who = "rank " + std::to_string(culprit) + " on " + host;
-    if (!host.empty() && health_.record_failure(host)) {
-      say("host ", host, " failed ", health_.failures(host), " time(s) (--blacklist-after ",
-          o_.blacklist_after, "): excluded for ",
-          seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
-      events_out_->event("exclude host=" + host);
-    }
+  const Blame b = blame(r.evidence, assigned);
+  const std::string& who = b.why;
+  if (b.whole_host()) {
+    health_.exclude_now(b.host);
+    say(b.why, ": excluded until discovery drops and lists it again, or for ",
+        seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
+    events_out_->event("exclude host=" + b.host + " reason=" +
+                       (b.kind == Blame::Kind::kLostHost ? "lost" : "unreachable"));
+  } else if (!b.host.empty() && health_.record_failure(b.host)) {
+    say("host ", b.host, " failed ", health_.failures(b.host), " time(s) (--blacklist-after ",
+        o_.blacklist_after, "): excluded for ",
+        seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
+    events_out_->event("exclude host=" + b.host);
   }
   say("the job failed (exit status ", r.status, "; ", who, ") after step ", last_step,
       "; failure ", failures_, " of at most ", o_.max_restarts + 1);

@@ -16,10 +16,12 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/launcher/elastic_driver.h"
+#include "runtime/launcher/launch_shim.h"
 
 namespace {
 
@@ -106,6 +108,9 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == etr::launcher::kLaunchShimFlag) {  // launch_shim.h
+    return etr::launcher::run_launch_shim(std::vector<std::string>(argv + 2, argv + argc));
+  }
   CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
                "checkpoint when a worker fails and resizes it when slots come or go.",
                "etr-run"};

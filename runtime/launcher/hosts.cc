@@ -10,16 +10,12 @@
 #include <fstream>
 
 #include "runtime/error.h"
+#include "runtime/launcher/network.h"
 
 namespace etr::launcher {
 
 bool is_local_host(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  if (host.rfind("127.", 0) == 0 && host.find_first_not_of("0123456789.") == std::string::npos) return true;
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return false;
-  const std::string self(name);
-  return host == self || (host.size() < self.size() && self.rfind(host + ".", 0) == 0);
+  return names_this_machine(host) || resolves_to_this_machine(host);
 }
 
 namespace {
@@ -102,6 +98,13 @@ bool HostHealth::record_failure(const std::string& host, Clock::time_point now) 
   return false;
 }
 
+void HostHealth::exclude_now(const std::string& host, Clock::time_point now) {
+  State& s = state_[host];
+  s.excluded = true;
+  s.absent = false;
+  s.excluded_until = now + cooldown_;
+}
+
 bool HostHealth::excluded(const std::string& host, Clock::time_point now) const {
   auto it = state_.find(host);
   return it != state_.end() && it->second.excluded && now < it->second.excluded_until;
@@ -113,12 +116,19 @@ int HostHealth::failures(const std::string& host) const {
 }
 
 std::vector<HostSlots> HostHealth::usable(const std::vector<HostSlots>& hosts, Clock::time_point now) {
+  // An excluded host that discovery stopped listing was seen to be gone (its scheduler
+  // took it out); listed again, it is back (repaired, rebooted): a fresh start.
+  for (auto& [name, s] : state_) {
+    const bool listed = std::any_of(hosts.begin(), hosts.end(),
+                                    [&name](const HostSlots& h) { return h.host == name; });
+    if (s.excluded && !listed) s.absent = true;
+  }
   std::vector<HostSlots> out;
   for (const auto& h : hosts) {
     auto it = state_.find(h.host);
     if (it != state_.end() && it->second.excluded) {
-      if (now < it->second.excluded_until) continue;
-      it->second = State{};  // cool-down over: a fresh start
+      if (now < it->second.excluded_until && !it->second.absent) continue;
+      it->second = State{};  // cool-down over, or back after it was gone: a fresh start
     }
     if (h.slots > 0) out.push_back(h);
   }

@@ -15,7 +15,8 @@
 
 namespace etr::launcher {
 
-// True for names of this machine: localhost, 127.x.y.z, ::1 and this host's name.
+// True for names of this machine: localhost, 127.x.y.z, ::1, this host's name, the
+// addresses of its interfaces and names resolving to one of them (network.h).
 bool is_local_host(const std::string& host);
 
 // One discovery under way: a list or a hostfile is read at once, a script runs until
@@ -67,10 +68,13 @@ class HostHealth {
       : blacklist_after_(blacklist_after), cooldown_(cooldown) {}
   // Counts a failure of `host`; true when it is now excluded.
   bool record_failure(const std::string& host, Clock::time_point now = Clock::now());
+  // Excludes `host` for the cool-down at once (it was lost, or is unreachable).
+  void exclude_now(const std::string& host, Clock::time_point now = Clock::now());
   bool excluded(const std::string& host, Clock::time_point now = Clock::now()) const;
   int failures(const std::string& host) const;
-  // `hosts` without the excluded ones. A host whose cool-down is over is admitted again
-  // with its failure count reset.
+  // `hosts` without the excluded ones. A host whose cool-down is over, or that was
+  // missing from a discovery while excluded and is listed again, is admitted again with
+  // its failure count reset.
   std::vector<HostSlots> usable(const std::vector<HostSlots>& hosts,
                                 Clock::time_point now = Clock::now());
 
@@ -79,6 +83,7 @@ class HostHealth {
     int failures = 0;
     Clock::time_point excluded_until{};
     bool excluded = false;
+    bool absent = false;  // missing from a discovery since it was excluded
   };
   int blacklist_after_;
   std::chrono::milliseconds cooldown_;

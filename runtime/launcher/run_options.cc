@@ -88,28 +88,34 @@ void validate(RunOptions& o) {
   if (o.blacklist_after < 0) throw ConfigError("--blacklist-after cannot be negative");
   if (o.discovery_interval.count() <= 0) throw ConfigError("--discovery-interval must be positive");
   if (o.discovery_timeout.count() <= 0) throw ConfigError("--discovery-timeout must be positive");
+  if (!o.iface.empty()) check_iface(o.iface, "--iface");
 }
 
 std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
-                                        int np, const std::vector<std::string>& env_names) {
+                                        int np, const std::vector<std::string>& env_names,
+                                        const MpiNetwork& network) {
   std::vector<std::string> a = {o.mpirun};
   if (geteuid() == 0) a.push_back("--allow-run-as-root");
-  bool local = true;
-  for (const auto& h : hosts) local = local && is_local_host(h.host);
-  if (local) {
-    // One machine (MPI_NOTES.md): shared memory, no transport probing, loopback only.
-    a.insert(a.end(), {"--mca", "pml", "ob1", "--mca", "btl", "self,vader", "--mca",
-                       "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"});
-  }
+  // One machine: shared memory, loopback only; several: TCP between them (network.h).
+  std::vector<std::string> mca = network.flags();
   // When one rank fails (or exits non-zero, as a resize does), mpirun ends the others with
   // SIGTERM and, a second later, SIGKILL. The job's state is in its checkpoints, so the
   // grace second only delays recovery: kill at once.
-  a.insert(a.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  mca.insert(mca.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+  if (!o.launch_agent.empty()) mca.insert(mca.end(), {"--mca", "plm_rsh_agent", o.launch_agent});
+  mca = without_user_mca(mca, o.mpi_args);  // mpirun refuses a parameter given twice
+  a.insert(a.end(), mca.begin(), mca.end());
   a.insert(a.end(), {"-np", std::to_string(np), "--host", format_hosts(hosts)});
   for (const auto& n : env_names) a.insert(a.end(), {"-x", n});
   a.insert(a.end(), o.mpi_args.begin(), o.mpi_args.end());
   a.insert(a.end(), o.command.begin(), o.command.end());
   return a;
+}
+
+MpiNetwork launch_network(const RunOptions& o, const std::vector<HostSlots>& hosts) {
+  std::vector<std::string> names;
+  for (const auto& h : hosts) names.push_back(h.host);
+  return choose_network(names, o.iface);
 }
 
 std::string program_problem(const std::string& program) {
@@ -153,6 +159,19 @@ std::string local_program_problem(const RunOptions& o, const std::vector<HostSlo
     }
   }
   return program_problem(o.command.front());
+}
+
+std::string launch_problem(const RunOptions& o, const std::vector<HostSlots>& hosts,
+                           MpiNetwork& network) {
+  if (const std::string why = local_program_problem(o, hosts); !why.empty()) {
+    return why + "; give the job as an executable's path or a program on PATH";
+  }
+  try {
+    network = launch_network(o, hosts);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace etr::launcher

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/launcher/hosts.h"
+#include "runtime/launcher/network.h"
 
 namespace etr::launcher {
 
@@ -33,6 +34,9 @@ struct RunOptions {
   std::string checkpoint_dir;         // exported as ETR_RUN_CHECKPOINT_DIR
   std::string run_dir;                // "" -> a temporary directory removed at the end
   std::string mpirun;                 // the mpirun executable
+  std::string iface;         // --iface: the network between hosts ("" -> ETR_MPI_IFACE, else the
+                             // default route's subnet; network.h)
+  std::string launch_agent;  // --launch-agent: mpirun's plm_rsh_agent ("": mpirun's own, ssh)
   std::vector<std::string> mpi_args;  // extra mpirun arguments
   std::vector<std::string> command;   // the job: program and arguments
 };
@@ -43,9 +47,16 @@ void validate(RunOptions& o);
 // The most ranks of whole pipelines (a multiple of o.pp) within `slots` and o.max_np.
 int whole_pipelines(const RunOptions& o, int slots);
 
-// The mpirun command line for `np` ranks on `hosts` (flags this machine needs included).
+// The mpirun command line for `np` ranks on `hosts` (flags this machine needs included),
+// with the transports of `network` (choose_network() of the hosts, network.h). A
+// parameter the extra mpirun arguments set with --mca is left to them.
 std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<HostSlots>& hosts,
-                                        int np, const std::vector<std::string>& env_names);
+                                        int np, const std::vector<std::string>& env_names,
+                                        const MpiNetwork& network);
+
+// The network decision for a launch on `hosts` (choose_network() with o.iface); throws
+// ConfigError (network.h).
+MpiNetwork launch_network(const RunOptions& o, const std::vector<HostSlots>& hosts);
 
 // Why `program` (the job's first word) cannot be started on this machine the way
 // mpirun starts it: "" when it is an executable file, given as a path (relative to the
@@ -56,5 +67,10 @@ std::string program_problem(const std::string& program);
 // looks for the program in the usual places (no -wdir, --path, --app or
 // --preload-binary among the extra mpirun arguments); "" otherwise.
 std::string local_program_problem(const RunOptions& o, const std::vector<HostSlots>& hosts);
+
+// What stops a launch on `hosts`, as a sentence ("" when nothing): the job's program
+// (local_program_problem()) or the network (launch_network(), which is left in `network`).
+std::string launch_problem(const RunOptions& o, const std::vector<HostSlots>& hosts,
+                           MpiNetwork& network);
 
 }  // namespace etr::launcher

@@ -142,8 +142,10 @@ TEST(MpirunCommand, LocalHostsGetLoopbackFlagsEnvAndCommandLast) {
   auto o = valid_options();
   o.mpirun = "/opt/mpi/bin/mpirun";
   o.mpi_args = {"--bind-to", "none"};
-  const Args argv = launcher::mpirun_command(o, {{"localhost", 2}, {"127.0.0.1", 1}}, 3,
-                                             {"ETR_RUN_DIR", "OMP_NUM_THREADS"});
+  const HostList hosts = {{"localhost", 2}, {"127.0.0.1", 1}};
+  const launcher::MpiNetwork network = launcher::launch_network(o, hosts);
+  EXPECT_TRUE(network.local);
+  const Args argv = launcher::mpirun_command(o, hosts, 3, {"ETR_RUN_DIR", "OMP_NUM_THREADS"}, network);
   SCOPED_TRACE(joined(argv));
   ASSERT_FALSE(argv.empty());
   EXPECT_EQ(argv[0], "/opt/mpi/bin/mpirun");
@@ -173,22 +175,38 @@ TEST(MpirunCommand, LocalHostsGetLoopbackFlagsEnvAndCommandLast) {
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "-x"), 2);
 }
 
-TEST(MpirunCommand, RemoteHostLeavesOutLoopbackFlags) {
+TEST(MpirunCommand, RemoteHostsGetTcpOnTheirNetworkAndNoLoopbackFlags) {
   auto o = valid_options();
+  launcher::MpiNetwork network;
+  network.local = false;
+  network.machines = 2;
+  network.iface = "198.18.0.0/24";
+  network.origin = "--iface";
   for (const HostList& hosts :
        {HostList{{"example.invalid", 2}}, HostList{{"localhost", 1}, {"example.invalid", 1}}}) {
-    const Args argv = launcher::mpirun_command(o, hosts, 2, {});
+    const Args argv = launcher::mpirun_command(o, hosts, 2, {}, network);
     SCOPED_TRACE(joined(argv));
-    EXPECT_EQ(find_seq(argv, {"pml"}), -1);
-    EXPECT_EQ(find_seq(argv, {"btl"}), -1);
-    EXPECT_EQ(find_seq(argv, {"oob_tcp_if_include"}), -1);
-    EXPECT_EQ(find_seq(argv, {"btl_tcp_if_include"}), -1);
+    EXPECT_GE(find_seq(argv, {"--mca", "btl", "self,vader,tcp"}), 0);
+    EXPECT_GE(find_seq(argv, {"--mca", "btl_tcp_if_include", "198.18.0.0/24"}), 0);
+    EXPECT_GE(find_seq(argv, {"--mca", "oob_tcp_if_include", "198.18.0.0/24"}), 0);
+    EXPECT_EQ(find_seq(argv, {"lo"}), -1);
     EXPECT_EQ(find_seq(argv, {"--allow-run-as-root"}) >= 0, geteuid() == 0);
     EXPECT_GE(find_seq(argv, {"--host", launcher::format_hosts(hosts)}), 0);
     EXPECT_GE(find_seq(argv, {"-np", "2"}), 0);
     EXPECT_EQ(find_seq(argv, {"-x"}), -1);
     EXPECT_EQ(argv.back(), "c.pbtxt");
   }
+}
+
+TEST(MpirunCommand, TheUsersOwnMcaParameterWins) {
+  auto o = valid_options();
+  o.mpi_args = {"--mca", "btl", "self,tcp"};
+  const Args argv = launcher::mpirun_command(o, {{"localhost", 2}}, 2, {},
+                                             launcher::launch_network(o, {{"localhost", 2}}));
+  SCOPED_TRACE(joined(argv));
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "btl"), 1);
+  EXPECT_GE(find_seq(argv, {"--mca", "btl", "self,tcp"}), 0);
+  EXPECT_GE(find_seq(argv, {"--mca", "pml", "ob1"}), 0);
 }
 
 // ---- killed_rank_in -------------------------------------------------------------------

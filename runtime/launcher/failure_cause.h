@@ -1,0 +1,42 @@
+// Whom a failed launch blames (elastic_driver.cc): a rank, or a whole host that was lost
+// (its launch daemon died, launch_shim.h) or that the other hosts could not reach (their
+// collectives timed out waiting on its ranks).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/launcher/host_names.h"
+
+namespace etr::launcher {
+
+// What a launch left behind about its end.
+struct FailureEvidence {
+  int own_error_rank = -1;  // the first rank that raised its own error ("error ... own=1")
+  int killed_rank = -1;     // the first rank mpirun reported killed by a signal
+  std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
+  std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
+};
+
+struct Blame {
+  enum class Kind { kNone, kRank, kLostHost, kUnreachableHost };
+  Kind kind = Kind::kNone;
+  int rank = -1;     // kRank
+  std::string host;  // the rank's host, or the host lost or unreachable
+  std::string why;   // for the log: "rank 3 on h2", "host h2 was lost: ..."
+  // A lost or unreachable host is excluded at once, not after --blacklist-after failures.
+  bool whole_host() const { return kind == Kind::kLostHost || kind == Kind::kUnreachableHost; }
+};
+
+// The host of `rank` when mpirun filled `assigned` host by host ("" past the end).
+std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
+
+// The cause, in this order: a lost host; a rank's own error; a rank killed by a signal; a
+// host that ranks on other hosts timed out waiting on (the one named from the most other
+// hosts; on a tie, the one named from etr-run's own host, the side of the partition that
+// keeps the job); else none. Waits between ranks of one host blame nobody (a stuck rank
+// says nothing of its host).
+Blame blame(const FailureEvidence& e, const std::vector<HostSlots>& assigned);
+
+}  // namespace etr::launcher

@@ -1,0 +1,87 @@
+#include "runtime/launcher/launch_shim.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/elastic.h"
+
+namespace etr::launcher {
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_forwarded = 0;  // the agent was told to stop: its end is no loss
+extern "C" void forward_signal(int sig) {
+  g_forwarded = 1;
+  if (g_child > 0) kill(g_child, sig);
+}
+
+void forward_stop_signals() {
+  struct sigaction sa = {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+// The host in `args` from `first` on: the first word that is not an option.
+std::string host_in(const std::vector<std::string>& args, size_t first) {
+  for (size_t i = first; i < args.size(); ++i) {
+    if (args[i].rfind('-', 0) != 0) return args[i];
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string launch_shim_agent(const std::string& self, const std::string& run_dir,
+                              const std::vector<std::string>& agent) {
+  // mpirun splits the value at spaces: paths with spaces cannot pass through it.
+  std::string s = self + " " + kLaunchShimFlag + " " + run_dir + " " + std::to_string(agent.size());
+  for (const auto& w : agent) s += " " + w;
+  return s;
+}
+
+int run_launch_shim(const std::vector<std::string>& args) {
+  const int n = args.size() >= 2 ? std::atoi(args[1].c_str()) : -1;
+  if (n < 1 || args.size() < static_cast<size_t>(n) + 3) {
+    std::fprintf(stderr, "etr-run: error: --launch-shim RUN_DIR N AGENT... HOST COMMAND is for mpirun only\n");
+    return 2;
+  }
+  const std::string run_dir = args[0];
+  const std::string host = host_in(args, 2 + static_cast<size_t>(n));
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // mpirun gone: end the daemon too
+  forward_stop_signals();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    std::fprintf(stderr, "etr-run: launch shim: fork failed: %s\n", std::strerror(errno));
+    return 127;
+  }
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (size_t i = 2; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "etr-run: cannot run the launch agent %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  g_child = pid;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0 && !g_forwarded && !run_dir.empty()) {
+    ElasticLaunch launch;
+    launch.active = true;
+    launch.run_dir = run_dir;
+    ElasticReporter(launch).event("daemon-lost host=" + host + " status=" + std::to_string(code));
+  }
+  return code;
+}
+
+}  // namespace etr::launcher

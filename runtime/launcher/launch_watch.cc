@@ -1,0 +1,57 @@
+#include "runtime/launcher/launch_watch.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+
+namespace etr::launcher {
+
+Watch::Watch(const JobProcess& job) : pid(job.pid), stderr_fd(job.stderr_fd), output(STDERR_FILENO) {}
+
+void pump(Watch& w, int stop_signal) {
+  if (!w.eof) {
+    pollfd p{w.stderr_fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      char buf[65536];
+      const ssize_t n = read(w.stderr_fd, buf, sizeof buf);
+      if (n > 0) {
+        w.output.feed(buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        w.eof = true;
+      }
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.reaped = true;
+  if (stop_signal && !w.stop_forwarded && !w.reaped) {
+    kill(w.pid, SIGTERM);
+    w.stop_forwarded = true;
+  }
+}
+
+void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error) {
+  // A daemon mpirun left behind may hold its stderr open: read no further once it is gone.
+  if (w.stuck_signals == 2 && w.reaped) w.eof = true;
+  if (w.reaped || first_error == std::chrono::steady_clock::time_point{}) return;
+  const auto late = std::chrono::steady_clock::now() - first_error - kStuckMpirunGrace;
+  if (late < std::chrono::seconds(0)) return;
+  if (w.stuck_signals == 0) {
+    std::fprintf(stderr,
+                 "etr-run: mpirun has not ended the failed job %lld s after its first error (a "
+                 "host it cannot reach?): ending mpirun\n",
+                 static_cast<long long>(kStuckMpirunGrace.count()));
+    kill(w.pid, SIGTERM);
+    w.stuck_signals = 1;
+  } else if (w.stuck_signals == 1 && late >= std::chrono::seconds(3)) {
+    kill(w.pid, SIGKILL);
+    w.stuck_signals = 2;
+  }
+}
+
+}  // namespace etr::launcher

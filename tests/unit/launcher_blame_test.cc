@@ -1,0 +1,145 @@
+// Tests of whom etr-run blames for a failed launch (runtime/launcher/failure_cause.h) and
+// of a lost host's exclusion and return (HostHealth::exclude_now and usable()), and the
+// launch shim's report of a daemon that died (launch_shim.h), run as a real process.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/launcher/failure_cause.h"
+#include "runtime/launcher/hosts.h"
+#include "runtime/launcher/launch_shim.h"
+
+namespace etr::launcher {
+namespace {
+
+const std::vector<HostSlots> kTwoByTwo = {{"hA", 2}, {"hB", 2}};
+
+TEST(Blame, RanksMapToTheHostsMpirunFilledInOrder) {
+  EXPECT_EQ(host_of_rank(kTwoByTwo, 0), "hA");
+  EXPECT_EQ(host_of_rank(kTwoByTwo, 1), "hA");
+  EXPECT_EQ(host_of_rank(kTwoByTwo, 2), "hB");
+  EXPECT_EQ(host_of_rank(kTwoByTwo, 3), "hB");
+  EXPECT_EQ(host_of_rank(kTwoByTwo, 4), "");
+}
+
+TEST(Blame, ALostHostComesFirst) {
+  FailureEvidence e;
+  e.own_error_rank = 1;
+  e.lost_hosts = {"hB"};
+  const Blame b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kLostHost);
+  EXPECT_EQ(b.host, "hB");
+  EXPECT_TRUE(b.whole_host());
+}
+
+TEST(Blame, OwnErrorThenKilledRank) {
+  FailureEvidence e;
+  e.killed_rank = 3;
+  Blame b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kRank);
+  EXPECT_EQ(b.rank, 3);
+  EXPECT_EQ(b.host, "hB");
+  EXPECT_FALSE(b.whole_host());
+  e.own_error_rank = 0;
+  b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.rank, 0);
+  EXPECT_EQ(b.host, "hA");
+}
+
+TEST(Blame, TheHostOthersWaitedOnIsUnreachable) {
+  const std::vector<HostSlots> three = {{"hA", 1}, {"hB", 1}, {"hC", 1}};
+  FailureEvidence e;
+  // hB cut off: hA and hC wait on it, hB waits on hA.
+  e.waits = {{0, 1}, {2, 1}, {1, 0}};
+  const Blame b = blame(e, three);
+  EXPECT_EQ(b.kind, Blame::Kind::kUnreachableHost);
+  EXPECT_EQ(b.host, "hB");
+}
+
+TEST(Blame, ATieGoesAgainstTheHostEtrRunCannotSee) {
+  // Two hosts cut apart: each side waits on the other. etr-run runs on this machine
+  // ("localhost" is its host), so the other side is the unreachable one.
+  const std::vector<HostSlots> two = {{"localhost", 1}, {"hB", 1}};
+  FailureEvidence e;
+  e.waits = {{1, 0}, {0, 1}};
+  Blame b = blame(e, two);
+  EXPECT_EQ(b.kind, Blame::Kind::kUnreachableHost);
+  EXPECT_EQ(b.host, "hB");
+  e.waits = {{0, 1}, {1, 0}};  // the order of the reports does not matter
+  b = blame(e, two);
+  EXPECT_EQ(b.host, "hB");
+}
+
+TEST(Blame, WaitsWithinOneHostBlameNobody) {
+  FailureEvidence e;
+  e.waits = {{0, 1}, {2, 3}};
+  const Blame b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kNone);
+  EXPECT_TRUE(b.host.empty());
+}
+
+TEST(HostHealth, ALostHostIsExcludedAtOnceAndAdmittedWhenItComesBack) {
+  HostHealth health(3, std::chrono::minutes(10));
+  const auto t0 = HostHealth::Clock::now();
+  health.exclude_now("hB", t0);
+  EXPECT_TRUE(health.excluded("hB", t0));
+  // Still listed: stays out for the cool-down.
+  EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(1)).size(), 1u);
+  // Dropped by discovery, then listed again: back at once.
+  EXPECT_EQ(health.usable({{"hA", 2}}, t0 + std::chrono::seconds(2)).size(), 1u);
+  const auto back = health.usable(kTwoByTwo, t0 + std::chrono::seconds(3));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].host, "hB");
+  EXPECT_FALSE(health.excluded("hB", t0 + std::chrono::seconds(3)));
+}
+
+TEST(HostHealth, AnExcludedHostNeverDroppedStaysOutUntilTheCooldownEnds) {
+  HostHealth health(3, std::chrono::seconds(60));
+  const auto t0 = HostHealth::Clock::now();
+  health.exclude_now("hB", t0);
+  EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(59)).size(), 1u);
+  EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(61)).size(), 2u);
+}
+
+// The shim runs an agent that ends the way a lost host's ssh does; its event names the host.
+std::string run_shim(const std::string& agent_script, int* status) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("etr-shim-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path agent = dir / "agent.sh";
+  std::ofstream(agent) << "#!/bin/sh\n" << agent_script << "\n";
+  fs::permissions(agent, fs::perms::owner_all);
+  *status = run_launch_shim({dir.string(), "1", agent.string(), "-x", "hB", "orted", "--args"});
+  std::ifstream in(dir / "events");
+  std::string events((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove_all(dir);
+  return events;
+}
+
+TEST(LaunchShim, ADaemonThatDiesIsReportedWithItsHost) {
+  int status = 0;
+  const std::string events = run_shim("kill -9 $$", &status);
+  EXPECT_EQ(status, 128 + 9);
+  EXPECT_NE(events.find("daemon-lost host=hB status=137"), std::string::npos) << events;
+}
+
+TEST(LaunchShim, ADaemonThatEndsWellIsNotReported) {
+  int status = 0;
+  const std::string events = run_shim("test \"$1 $2 $3\" = \"-x hB orted\"", &status);
+  EXPECT_EQ(status, 0);  // and the agent got the host and the command
+  EXPECT_EQ(events, "");
+}
+
+TEST(LaunchShim, TheAgentStringCarriesItsWords) {
+  EXPECT_EQ(launch_shim_agent("/bin/etr-run", "/tmp/r", {"ssh", "-q"}),
+            "/bin/etr-run --launch-shim /tmp/r 2 ssh -q");
+}
+
+}  // namespace
+}  // namespace etr::launcher
