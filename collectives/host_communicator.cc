@@ -90,6 +90,7 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options, Logg
       group_(group.dup(group.name())),
       p2p_group_(group.dup(group.name())),
       topology_(discover_host_topology(group_)),
+      world_ranks_(group_.world_ranks()),
       transport_(std::make_unique<MpiTransport>(group_.comm())),
       p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
       scratch_(std::make_unique<RingScratch>()),
@@ -116,6 +117,8 @@ void HostCommunicator::build_host_groups(Logger* log) {
     cross_group_ = group_.split(topology_.local_rank, topology_.node, name() + "/across" + local);
     host_transport_ = std::make_unique<MpiTransport>(host_group_->comm());
     cross_transport_ = std::make_unique<MpiTransport>(cross_group_->comm());
+    host_world_ranks_ = host_group_->world_ranks();
+    cross_world_ranks_ = cross_group_->world_ranks();
     return;
   }
   if (options_.allreduce_algo != AllreduceAlgo::kHierarchical || group_.rank() != 0) return;
@@ -173,6 +176,7 @@ WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t by
   auto work = std::make_shared<HostWork>(description);
   auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
     OpContext ctx(*work, rank(), size(), options_.timeout, idle_policy());
+    ctx.set_world_ranks(&world_ranks_);
     AlgoSetup setup{ctx, *this};
     body(setup);
     return {};
@@ -217,6 +221,8 @@ void HostCommunicator::run_hierarchical(const OpDescription& d, TensorView in, T
                      idle_policy());
   OpContext cross_ctx(cross_work, cross_group_->rank(), cross_group_->size(), options_.timeout,
                       idle_policy());
+  host_ctx.set_world_ranks(&host_world_ranks_);
+  cross_ctx.set_world_ranks(&cross_world_ranks_);
   hierarchical_allreduce(algo_params(*host_transport_, host_ctx, in.dtype()),
                          algo_params(*cross_transport_, cross_ctx, in.dtype()), in.data(),
                          out.data(), in.numel(), op);
@@ -272,6 +278,7 @@ WorkPtr HostCommunicator::submit_point_to_point(bool is_send, TensorView buf, in
     Transport::Request req = is_send ? t.isend(buf.data(), buf.nbytes(), peer, tag)
                                      : t.irecv(buf.data(), buf.nbytes(), peer, tag);
     auto ctx = std::make_shared<OpContext>(*work, rank(), size(), options_.timeout);
+    ctx->set_world_ranks(&world_ranks_);
     return [&t, req, ctx, peer, work]() {
       if (t.test(req)) return true;
       try {

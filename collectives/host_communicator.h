@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "collectives/comm_options.h"
 #include "collectives/communicator.h"
@@ -92,6 +93,9 @@ class HostCommunicator final : public Communicator {
   Group group_;      // collectives' messages
   Group p2p_group_;  // send/recv, so user tags never meet collective traffic
   HostTopology topology_;
+  // World ranks of group_'s, host_group_'s and cross_group_'s ranks: a timeout names its
+  // peer by it (OpContext::set_world_ranks).
+  std::vector<int> world_ranks_, host_world_ranks_, cross_world_ranks_;
   std::optional<Group> host_group_;   // this host's ranks (hierarchical only)
   std::optional<Group> cross_group_;  // the ranks of this local index, one per host
   std::unique_ptr<MpiTransport> transport_;

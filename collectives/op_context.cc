@@ -51,11 +51,16 @@ void OpContext::fail_timeout(int peer) const {
   char times[96];
   std::snprintf(times, sizeof times, "%.3g s (%.3f s elapsed", timeout_.count() / 1000.0,
                 elapsed);
-  std::string waiting = peer >= 0 ? ", waiting on rank " + std::to_string(peer) + ")" : ")";
+  const bool known = world_ranks_ && peer >= 0 && peer < static_cast<int>(world_ranks_->size());
+  const int world = known ? (*world_ranks_)[peer] : -1;
+  std::string waiting = peer < 0 ? ")" : ", waiting on rank " + std::to_string(peer) +
+                        (known ? " (world rank " + std::to_string(world) + "))" : ")");
   throw CommError(work_.description() + " (rank " + std::to_string(rank_) + " of " +
-                  std::to_string(size_) + ") did not finish within " + times + waiting +
-                  ": a peer never joined or is stuck; every rank must issue the same "
-                  "collectives in the same order (ETR_COMM_TIMEOUT_S sets the limit)");
+                      std::to_string(size_) + ") did not finish within " + times + waiting +
+                      ": a peer never joined, is stuck, or cannot be reached; every rank "
+                      "must issue the same collectives in the same order "
+                      "(ETR_COMM_TIMEOUT_S sets the limit)",
+                  world);
 }
 
 }  // namespace etr

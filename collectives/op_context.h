@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <vector>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -76,6 +77,9 @@ class OpContext {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The world ranks of the peers the next waits name (a transport's rank -> its rank in
+  // MPI_COMM_WORLD), so that a timeout tells etr-run whom it waited on; null: unknown.
+  void set_world_ranks(const std::vector<int>* world_ranks) { world_ranks_ = world_ranks; }
 
  private:
   const Work& work_;
@@ -87,6 +91,7 @@ class OpContext {
   IdlePolicy policy_;
   std::chrono::microseconds sleep_ = IdlePolicy::kFirstSleep;
   unsigned idle_polls_ = 0;
+  const std::vector<int>* world_ranks_ = nullptr;
 };
 
 }  // namespace etr

@@ -41,6 +41,18 @@ void Group::release() noexcept {
   owned_ = false;
 }
 
+std::vector<int> Group::world_ranks() const {
+  std::vector<int> mine(static_cast<size_t>(size_)), world(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) mine[r] = r;
+  MPI_Group local = MPI_GROUP_NULL, global = MPI_GROUP_NULL;
+  MPI_CHECK(MPI_Comm_group(comm_, &local));
+  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &global));
+  MPI_CHECK(MPI_Group_translate_ranks(local, size_, mine.data(), global, world.data()));
+  MPI_Group_free(&local);
+  MPI_Group_free(&global);
+  return world;
+}
+
 Group Group::dup(const std::string& name) const {
   MPI_Comm comm;
   MPI_CHECK(MPI_Comm_dup(comm_, &comm));

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace etr {
 
@@ -23,6 +24,9 @@ class Group {
   const std::string& name() const { return name_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+
+  // [size]: each rank's rank in MPI_COMM_WORLD (error messages and etr-run name peers by it).
+  std::vector<int> world_ranks() const;
 
   // A new communicator over the same ranks (separate message space).
   Group dup(const std::string& name) const;

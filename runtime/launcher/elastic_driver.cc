@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "runtime/launcher/job_events.h"
 #include "runtime/launcher/failure_cause.h"
 #include "runtime/launcher/job_process.h"
+#include "runtime/launcher/launch_shim.h"
 #include "runtime/launcher/launch_watch.h"
 #include "runtime/launcher/mpirun_output.h"
 #include "runtime/launcher/oom_watch.h"
@@ -131,6 +133,8 @@ class Driver {
   // relaunch with the micro-batch halved once more.
   std::optional<int> after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env);
   void prepare_run_dir();
+  // mpirun's rsh agent: --launch-agent (else ssh) through etr-run's launch shim.
+  std::string shim_agent() const;
 
   const RunOptions& o_;
   HostHealth health_;
@@ -293,6 +297,15 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   }
 }
 
+std::string Driver::shim_agent() const {
+  std::istringstream words(o_.launch_agent.empty() ? std::string("ssh") : o_.launch_agent);
+  std::vector<std::string> agent{std::istream_iterator<std::string>(words), {}};
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) self = "etr-run";
+  return launch_shim_agent(self.string(), run_dir_.string(), agent);
+}
+
 void Driver::prepare_run_dir() {
   if (o_.run_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -342,6 +355,7 @@ int Driver::run() {
       say("error: ", why);
       break;
     }
+    if (!network_.local) network_.rsh_agent = shim_agent();
     if (auto line = network_.describe("--iface or ETR_MPI_IFACE"); line != said_) say(said_ = line);
     ++launches_;
     const std::string halvings = std::to_string(env.memory_halvings);

@@ -2,7 +2,7 @@
 //
 //   etr-run [--np N] --min-np A --max-np B (--hosts h1:2,h2:2 | --hostfile F |
 //           --host-discovery-script S) [--max-restarts R] [--blacklist-after K]
-//           [--checkpoint-dir D] -- etr-train --config c.pbtxt ...
+//           [--checkpoint-dir D] [--iface NET] [--launch-agent CMD] -- etr-train ...
 //
 // Launches the job with mpirun on the slots it has, streams its output, and keeps it
 // alive: a failed job is relaunched from its newest checkpoint on the healthy slots; when
@@ -22,6 +22,7 @@
 #include "runtime/error.h"
 #include "runtime/launcher/elastic_driver.h"
 #include "runtime/launcher/launch_shim.h"
+#include "runtime/launcher/mpirun_flags.h"
 
 namespace {
 
@@ -62,8 +63,16 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
                  "launch, exit, resize and the job's progress) here (default: a temporary one)");
   app.add_option("--mpirun", o.mpirun, "The mpirun to use (default: the one etr was built with)");
+  app.add_option("--iface", o.iface, "The network between hosts for MPI's TCP traffic: networks in "
+                 "CIDR form or interface names, comma-separated (default: ETR_MPI_IFACE, else the "
+                 "subnet this machine routes to the first remote host through); unused when every "
+                 "host is this machine (shared memory, loopback)");
+  app.add_option("--launch-agent", o.launch_agent, "The command mpirun starts its daemon on a remote "
+                 "host with, given HOST COMMAND (default: ssh); etr-run runs it through its launch "
+                 "shim, which names a host whose daemon ends abnormally");
   app.add_option("--mpi-arg", o.mpi_args, "An extra argument for mpirun (repeatable), e.g. "
-                 "--mpi-arg=--bind-to --mpi-arg=none");
+                 "--mpi-arg=--bind-to --mpi-arg=none")
+      ->allow_extra_args(false);  // one word each, so that "--" still starts the command
   app.add_option("command", o.command, "The job and its arguments, after --")->required();
   app.footer(
       "Environment: the job gets ETR_RUN_* variables (runtime/elastic.h) and every ETR_* and\n"
@@ -110,6 +119,9 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == etr::launcher::kLaunchShimFlag) {  // launch_shim.h
     return etr::launcher::run_launch_shim(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc > 1 && std::string(argv[1]) == etr::launcher::kMpirunFlagsFlag) {  // mpirun_flags.h
+    return etr::launcher::run_mpirun_flags(std::vector<std::string>(argv + 2, argv + argc));
   }
   CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
                "checkpoint when a worker fails and resizes it when slots come or go.",

@@ -318,8 +318,12 @@ std::vector<std::string> MpiNetwork::flags() const {
     return {"--mca", "pml", "ob1", "--mca", "btl", "self,vader",
             "--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"};
   }
-  return {"--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_links", "2",
-          "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface};
+  std::vector<std::string> f = {
+      "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_links", "2",
+      "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface,
+      "--mca", "plm_rsh_no_tree_spawn", "1"};
+  if (!rsh_agent.empty()) f.insert(f.end(), {"--mca", "plm_rsh_agent", rsh_agent});
+  return f;
 }
 
 std::string MpiNetwork::describe(std::string_view knob) const {

@@ -66,8 +66,11 @@ struct MpiNetwork {
   std::string iface;   // the TCP network when !local: btl_tcp_if_include, oob_tcp_if_include
   std::string origin;  // where `iface` came from: "--iface", kIfaceEnv, "default"
   std::string route_target;  // the remote address the default was routed to
+  std::string rsh_agent;     // plm_rsh_agent when !local ("": mpirun's own, ssh)
 
-  // mpirun's arguments: "--mca NAME VALUE" triples.
+  // mpirun's arguments: "--mca NAME VALUE" triples. Across machines mpirun starts every
+  // remote daemon itself through rsh_agent (no tree spawn: a daemon's end is seen where
+  // it was started, launch_shim.h).
   std::vector<std::string> flags() const;
   // One line for the log, e.g. "hosts span 2 machines: shared memory within a host, TCP
   // between them on 198.18.0.0/24 (default route to 198.18.0.2; --iface to change)";

@@ -102,7 +102,6 @@ std::vector<std::string> mpirun_command(const RunOptions& o, const std::vector<H
   // SIGTERM and, a second later, SIGKILL. The job's state is in its checkpoints, so the
   // grace second only delays recovery: kill at once.
   mca.insert(mca.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
-  if (!o.launch_agent.empty()) mca.insert(mca.end(), {"--mca", "plm_rsh_agent", o.launch_agent});
   mca = without_user_mca(mca, o.mpi_args);  // mpirun refuses a parameter given twice
   a.insert(a.end(), mca.begin(), mca.end());
   a.insert(a.end(), {"-np", std::to_string(np), "--host", format_hosts(hosts)});

@@ -36,7 +36,8 @@ struct RunOptions {
   std::string mpirun;                 // the mpirun executable
   std::string iface;         // --iface: the network between hosts ("" -> ETR_MPI_IFACE, else the
                              // default route's subnet; network.h)
-  std::string launch_agent;  // --launch-agent: mpirun's plm_rsh_agent ("": mpirun's own, ssh)
+  std::string launch_agent;  // --launch-agent: how mpirun reaches a remote host, run through
+                             // etr-run's launch shim (launch_shim.h); "" -> ssh
   std::vector<std::string> mpi_args;  // extra mpirun arguments
   std::vector<std::string> command;   // the job: program and arguments
 };

@@ -10,6 +10,11 @@
 #   tests/cluster/sim_cluster.sh rsh ADDRESS CMD...      mpirun's rsh agent (plm_rsh_agent)
 #   tests/cluster/sim_cluster.sh hostfile                the hosts, "ADDRESS slots=S" lines
 #   tests/cluster/sim_cluster.sh down                    remove everything (also after a crash)
+#   tests/cluster/sim_cluster.sh check                   can this machine make one? (else the
+#                                                        reason, exit 77: tests skip)
+#   tests/cluster/sim_cluster.sh cut I | heal I          host I's link down (a partition: its
+#                                                        processes live on) | up again
+#   tests/cluster/sim_cluster.sh kill I                  kill -9 every process on host I
 #
 # ETR_CLUSTER_NAME (default etrc) names the namespaces, so two clusters can coexist; the
 # state (hostfile, settings) is in /run/etr-cluster/NAME.
@@ -65,6 +70,33 @@ up() {
   echo "  remove:         $self down"
 }
 
+# check: whether namespaces, veth pairs and tbf work here (exit 77 with the reason if not).
+check() {
+  local probe="$name-probe$$" why=""
+  [ "$(id -u)" = 0 ] || why="not root (network namespaces need it)"
+  command -v ip >/dev/null && command -v tc >/dev/null && command -v unshare >/dev/null ||
+    why=${why:-"ip, tc or unshare is missing (iproute2, util-linux)"}
+  if [ -z "$why" ]; then
+    if ! ip netns add "$probe" 2>/dev/null; then
+      why="cannot create a network namespace (ip netns add failed)"
+    elif ! ip -n "$probe" link add vp0 type veth peer name vp1 2>/dev/null; then
+      why="cannot create a veth pair"
+    elif ! ip netns exec "$probe" tc qdisc add dev vp0 root tbf rate 1gbit burst 64kb latency 5ms 2>/dev/null; then
+      why="the tbf qdisc is not available"
+    fi
+    ip netns delete "$probe" 2>/dev/null || true
+  fi
+  [ -z "$why" ] && return 0
+  echo "sim_cluster: cannot simulate hosts here: $why"
+  exit 77
+}
+
+host_ns() {
+  [[ ${1:-} =~ ^[0-9]+$ ]] || die "'${1:-}' is not a host number"
+  ip netns list | grep -q "^$name-h$1\b" || die "no host $1 (is the cluster up?)"
+  echo "$name-h$1"
+}
+
 # exec I CMD...: CMD in host I's network namespace with hostname hI.
 run_on() {
   local i=$1
@@ -89,5 +121,9 @@ case "${1:-}" in
   exec) shift; [ $# -ge 2 ] || die "usage: exec HOST CMD..."; run_on "$@" ;;
   rsh) shift; rsh "$@" ;;
   hostfile) cat "$state/hostfile" ;;
-  *) die "usage: $0 up|down|exec|rsh|hostfile ..." ;;
+  check) check ;;
+  cut) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 down ;;
+  heal) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 up ;;
+  kill) ns=$(host_ns "${2:-}"); ip netns pids "$ns" | xargs -r kill -KILL ;;
+  *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill ..." ;;
 esac
