@@ -21,6 +21,7 @@
 #include "runtime/error.h"
 #include "runtime/launcher/job_events.h"
 #include "runtime/launcher/failure_cause.h"
+#include "runtime/launcher/host_probe.h"
 #include "runtime/launcher/job_process.h"
 #include "runtime/launcher/launch_shim.h"
 #include "runtime/launcher/launch_watch.h"
@@ -51,6 +52,10 @@ std::string seconds(double s) {
   std::snprintf(b, sizeof b, "%.2f s", s);
   return b;
 }
+
+// How long the launch agent may take to run `true` on a host before it counts as
+// unreachable (host_probe.h).
+constexpr std::chrono::milliseconds kProbeDeadline{10'000};
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -133,8 +138,11 @@ class Driver {
   // relaunch with the micro-batch halved once more.
   std::optional<int> after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env);
   void prepare_run_dir();
-  // mpirun's rsh agent: --launch-agent (else ssh) through etr-run's launch shim.
+  // --launch-agent's words (else ssh), and that agent through etr-run's launch shim.
+  std::vector<std::string> agent_words() const;
   std::string shim_agent() const;
+  // After a launch that ended in timeouts only, the remote hosts the agent cannot reach.
+  void probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const;
 
   const RunOptions& o_;
   HostHealth health_;
@@ -241,6 +249,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   }
   w.output.flush();
   r.evidence.killed_rank = w.output.killed_rank();
+  if (!w.output.lost_host().empty()) r.evidence.lost_hosts.push_back(w.output.lost_host());
   r.program_error = w.output.program_error();
   close(w.stderr_fd);
   for (const Event& e : events_->read_new()) note_error(e, r);
@@ -297,13 +306,27 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   }
 }
 
-std::string Driver::shim_agent() const {
+std::vector<std::string> Driver::agent_words() const {
   std::istringstream words(o_.launch_agent.empty() ? std::string("ssh") : o_.launch_agent);
-  std::vector<std::string> agent{std::istream_iterator<std::string>(words), {}};
+  return {std::istream_iterator<std::string>(words), {}};
+}
+
+std::string Driver::shim_agent() const {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) self = "etr-run";
-  return launch_shim_agent(self.string(), run_dir_.string(), agent);
+  return launch_shim_agent(self.string(), run_dir_.string(), agent_words());
+}
+
+void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
+  if (network_.local || !e.only_timeouts()) return;
+  std::vector<std::string> remote;
+  for (const auto& h : assigned) {
+    if (!is_local_host(h.host)) remote.push_back(h.host);
+  }
+  say("ranks timed out waiting on peers on other hosts: checking that the launch agent "
+      "reaches ", remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
+  e.unreachable = unreachable_hosts(agent_words(), remote, kProbeDeadline);
 }
 
 void Driver::prepare_run_dir() {
@@ -446,7 +469,9 @@ std::optional<int> Driver::after_oom(const OomKill& k, const LaunchResult& r, La
 bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
                            int64_t last_step) {
   ++failures_;
-  const Blame b = blame(r.evidence, assigned);
+  FailureEvidence evidence = r.evidence;
+  probe_hosts(evidence, assigned);
+  const Blame b = blame(evidence, assigned);
   const std::string& who = b.why;
   if (b.whole_host()) {
     health_.exclude_now(b.host);

@@ -62,6 +62,13 @@ Blame blame(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
     b.why = "rank " + std::to_string(rank) + " on " + b.host;
     return b;
   }
+  if (!e.unreachable.empty()) {
+    b.kind = Blame::Kind::kUnreachableHost;
+    b.host = e.unreachable.front();
+    b.why = "host " + b.host + " is unreachable: ranks timed out waiting on their peers, and "
+            "the launch agent cannot reach it";
+    return b;
+  }
   b = unreachable_host(e, assigned);
   if (b.kind == Blame::Kind::kNone) b.why = "no rank is named as the cause";
   return b;

@@ -17,6 +17,12 @@ struct FailureEvidence {
   int killed_rank = -1;     // the first rank mpirun reported killed by a signal
   std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
   std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
+  std::vector<std::string> unreachable;    // hosts etr-run could not reach (host_probe.h)
+
+  // Only timeouts across ranks, nothing that names a culprit: worth probing the hosts.
+  bool only_timeouts() const {
+    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0 && !waits.empty();
+  }
 };
 
 struct Blame {
@@ -33,7 +39,7 @@ struct Blame {
 std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
 // The cause, in this order: a lost host; a rank's own error; a rank killed by a signal; a
-// host that ranks on other hosts timed out waiting on (the one named from the most other
+// host etr-run could not reach; a host that ranks on other hosts timed out waiting on (the one named from the most other
 // hosts; on a tie, the one named from etr-run's own host, the side of the partition that
 // keeps the job); else none. Waits between ranks of one host blame nobody (a stuck rank
 // says nothing of its host).

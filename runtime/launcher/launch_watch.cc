@@ -28,7 +28,15 @@ void pump(Watch& w, int stop_signal) {
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) w.reaped = true;
+  if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
+    w.reaped = true;
+    w.reaped_at = Watch::Clock::now();
+  }
+  if (w.reaped && !w.eof && Watch::Clock::now() - w.reaped_at > kDrainAfterExit) {
+    std::fprintf(stderr, "etr-run: mpirun has exited, but processes it left behind still hold "
+                         "its output open: no longer reading it\n");
+    w.eof = true;
+  }
   if (stop_signal && !w.stop_forwarded && !w.reaped) {
     kill(w.pid, SIGTERM);
     w.stop_forwarded = true;
@@ -36,8 +44,6 @@ void pump(Watch& w, int stop_signal) {
 }
 
 void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error) {
-  // A daemon mpirun left behind may hold its stderr open: read no further once it is gone.
-  if (w.stuck_signals == 2 && w.reaped) w.eof = true;
   if (w.reaped || first_error == std::chrono::steady_clock::time_point{}) return;
   const auto late = std::chrono::steady_clock::now() - first_error - kStuckMpirunGrace;
   if (late < std::chrono::seconds(0)) return;

@@ -27,10 +27,16 @@ struct Watch {
   std::string reason;  // why a resize is pending
   std::optional<Discovery> discovery;
   int stuck_signals = 0;  // signals end_stuck_mpirun() sent
+  Clock::time_point reaped_at{};
 };
 
-// Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits, and
-// forwards a stop signal (`stop_signal` != 0) to it once.
+// How long etr-run keeps reading the job's stderr after mpirun has exited: a daemon that
+// mpirun left behind (on a host it could not reach) may hold the pipe open for good.
+inline constexpr std::chrono::seconds kDrainAfterExit{2};
+
+// Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits (and
+// stops reading kDrainAfterExit later), and forwards a stop signal (`stop_signal` != 0)
+// to it once.
 void pump(Watch& w, int stop_signal);
 
 // How long mpirun may take to end a job after a rank's error (or a lost daemon) before

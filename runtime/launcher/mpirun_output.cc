@@ -53,6 +53,14 @@ std::string launch_failure_in(const std::string& frame) {
   return "the program " + printable(program) + " " + why + " on host " + printable(host);
 }
 
+std::string lost_daemon_host_in(const std::string& frame) {
+  if (frame.find("lost communication with a remote daemon") == std::string::npos) return "";
+  const std::string daemon = field(frame, "Remote daemon:");
+  const std::string key = " on node ";
+  const size_t at = daemon.find(key);
+  return at == std::string::npos ? "" : daemon.substr(at + key.size());
+}
+
 int killed_rank_in(const std::string& line) {
   const std::string key = "process rank ";
   const size_t at = line.find(key);
@@ -123,6 +131,7 @@ void MpirunOutput::line(const std::string& text) {
     if (!dashes) return;
     in_frame_ = false;  // the frame closes
     if (nonzero_exit_.rank < 0) nonzero_exit_ = nonzero_exit_in(frame_);
+    if (lost_host_.empty()) lost_host_ = lost_daemon_host_in(frame_);
     bool drop = resizing_ && frame_.find("non-zero") != std::string::npos;
     if (const std::string failure = launch_failure_in(frame_); !failure.empty()) {
       if (program_error_.empty()) program_error_ = failure;

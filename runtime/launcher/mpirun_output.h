@@ -27,6 +27,11 @@ RankExit nonzero_exit_in(const std::string& mpirun_frame);
 // other text.
 std::string launch_failure_in(const std::string& mpirun_frame);
 
+// mpirun's framed report that it lost a remote daemon ("ORTE has lost communication with
+// a remote daemon" ... "Remote daemon: [[50091,0],2] on node h3"): the host as mpirun was
+// given it; "" for any other text.
+std::string lost_daemon_host_in(const std::string& mpirun_frame);
+
 class MpirunOutput {
  public:
   explicit MpirunOutput(int fd) : fd_(fd) {}
@@ -47,6 +52,8 @@ class MpirunOutput {
   // mpirun could not start the program (launch_failure_in), or "". Its frames saying so
   // are not forwarded: etr-run says it in one sentence.
   const std::string& program_error() const { return program_error_; }
+  // The host of the first daemon mpirun reported lost (lost_daemon_host_in), or "".
+  const std::string& lost_host() const { return lost_host_; }
 
  private:
   void line(const std::string& text);
@@ -57,6 +64,7 @@ class MpirunOutput {
   int killed_signal_ = 0;
   RankExit nonzero_exit_;
   std::string program_error_;
+  std::string lost_host_;
   std::string pending_;
   // mpirun frames its messages with lines of dashes; a frame is held until it closes so
   // that it can be dropped whole.

@@ -322,6 +322,9 @@ std::vector<std::string> MpiNetwork::flags() const {
       "--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_links", "2",
       "--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface,
       "--mca", "plm_rsh_no_tree_spawn", "1"};
+  // The remote daemons stay children of their launch agent (Open MPI daemonizes them
+  // otherwise), so that the agent's end is the daemon's.
+  if (!rsh_agent.empty()) f.insert(f.end(), {"--mca", "orte_leave_session_attached", "1"});
   if (!rsh_agent.empty()) f.insert(f.end(), {"--mca", "plm_rsh_agent", rsh_agent});
   return f;
 }

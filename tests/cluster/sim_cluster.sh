@@ -112,6 +112,11 @@ rsh() {
   shift
   [[ $address =~ ^198\.18\.0\.([0-9]+)$ ]] || die "rsh: '$address' is not a simulated host"
   local i=${BASH_REMATCH[1]}
+  # Like ssh, it cannot reach a host whose link is down (cut): exit 255, as ssh does.
+  if ! ip -n "$name-h$i" link show eth0 2>/dev/null | grep -q "[<,]UP[,>]"; then
+    echo "sim_cluster rsh: connect to host $address: No route to host" >&2
+    exit 255
+  fi
   exec ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/launcher/failure_cause.h"
 #include "runtime/launcher/hosts.h"
 #include "runtime/launcher/launch_shim.h"
+#include "runtime/launcher/mpirun_output.h"
 
 namespace etr::launcher {
 namespace {
@@ -104,6 +105,23 @@ TEST(HostHealth, AnExcludedHostNeverDroppedStaysOutUntilTheCooldownEnds) {
   health.exclude_now("hB", t0);
   EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(59)).size(), 1u);
   EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(61)).size(), 2u);
+}
+
+TEST(MpirunOutput, ALostDaemonNamesItsHost) {
+  const std::string frame =
+      "--------------------------------------------------------------------------\n"
+      "ORTE has lost communication with a remote daemon.\n"
+      "\n"
+      "  HNP daemon   : [[50091,0],0] on node h1\n"
+      "  Remote daemon: [[50091,0],2] on node 198.18.0.3\n"
+      "\n"
+      "This is usually due to either a failure of the TCP network\n"
+      "--------------------------------------------------------------------------\n";
+  EXPECT_EQ(lost_daemon_host_in(frame), "198.18.0.3");
+  EXPECT_EQ(lost_daemon_host_in("Remote daemon: [[1,0],2] on node h3\n"), "");  // not that report
+  MpirunOutput out(-1);
+  out.feed(frame.data(), frame.size());
+  EXPECT_EQ(out.lost_host(), "198.18.0.3");
 }
 
 // The shim runs an agent that ends the way a lost host's ssh does; its event names the host.

@@ -1,0 +1,21 @@
+// Whether etr-run can still reach the hosts of a launch the way mpirun reaches them: the
+// launch agent (ssh, or --launch-agent) runs `true` on each host, all at once, each
+// within a deadline. A host whose probe fails or does not finish in time is unreachable.
+// etr-run asks after a launch that ended in collectives' timeouts across hosts, where the
+// ranks' own reports cannot tell which side of a partition was cut off (a rank waits on
+// the peer that waits on the cut one).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace etr::launcher {
+
+// The hosts of `hosts` (names as given to mpirun) on which `agent` (its words) could not
+// run `true` within `deadline`, in the order given.
+std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent,
+                                           const std::vector<std::string>& hosts,
+                                           std::chrono::milliseconds deadline);
+
+}  // namespace etr::launcher

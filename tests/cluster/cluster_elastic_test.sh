@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# What a cluster does to a job under etr-run (tests/cluster/sim_cluster.sh: 3 hosts of 1
+# slot, 2 Gbit/s links; etr-run runs on host 1, its discovery script prints the hosts a
+# scheduler would list; etr-train tiny, checkpoints every 5 steps):
+#  reference: an uninterrupted 3-rank run;
+#  a. host 3 lost (every process on it killed, its link down, discovery drops it): the job
+#     continues on hosts 1-2 from its newest checkpoint, host 3 excluded at once (its
+#     launch daemon's end names it); host 3 back (link up, listed again): the job grows
+#     onto it at a step boundary; final parameters equal the reference's within 1e-3 (the
+#     global batch and data are the same; 2 ranks sum in another order than 3, as in
+#     tests/e2e/elastic_test.sh b);
+#  b. host 3's link cut while its rank lives on (a partition): the collectives' timeout
+#     (ETR_COMM_TIMEOUT_S=3) ends the job with a message naming the peer it waited on,
+#     etr-run ends the mpirun that cannot reach host 3 and relaunches without it, and the
+#     job completes on 2 hosts; final parameters within 1e-3 of the reference's.
+# Skipped (exit 77, with the reason) where network namespaces cannot be made.
+# Usage: cluster_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
+set -u
+build=$1 config=$2 compare=$3
+here=$(cd "$(dirname "$0")" && pwd)
+sim=$here/sim_cluster.sh
+export ETR_CLUSTER_NAME=etre$$
+"$sim" check || exit 77
+work=$(mktemp -d)
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+  "$sim" down
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+expect() { grep -q "$2" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: $3"; }; }
+"$sim" up 3 1 2gbit || fail "the simulated cluster did not come up"
+steps=300
+job=("$build/examples/train/etr-train" --config "$config" --set schedule.max_steps=$steps
+     --set log.log_every=40 --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=5
+     --set log.sample_tokens=0)
+ckpt() { printf '%s/step-%09d' "$1" "$2"; }
+h() { printf '198.18.0.%s:1\n' "$@"; }  # h 1 2 3: the discovery lines of those hosts
+# start NAME HOSTS...: etr-run on host 1 in the background (its pid in $pid), discovery
+# from $work/NAME.slots (HOSTS at first).
+start() {
+  local name=$1
+  shift
+  h "$@" >"$work/$name.slots"
+  printf '#!/bin/sh\ncat %s\n' "$work/$name.slots" >"$work/$name.sh"
+  chmod +x "$work/$name.sh"
+  "$sim" exec 1 "$build/runtime/launcher/etr-run" --min-np 1 --max-np 3 --launch-agent "$sim rsh" \
+    --host-discovery-script "$work/$name.sh" --discovery-interval 0.2 --run-dir "$work/$name.run" \
+    --checkpoint-dir "$work/$name.ck" --mpi-arg=--bind-to --mpi-arg=none -- "${job[@]}" \
+    >"$work/$name.out" 2>&1 &
+  pid=$!
+}
+progress() { { tr -d ' \n' <"$work/$1.run/progress"; } 2>/dev/null || echo -1; }
+wait_step() {  # NAME STEP [SECONDS]
+  local i=0
+  while [ "$(progress "$1")" -lt "$2" ]; do
+    kill -0 "$pid" 2>/dev/null || { cat "$work/$1.out"; fail "$1: etr-run ended before step $2"; }
+    sleep 0.05
+    i=$((i + 1))
+    [ "$i" -lt $((${3:-120} * 20)) ] || { cat "$work/$1.out"; fail "$1: no step $2 within ${3:-120} s"; }
+  done
+}
+finish() {  # NAME: etr-run ends within 240 s, exit 0, with the final checkpoint
+  local i=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+    [ "$i" -lt 2400 ] || { cat "$work/$1.out"; fail "$1: etr-run still running after 240 s"; }
+  done
+  wait "$pid"
+  local status=$?
+  pid=
+  [ "$status" -eq 0 ] || { cat "$work/$1.out"; fail "$1: etr-run exited $status"; }
+  [ -f "$(ckpt "$work/$1.ck" $steps)/manifest.pb" ] || { cat "$work/$1.out"; fail "$1: no checkpoint of step $steps"; }
+}
+same_params() {
+  "$compare" "$(ckpt "$work/ref.ck" $steps)" "$(ckpt "$work/$1.ck" $steps)" "$2" ||
+    fail "$1: the final parameters differ from the uninterrupted run's"
+}
+
+echo "== reference: an uninterrupted 3-rank run"
+"$build/etr-mpirun" -np 3 --bind-to none "${job[@]}" --set checkpoint.dir="$work/ref.ck" >"$work/ref.out" 2>&1 ||
+  { cat "$work/ref.out"; fail "reference run failed"; }
+
+echo "== a. host 3 lost, then back"
+start a 1 2 3
+wait_step a 30
+h 1 2 >"$work/a.slots"  # the scheduler drops the host
+"$sim" kill 3
+"$sim" cut 3
+wait_step a 70
+[ "$(progress a)" -lt $steps ] || fail "a: the job finished before host 3 came back"
+"$sim" heal 3
+h 1 2 3 >"$work/a.slots"
+finish a
+expect a "host 198.18.0.3 was lost (its MPI daemon ended abnormally): excluded" "the lost host was not named and excluded"
+expect a "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched on the 2 other hosts"
+expect a "launch 3: 3 rank(s) on 198.18.0.1:1,198.18.0.2:1,198.18.0.3:1 (after a resize, relaunch 2)" "did not grow back onto host 3"
+grep "etr-run: recovered\|elastic: relaunch" "$work/a.out"
+same_params a 1e-3
+
+echo "== b. host 3 cut off while its rank lives on (a partition)"
+export ETR_COMM_TIMEOUT_S=3
+start b 1 2 3
+wait_step b 30
+"$sim" cut 3
+finish b
+unset ETR_COMM_TIMEOUT_S
+expect b "did not finish within 3 s (.* elapsed, waiting on rank [0-9] (world rank [0-9]))" "no timeout naming the peer"
+expect b "host 198.18.0.3 is unreachable: ranks timed out waiting on their peers, and the launch agent cannot reach it" "the unreachable host was not named"
+expect b "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched without host 3"
+grep -q "launch 3" "$work/b.out" && { cat "$work/b.out"; fail "b: launched onto the unreachable host again"; }
+same_params b 1e-3
+echo "PASS"
