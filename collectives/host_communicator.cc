@@ -25,7 +25,9 @@ namespace etr {
 // What a collective's body gets when it runs on the engine (or inline).
 struct HostCommunicator::AlgoSetup {
   OpContext& ctx;
-  AlgoParams params(DType dtype) const { return comm.algo_params(*comm.transport_, ctx, dtype); }
+  AlgoParams params(DType dtype) const {
+    return comm.algo_params(*comm.transport_, ctx, dtype, comm.topology_.nodes > 1);
+  }
   const HostCommunicator& comm;
 };
 
@@ -134,11 +136,12 @@ IdlePolicy HostCommunicator::idle_policy() const {
                     caller_waiting_.get()};
 }
 
-AlgoParams HostCommunicator::algo_params(Transport& transport, OpContext& ctx,
-                                         DType dtype) const {
+AlgoParams HostCommunicator::algo_params(Transport& transport, OpContext& ctx, DType dtype,
+                                         bool across_hosts) const {
   const int64_t chunk =
       std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_bytes / dtype_size(dtype)));
-  return AlgoParams{transport, ctx, *scratch_, dtype, chunk, std::clamp(options_.depth, 1, 64)};
+  return AlgoParams{transport, ctx, *scratch_, dtype, chunk, std::clamp(options_.depth, 1, 64),
+                    across_hosts};
 }
 
 HostCommunicator::~HostCommunicator() { engine_.reset(); }
@@ -223,8 +226,8 @@ void HostCommunicator::run_hierarchical(const OpDescription& d, TensorView in, T
                       idle_policy());
   host_ctx.set_world_ranks(&host_world_ranks_);
   cross_ctx.set_world_ranks(&cross_world_ranks_);
-  hierarchical_allreduce(algo_params(*host_transport_, host_ctx, in.dtype()),
-                         algo_params(*cross_transport_, cross_ctx, in.dtype()), in.data(),
+  hierarchical_allreduce(algo_params(*host_transport_, host_ctx, in.dtype(), false),
+                         algo_params(*cross_transport_, cross_ctx, in.dtype(), true), in.data(),
                          out.data(), in.numel(), op);
 }
 

@@ -85,7 +85,9 @@ class HostCommunicator final : public Communicator {
                             std::function<void(AlgoSetup&)> body);
   WorkPtr submit_point_to_point(bool is_send, TensorView buf, int peer, int tag);
   IdlePolicy idle_policy() const;
-  AlgoParams algo_params(Transport& transport, OpContext& ctx, DType dtype) const;
+  // `across_hosts`: the transport's ring spans hosts (AlgoParams::across_hosts).
+  AlgoParams algo_params(Transport& transport, OpContext& ctx, DType dtype,
+                         bool across_hosts) const;
   void build_host_groups(Logger* log);
   void run_hierarchical(const OpDescription& d, TensorView in, TensorView out, ReduceOp op);
 

@@ -19,7 +19,10 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
                           ReduceOp op, int avg_divisor, const SegmentDst& dst) {
   const int n = p.ctx.size(), r = p.ctx.rank();
   const size_t es = dtype_size(p.dtype);
-  void* slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(p.chunk) * es * p.depth);
+  int64_t max_segment = 0;
+  for (int i = 0; i < n; ++i) max_segment = std::max(max_segment, off[i + 1] - off[i]);
+  const int64_t chunk = step_chunk(p, max_segment);  // the same on every rank
+  void* slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(chunk) * es * p.depth);
   for (int s = 0; s <= n - 2; ++s) {
     const int send_seg = ring_mod(r - 1 - s, n);
     const int recv_seg = ring_mod(r - 2 - s, n);
@@ -34,7 +37,7 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
     step.send_count = off[send_seg + 1] - off[send_seg];
     step.recv_count = off[recv_seg + 1] - off[recv_seg];
     step.elem_size = es;
-    step.chunk = p.chunk;
+    step.chunk = chunk;
     step.depth = p.depth;
     step.slots = slots;
     step.consume = [&](int64_t o, const void* piece, int64_t c) {

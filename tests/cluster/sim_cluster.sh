@@ -5,7 +5,10 @@
 # its own (nothing is added to the machine's own network), each link shaped with the tbf
 # qdisc in both directions. Needs root.
 #
-#   tests/cluster/sim_cluster.sh up H S [RATE [BURST]]   H hosts of S slots (rate e.g. 2gbit)
+#   tests/cluster/sim_cluster.sh up H S [RATE [BURST [LATENCY]]]
+#                                H hosts of S slots (rate e.g. 2gbit); with
+#                                ETR_CLUSTER_PIN=1 and H <= the CPUs, host I runs on CPU I-1
+#                                alone (a host with a core of its own: for benchmarks)
 #   tests/cluster/sim_cluster.sh exec I CMD...           run CMD on host I (1-based)
 #   tests/cluster/sim_cluster.sh rsh ADDRESS CMD...      mpirun's rsh agent (plm_rsh_agent)
 #   tests/cluster/sim_cluster.sh hostfile                the hosts, "ADDRESS slots=S" lines
@@ -62,8 +65,13 @@ up() {
     echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
   done
   printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
+  if [ "${ETR_CLUSTER_PIN:-0}" = 1 ]; then
+    [ "$hosts" -le "$(nproc)" ] || die "ETR_CLUSTER_PIN=1 needs at most one host per CPU ($(nproc))"
+    echo pin=1 >>"$state/settings"
+  fi
   trap - ERR
-  echo "sim_cluster: $hosts host(s) of $slots slot(s) at $rate (198.18.0.1-$hosts, namespaces $name-h1..$hosts)"
+  echo "sim_cluster: $hosts host(s) of $slots slot(s) at $rate (198.18.0.1-$hosts, namespaces $name-h1..$hosts)$(
+    [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo ", host I on CPU I-1")"
   echo "  run on host 1:  $self exec 1 CMD..."
   echo "  mpirun:         --hostfile $state/hostfile --mca plm_rsh_agent '$self rsh'"
   echo "                  --mca btl self,vader,tcp --mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24"
@@ -97,12 +105,15 @@ host_ns() {
   echo "$name-h$1"
 }
 
+# The command prefix that keeps host I's processes on its CPU (when pinned).
+pin() { grep -q '^pin=1' "$state/settings" 2>/dev/null && echo "taskset -c $(($1 - 1))"; }
+
 # exec I CMD...: CMD in host I's network namespace with hostname hI.
 run_on() {
   local i=$1
   shift
   ip netns list | grep -q "^$name-h$i\b" || die "no host $i (is the cluster up?)"
-  exec ip netns exec "$name-h$i" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "h$i" "$@"
+  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "h$i" "$@"
 }
 
 # rsh [ssh options] ADDRESS CMD...: as ssh would, the command is one string for a shell.
@@ -117,7 +128,7 @@ rsh() {
     echo "sim_cluster rsh: connect to host $address: No route to host" >&2
     exit 255
   fi
-  exec ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
+  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
 }
 
 case "${1:-}" in
