@@ -24,6 +24,7 @@ ETR_PACKAGES=(
   nlohmann-json3-dev                             # JSON: metrics, traces, bench output
   clang libclang-rt-14-dev                       # libFuzzer + sanitizers: the fuzz targets (build-fuzz/)
   python3 python3-venv                           # Python peers (compat tests, PyTorch bench)
+  iproute2                                       # ip, tc: the simulated hosts (tests/cluster)
 )
 
 etr_install_packages() {
