@@ -122,7 +122,10 @@ elastic() {
   printf '  %-26s %5s  %10s\n' "steady step (reference)" 2 "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", (b - a) / 10 / 1e6}')"
   wait_progress $(( ($(progress) / 10 + 1) * 10 + 5 ))
   kill_ms=$(($(date +%s%N) / 1000000))
-  "$sim" exec 2 sh -c 'kill -KILL $(pgrep -f examples/train/etr-train)'
+  local p  # the rank on host 2: an etr-train process in its namespace
+  for p in $(ip netns pids "$ETR_CLUSTER_NAME-h2"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && kill -KILL "$p"
+  done
   wait_event "$ev" first-step 2
   printf '  %-26s %5s  %10s  %s\n' "kill -9 rank 1" 2 $(($(ms "$ev" first-step 2) - kill_ms)) \
     "$(($(awk '$2 == "exit" {n++; if (n == 1) {sub("last_step=", "", $4); print $4}}' "$ev") - $(awk '$2 == "restored" {n++; if (n == 1) {sub("step=", "", $3); print $3}}' "$ev")))"
