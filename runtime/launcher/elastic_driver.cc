@@ -1,6 +1,5 @@
 #include "runtime/launcher/elastic_driver.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,7 +33,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-volatile sig_atomic_t g_stop_signal = 0;  // read by launch_watch.cc's pump()
+volatile sig_atomic_t g_stop_signal = 0;  // passed to pump() (launch_watch.h)
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 template <typename... Args>
@@ -82,7 +81,7 @@ void note_error(const Event& e, LaunchResult& r) {
     r.micro_batch = std::atoi(b->second.c_str());
   }
   auto field = [&e](const char* k) { return e.fields.count(k) ? e.fields.at(k) : std::string(); };
-  if (e.name == "daemon-lost") r.evidence.lost_hosts.push_back(field("host"));
+  if (e.name == "daemon-lost" && !field("host").empty()) r.evidence.lost_hosts.push_back(field("host"));
   if (e.name != "error" && e.name != "daemon-lost") return;
   if (r.first_error == Clock::time_point{}) r.first_error = Clock::now();
   if (e.name != "error") return;
@@ -319,14 +318,16 @@ std::string Driver::shim_agent() const {
 }
 
 void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
-  if (network_.local || !e.only_timeouts()) return;
+  if (network_.local || !e.nothing_named()) return;
   std::vector<std::string> remote;
   for (const auto& h : assigned) {
     if (!is_local_host(h.host)) remote.push_back(h.host);
   }
-  say("ranks timed out waiting on peers on other hosts: checking that the launch agent "
-      "reaches ", remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
+  if (remote.empty()) return;
+  say("no rank or host is named as the cause: checking that the launch agent reaches ",
+      remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
   e.unreachable = unreachable_hosts(agent_words(), remote, kProbeDeadline);
+  e.probed = true;
 }
 
 void Driver::prepare_run_dir() {

@@ -65,11 +65,11 @@ Blame blame(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
   if (!e.unreachable.empty()) {
     b.kind = Blame::Kind::kUnreachableHost;
     b.host = e.unreachable.front();
-    b.why = "host " + b.host + " is unreachable: ranks timed out waiting on their peers, and "
-            "the launch agent cannot reach it";
+    b.why = "host " + b.host + " is unreachable: the launch agent cannot reach it, and no "
+            "rank or host was named as the cause";
     return b;
   }
-  b = unreachable_host(e, assigned);
+  if (!e.probed) b = unreachable_host(e, assigned);
   if (b.kind == Blame::Kind::kNone) b.why = "no rank is named as the cause";
   return b;
 }

@@ -18,10 +18,11 @@ struct FailureEvidence {
   std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
   std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
   std::vector<std::string> unreachable;    // hosts etr-run could not reach (host_probe.h)
+  bool probed = false;                     // the hosts were probed (unreachable is its answer)
 
-  // Only timeouts across ranks, nothing that names a culprit: worth probing the hosts.
-  bool only_timeouts() const {
-    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0 && !waits.empty();
+  // Nothing names a culprit (timeouts, with or without a peer): worth probing the hosts.
+  bool nothing_named() const {
+    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0;
   }
 };
 
@@ -39,7 +40,8 @@ struct Blame {
 std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
 // The cause, in this order: a lost host; a rank's own error; a rank killed by a signal; a
-// host etr-run could not reach; a host that ranks on other hosts timed out waiting on (the one named from the most other
+// host etr-run could not reach; unless a probe reached every host, a host that ranks on
+// other hosts timed out waiting on (the one named from the most other
 // hosts; on a tie, the one named from etr-run's own host, the side of the partition that
 // keeps the job); else none. Waits between ranks of one host blame nobody (a stuck rank
 // says nothing of its host).

@@ -20,6 +20,7 @@ pid_t start_probe(const std::vector<std::string>& agent, const std::string& host
   for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
+  if (pid > 0) setpgid(pid, pid);  // both sides, so that the group exists for kill(-pid)
   if (pid != 0) return pid;
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -39,8 +40,11 @@ std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent
                                            const std::vector<std::string>& hosts,
                                            std::chrono::milliseconds deadline) {
   std::vector<pid_t> pids;
-  std::vector<int> ok(hosts.size(), 0);  // 1: reached, 0: not (yet)
-  for (const auto& h : hosts) pids.push_back(agent.empty() ? -1 : start_probe(agent, h));
+  std::vector<int> ok(hosts.size(), 0);  // 1: reached (or not probed: unknown), 0: not
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    pids.push_back(agent.empty() ? -1 : start_probe(agent, hosts[i]));
+    if (pids.back() <= 0) ok[i] = 1;  // a probe that did not start says nothing of the host
+  }
   const auto end = std::chrono::steady_clock::now() + deadline;
   size_t running = 0;
   do {
@@ -62,6 +66,7 @@ std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent
   for (size_t i = 0; i < pids.size(); ++i) {
     if (pids[i] > 0) {  // past the deadline
       kill(-pids[i], SIGKILL);
+      kill(pids[i], SIGKILL);
       waitpid(pids[i], nullptr, 0);
     }
     if (!ok[i]) out.push_back(hosts[i]);

@@ -18,8 +18,10 @@ namespace {
 volatile sig_atomic_t g_child = 0;
 volatile sig_atomic_t g_forwarded = 0;  // the agent was told to stop: its end is no loss
 extern "C" void forward_signal(int sig) {
+  const int saved = errno;
   g_forwarded = 1;
   if (g_child > 0) kill(g_child, sig);
+  errno = saved;
 }
 
 void forward_stop_signals() {
@@ -57,7 +59,20 @@ int run_launch_shim(const std::vector<std::string>& args) {
   const std::string host = host_in(args, 2 + static_cast<size_t>(n));
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // mpirun gone: end the daemon too
   forward_stop_signals();
+  // The stop signals wait until the child's pid is known, so none is lost in between.
+  sigset_t stops, old;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stops, sig);
+  sigprocmask(SIG_BLOCK, &stops, &old);
   const pid_t pid = fork();
+  if (pid == 0) {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) signal(sig, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the shim gone: end the agent too
+  } else {
+    if (pid > 0) g_child = pid;
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+  }
   if (pid < 0) {
     std::fprintf(stderr, "etr-run: launch shim: fork failed: %s\n", std::strerror(errno));
     return 127;
@@ -70,10 +85,10 @@ int run_launch_shim(const std::vector<std::string>& args) {
     std::fprintf(stderr, "etr-run: cannot run the launch agent %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
-  g_child = pid;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code != 0 && !g_forwarded && !run_dir.empty()) {
     ElasticLaunch launch;

@@ -11,15 +11,16 @@
 namespace etr::launcher {
 namespace {
 
-// The hosts of a hostfile in Open MPI's syntax ("HOST slots=N", '#' comments).
+// The hosts of a hostfile in Open MPI's syntax: the first word of each line ("HOST
+// slots=N max_slots=M ..."; '#' starts a comment). The rest is mpirun's to check.
 std::vector<std::string> hostfile_hosts(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw IoError("cannot read the hostfile '" + printable(path, 200) + "'");
-  std::stringstream text;
-  text << in.rdbuf();
   std::vector<std::string> out;
-  for (const auto& h : parse_host_lines(text.str(), "hostfile " + printable(path, 200))) {
-    out.push_back(h.host);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    std::string host;
+    if (words >> host) out.push_back(host);
   }
   return out;
 }

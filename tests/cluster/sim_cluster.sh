@@ -42,6 +42,9 @@ up() {
   [[ $hosts =~ ^[0-9]+$ && $hosts -ge 1 && $hosts -le 200 ]] || die "hosts must be 1..200, not '$hosts'"
   [[ $slots =~ ^[0-9]+$ && $slots -ge 1 ]] || die "slots must be at least 1, not '$slots'"
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+  if [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && [ "$hosts" -gt "$(nproc)" ]; then
+    die "ETR_CLUSTER_PIN=1 needs at most one host per CPU ($(nproc))"
+  fi
   down
   trap 'down; exit 1' ERR
   mkdir -p "$state"
@@ -65,10 +68,7 @@ up() {
     echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
   done
   printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
-  if [ "${ETR_CLUSTER_PIN:-0}" = 1 ]; then
-    [ "$hosts" -le "$(nproc)" ] || die "ETR_CLUSTER_PIN=1 needs at most one host per CPU ($(nproc))"
-    echo pin=1 >>"$state/settings"
-  fi
+  [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo pin=1 >>"$state/settings"
   trap - ERR
   echo "sim_cluster: $hosts host(s) of $slots slot(s) at $rate (198.18.0.1-$hosts, namespaces $name-h1..$hosts)$(
     [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo ", host I on CPU I-1")"
@@ -140,6 +140,6 @@ case "${1:-}" in
   check) check ;;
   cut) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 down ;;
   heal) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 up ;;
-  kill) ns=$(host_ns "${2:-}"); ip netns pids "$ns" | xargs -r kill -KILL ;;
+  kill) ns=$(host_ns "${2:-}"); ip netns pids "$ns" | xargs -r kill -KILL 2>/dev/null || true ;;
   *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill ..." ;;
 esac

@@ -65,15 +65,26 @@ TEST(Blame, TheHostOthersWaitedOnIsUnreachable) {
 TEST(Blame, ATieGoesAgainstTheHostEtrRunCannotSee) {
   // Two hosts cut apart: each side waits on the other. etr-run runs on this machine
   // ("localhost" is its host), so the other side is the unreachable one.
-  const std::vector<HostSlots> two = {{"localhost", 1}, {"hB", 1}};
+  const std::vector<HostSlots> two = {{"zB", 1}, {"localhost", 1}};
   FailureEvidence e;
-  e.waits = {{1, 0}, {0, 1}};
+  e.waits = {{1, 0}, {0, 1}};  // (zB sorts after localhost: the map order cannot decide)
   Blame b = blame(e, two);
   EXPECT_EQ(b.kind, Blame::Kind::kUnreachableHost);
-  EXPECT_EQ(b.host, "hB");
+  EXPECT_EQ(b.host, "zB");
   e.waits = {{0, 1}, {1, 0}};  // the order of the reports does not matter
   b = blame(e, two);
-  EXPECT_EQ(b.host, "hB");
+  EXPECT_EQ(b.host, "zB");
+}
+
+TEST(Blame, AProbeThatReachedEveryHostBlamesNoHost) {
+  const std::vector<HostSlots> three = {{"hA", 1}, {"hB", 1}, {"hC", 1}};
+  FailureEvidence e;
+  e.waits = {{0, 1}, {2, 1}, {1, 0}};
+  e.probed = true;  // and every host answered: a stuck rank, not a lost host
+  const Blame b = blame(e, three);
+  EXPECT_EQ(b.kind, Blame::Kind::kNone);
+  e.unreachable = {"hC"};
+  EXPECT_EQ(blame(e, three).host, "hC");
 }
 
 TEST(Blame, WaitsWithinOneHostBlameNobody) {
