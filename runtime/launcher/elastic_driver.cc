@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -51,10 +50,6 @@ std::string seconds(double s) {
   std::snprintf(b, sizeof b, "%.2f s", s);
   return b;
 }
-
-// How long the launch agent may take to run `true` on a host before it counts as
-// unreachable (host_probe.h).
-constexpr std::chrono::milliseconds kProbeDeadline{10'000};
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -137,8 +132,7 @@ class Driver {
   // relaunch with the micro-batch halved once more.
   std::optional<int> after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env);
   void prepare_run_dir();
-  // --launch-agent's words (else ssh), and that agent through etr-run's launch shim.
-  std::vector<std::string> agent_words() const;
+  // --launch-agent (else ssh) through etr-run's launch shim.
   std::string shim_agent() const;
   // After a launch that ended in timeouts only, the remote hosts the agent cannot reach.
   void probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const;
@@ -305,28 +299,19 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   }
 }
 
-std::vector<std::string> Driver::agent_words() const {
-  std::istringstream words(o_.launch_agent.empty() ? std::string("ssh") : o_.launch_agent);
-  return {std::istream_iterator<std::string>(words), {}};
-}
-
 std::string Driver::shim_agent() const {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) self = "etr-run";
-  return launch_shim_agent(self.string(), run_dir_.string(), agent_words());
+  return launch_shim_agent(self.string(), run_dir_.string(), launch_agent_words(o_.launch_agent));
 }
 
 void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
-  if (network_.local || !e.nothing_named()) return;
-  std::vector<std::string> remote;
-  for (const auto& h : assigned) {
-    if (!is_local_host(h.host)) remote.push_back(h.host);
-  }
-  if (remote.empty()) return;
+  const std::vector<std::string> remote = remote_hosts(assigned);
+  if (network_.local || !e.nothing_named() || remote.empty()) return;
   say("no rank or host is named as the cause: checking that the launch agent reaches ",
       remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
-  e.unreachable = unreachable_hosts(agent_words(), remote, kProbeDeadline);
+  e.unreachable = unreachable_hosts(launch_agent_words(o_.launch_agent), remote, kProbeDeadline);
   e.probed = true;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/launcher/host_probe.h"
 
+#include "runtime/launcher/hosts.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -35,6 +37,14 @@ pid_t start_probe(const std::vector<std::string>& agent, const std::string& host
 }
 
 }  // namespace
+
+std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned) {
+  std::vector<std::string> remote;
+  for (const auto& h : assigned) {
+    if (!is_local_host(h.host)) remote.push_back(h.host);
+  }
+  return remote;
+}
 
 std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent,
                                            const std::vector<std::string>& hosts,

@@ -10,7 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "runtime/launcher/host_names.h"
+
 namespace etr::launcher {
+
+// How long the launch agent may take to run `true` on a host.
+inline constexpr std::chrono::milliseconds kProbeDeadline{10'000};
+
+// The hosts of `assigned` that are not this machine (is_local_host), in order.
+std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned);
 
 // The hosts of `hosts` (names as given to mpirun) on which `agent` (its words) could not
 // run `true` within `deadline`, in the order given.

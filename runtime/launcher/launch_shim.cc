@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <sstream>
 
 #include "runtime/elastic.h"
 
@@ -40,6 +42,11 @@ std::string host_in(const std::vector<std::string>& args, size_t first) {
 }
 
 }  // namespace
+
+std::vector<std::string> launch_agent_words(const std::string& launch_agent) {
+  std::istringstream words(launch_agent.empty() ? std::string("ssh") : launch_agent);
+  return {std::istream_iterator<std::string>(words), {}};
+}
 
 std::string launch_shim_agent(const std::string& self, const std::string& run_dir,
                               const std::vector<std::string>& agent) {

@@ -18,6 +18,9 @@ namespace etr::launcher {
 
 inline constexpr const char* kLaunchShimFlag = "--launch-shim";
 
+// --launch-agent's words ("" -> ssh).
+std::vector<std::string> launch_agent_words(const std::string& launch_agent);
+
 // The plm_rsh_agent value that runs `agent` (its words) through the shim of `self`
 // (etr-run's own path).
 std::string launch_shim_agent(const std::string& self, const std::string& run_dir,
