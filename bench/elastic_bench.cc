@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@ const double kNone = std::nan("");  // a part that does not apply to a row
 
 struct ElasticArgs {
   std::string etr_run, etr_train, config, dir = ".", json;
+  std::string cluster;  // --cluster: tests/cluster/sim_cluster.sh ("": this machine)
   std::vector<std::string> overrides;
   int rounds = 3, np = 2, checkpoint_every = 10;
   double timeout_s = 60;
@@ -59,6 +61,7 @@ struct Phase {
 
 struct Round {
   Phase cold, steady, kill, join, leave;  // steady: total = ms/step at np
+  Phase lost, back;  // --cluster: the last host lost, and back (instead of join, leave)
 };
 
 // The first launch: from etr-run's launch line to its first step ("relaunch" is the
@@ -105,8 +108,29 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+// --cluster: the last host lost midway between checkpoints (the job goes on without it),
+// then back (the job grows onto it), after the kill's relaunch (launch 2).
+void measure_host_loss(const ElasticArgs& a, ElasticSession& s, Round& r) {
+  std::vector<Launch> l = s.launches();
+  const int every = a.checkpoint_every;
+  int64_t at = l[1].field("first-step", "step") + 2;
+  while (at % every != every / 2) ++at;
+  s.wait_step(at);
+  const int64_t lost_ms = s.lose_host(a.np);
+  l = s.wait_first_step(3, "the first step after host " + std::to_string(a.np) + " was lost");
+  expect_launch(l[2], a.np - 1, "failure");
+  r.lost = recovery(l[1], l[2], lost_ms, false);
+  s.wait_step(l[2].field("first-step", "step") + 2);
+  const int64_t back_ms = s.restore_host(a.np);
+  l = s.wait_first_step(4, "the first step after host " + std::to_string(a.np) + " came back");
+  expect_launch(l[3], a.np, "resize");
+  r.back = recovery(l[2], l[3], back_ms, true);
+}
+
 Round measure_round(const ElasticArgs& a, const fs::path& dir) {
-  ElasticSession s({a.etr_run, a.etr_train, a.config, job_overrides(a), a.np, a.timeout_s}, dir);
+  ElasticSession s({a.etr_run, a.etr_train, a.config, job_overrides(a), a.np, a.timeout_s,
+                    a.cluster},
+                   dir);
   const int every = a.checkpoint_every;
   Round r;
   std::vector<Launch> l = s.wait_first_step(1, "the first step of the first launch");
@@ -130,6 +154,11 @@ Round measure_round(const ElasticArgs& a, const fs::path& dir) {
   expect_launch(l[1], a.np, "failure");
   r.kill = recovery(l[0], l[1], kill_ms, false);
 
+  if (!a.cluster.empty()) {
+    measure_host_loss(a, s, r);
+    s.stop();
+    return r;
+  }
   // Join one slot, then leave it again, each after a few steps at the current size.
   s.wait_step(l[1].field("first-step", "step") + 2);
   const int64_t join_ms = s.set_slots(a.np + 1);
@@ -182,13 +211,18 @@ struct RowSpec {
 nlohmann::json print_table(const BenchContext& ctx, const ElasticArgs& a,
                            const std::vector<Round>& rounds) {
   const std::string np = std::to_string(a.np), np1 = std::to_string(a.np + 1);
-  const RowSpec rows[] = {
+  std::vector<RowSpec> rows = {
       {"cold start (reference)", a.np, &Round::cold, "cold_start"},
       {"steady step (reference)", a.np, &Round::steady, "steady_step"},
       {"kill -9 rank " + std::to_string(a.np - 1), a.np, &Round::kill, "kill"},
-      {"join np " + np + " -> " + np1, a.np + 1, &Round::join, "join"},
-      {"leave np " + np1 + " -> " + np, a.np, &Round::leave, "leave"},
   };
+  if (a.cluster.empty()) {
+    rows.push_back({"join np " + np + " -> " + np1, a.np + 1, &Round::join, "join"});
+    rows.push_back({"leave np " + np1 + " -> " + np, a.np, &Round::leave, "leave"});
+  } else {
+    rows.push_back({"host " + np + " lost", a.np - 1, &Round::lost, "host_lost"});
+    rows.push_back({"host " + np + " back", a.np, &Round::back, "host_back"});
+  }
   struct Part {
     const char* title;
     const char* key;  // in the JSON
@@ -243,11 +277,20 @@ void print_header(const BenchContext& ctx, const ElasticArgs& a, const TrainConf
       "adam.v, f32) every %d steps, %s\n",
       c.batch().global_batch(), c.batch().micro_batch(), 3 * 4 * params / 1e6, a.checkpoint_every,
       c.checkpoint().async() ? "async" : "sync");
-  text += cell(
-      "# etr-run on localhost:%d: kill -9 of one rank, join to %d slots, leave back to "
-      "%d; discovery every %s s; %d round(s), each a fresh etr-run session; %d CPUs",
-      a.np, a.np + 1, a.np, ElasticSession::kDiscoveryInterval, a.rounds, cpus);
-  if (cpus < a.np + 1) text += " (np " + std::to_string(a.np + 1) + " oversubscribes them)";
+  if (a.cluster.empty()) {
+    text += cell(
+        "# etr-run on localhost:%d: kill -9 of one rank, join to %d slots, leave back to "
+        "%d; discovery every %s s; %d round(s), each a fresh etr-run session; %d CPUs",
+        a.np, a.np + 1, a.np, ElasticSession::kDiscoveryInterval, a.rounds, cpus);
+    if (cpus < a.np + 1) text += " (np " + std::to_string(a.np + 1) + " oversubscribes them)";
+  } else {
+    text += cell(
+        "# etr-run on %d simulated hosts of 1 slot (%s, 2 Gbit/s links%s): kill -9 of one "
+        "rank, host %d lost (its processes killed, its link cut, dropped by discovery) and "
+        "back; discovery every %s s; %d round(s), each a fresh etr-run session",
+        a.np, a.cluster.c_str(), a.np <= cpus ? ", a CPU each" : ", sharing the CPUs", a.np,
+        ElasticSession::kDiscoveryInterval, a.rounds);
+  }
   ctx.print(text + "\n");
 }
 
@@ -256,8 +299,9 @@ void print_notes(const BenchContext& ctx, const ElasticArgs& a, const std::vecto
   for (const Round& x : r)
     lost_ms.push_back(static_cast<double>(x.kill.steps_lost) * x.steady.total);
   std::string text =
-      "# detect: kill -9 -> etr-run saw mpirun exit; join/leave: slots file rewritten -> etr-run "
-      "asked the job to resize. agree+save: -> the ranks stopped at a step boundary and saved "
+      "# detect: kill -9 (a host lost: its processes killed) -> etr-run saw mpirun exit; "
+      "join/leave (a host back): slots file rewritten -> etr-run asked the job to resize. "
+      "agree+save: -> the ranks stopped at a step boundary and saved "
       "(resize-exit); exit: -> mpirun exited\n"
       "# relaunch: -> the new ranks started (MPI initialised); restore: -> model built and "
       "checkpoint read (cold start: built, nothing to read); first step: -> the first step done. "
@@ -305,6 +349,25 @@ void resolve_paths(ElasticArgs& a) {
   a.config = fs::absolute(a.config, ec).string();
 }
 
+// --cluster: a simulated cluster of np hosts of 1 slot for the whole run (a CPU each when
+// there are enough), named after this process, removed at the end.
+struct SimulatedCluster {
+  std::string script;
+  SimulatedCluster(const std::string& sim, int hosts, int cpus) : script(sim) {
+    if (script.empty()) return;
+    ::setenv("ETR_CLUSTER_NAME", ("etrbe" + std::to_string(::getpid())).c_str(), 1);
+    const std::string pin = hosts <= cpus ? "ETR_CLUSTER_PIN=1 " : "";
+    const std::string up = pin + "'" + script + "' up " + std::to_string(hosts) + " 1 2gbit >/dev/null";
+    if (std::system(up.c_str()) != 0) {
+      throw ConfigError("cannot make the simulated cluster ('" + script + " up' failed; it needs "
+                        "root and network namespaces: '" + script + " check' says why)");
+    }
+  }
+  ~SimulatedCluster() {
+    if (!script.empty()) std::system(("'" + script + "' down").c_str());
+  }
+};
+
 // The run's directory inside --dir, removed at the end unless kept (with --dir itself
 // when this run made it and it is empty).
 struct WorkDir {
@@ -333,6 +396,8 @@ void run(BenchContext& ctx, ElasticArgs a) {
   work.made_parent = !fs::exists(a.dir, ec);
   fs::create_directories(work.path, ec);
   if (ec) throw IoError("cannot create " + work.path.string() + ": " + ec.message());
+  if (!a.cluster.empty()) a.cluster = fs::absolute(a.cluster, ec).string();
+  const SimulatedCluster cluster(a.cluster, a.np, ctx.machine().cpus_online);
   print_header(ctx, a, config);
   const InterruptGuard interrupts;
 
@@ -349,11 +414,13 @@ void run(BenchContext& ctx, ElasticArgs a) {
                         (dir / "run" / "events").string() + ") are kept");
     }
     const Round& r = rounds.back();
-    ctx.print(
-        cell("# round %d of %d: cold start %.0f ms, step %.1f ms, kill -9 %.0f ms (%lld steps "
-             "lost), join %.0f ms, leave %.0f ms\n",
-             i, a.rounds, r.cold.total, r.steady.total, r.kill.total,
-             static_cast<long long>(r.kill.steps_lost), r.join.total, r.leave.total));
+    const bool hosts = !a.cluster.empty();
+    ctx.print(cell("# round %d of %d: cold start %.0f ms, step %.1f ms, kill -9 %.0f ms (%lld "
+                   "steps lost), %s %.0f ms, %s %.0f ms\n",
+                   i, a.rounds, r.cold.total, r.steady.total, r.kill.total,
+                   static_cast<long long>(r.kill.steps_lost), hosts ? "host lost" : "join",
+                   hosts ? r.lost.total : r.join.total, hosts ? "host back" : "leave",
+                   hosts ? r.back.total : r.leave.total));
   }
   nlohmann::json rows = print_table(ctx, a, rounds);
   print_notes(ctx, a, rounds);
@@ -400,6 +467,10 @@ void add_elastic_subcommand(CLI::App& app, SubcommandList& list) {
       ->capture_default_str();
   cmd->add_flag("--keep", args->keep,
                 "Keep the run's subdirectory (each round's events and etr-run's output)");
+  cmd->add_option("--cluster", args->cluster,
+                  "Run on simulated hosts made with this tests/cluster/sim_cluster.sh (as root): "
+                  "np hosts of 1 slot; the rows after the kill are the last host lost and back "
+                  "instead of a join and a leave (bench/run_cluster.sh elastic)");
   cmd->add_option("--json", args->json, "Also write the figures to this JSON file");
   list.push_back({cmd, [args](BenchContext& ctx) {
                     if (args->rounds < 1 || args->np < 1 || args->checkpoint_every < 2 ||
@@ -407,6 +478,9 @@ void add_elastic_subcommand(CLI::App& app, SubcommandList& list) {
                       throw ConfigError(
                           "--rounds and --np must be at least 1, --checkpoint-every "
                           "at least 2 and --timeout positive");
+                    }
+                    if (!args->cluster.empty() && args->np < 2) {
+                      throw ConfigError("--cluster needs --np 2 or more (a host is lost)");
                     }
                     run(ctx, *args);
                   }});

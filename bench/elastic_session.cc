@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -118,6 +119,9 @@ ElasticSession::ElasticSession(Options options, const fs::path& dir)
   std::ofstream(script) << "#!/bin/sh\nexec cat '" << (dir / "slots").string() << "'\n";
   fs::permissions(script, fs::perms::owner_all);
   std::vector<std::string> argv = {o.etr_run};
+  if (!o.cluster.empty()) {  // on host 1, the others through the cluster's rsh
+    argv = {o.cluster, "exec", "1", o.etr_run, "--launch-agent", o.cluster + " rsh"};
+  }
   const std::pair<const char*, std::string> flags[] = {
       {"--np", std::to_string(o.np)},
       {"--min-np", "1"},
@@ -135,10 +139,32 @@ ElasticSession::ElasticSession(Options options, const fs::path& dir)
 
 int64_t ElasticSession::set_slots(int n) {
   const fs::path tmp = dir_ / "slots.tmp";
-  std::ofstream(tmp) << "localhost:" << n << "\n";
+  {
+    std::ofstream out(tmp);
+    if (options_.cluster.empty()) out << "localhost:" << n << "\n";
+    for (int i = 1; i <= n && !options_.cluster.empty(); ++i) out << "198.18.0." << i << ":1\n";
+  }
   const int64_t now = unix_ms();
   fs::rename(tmp, dir_ / "slots");
   return now;
+}
+
+void ElasticSession::cluster(const std::string& args) const {
+  const std::string command = "'" + options_.cluster + "' " + args;
+  if (std::system(command.c_str()) != 0) throw Error("'" + command + "' failed");
+}
+
+int64_t ElasticSession::lose_host(int host) {
+  const int64_t now = unix_ms();
+  cluster("kill " + std::to_string(host));
+  cluster("cut " + std::to_string(host));
+  set_slots(host - 1);
+  return now;
+}
+
+int64_t ElasticSession::restore_host(int host) {
+  cluster("heal " + std::to_string(host));
+  return set_slots(host);
 }
 
 std::vector<Launch> ElasticSession::launches() const {

@@ -7,7 +7,8 @@
 //
 // Layout of the session's directory `dir` (made by the caller):
 //   dir/discover.sh  the discovery script: prints dir/slots
-//   dir/slots        "localhost:<n>", replaced atomically by set_slots()
+//   dir/slots        "localhost:<n>" (on simulated hosts: "198.18.0.I:1" for I = 1..n),
+//                    replaced atomically by set_slots()
 //   dir/etr-run.log  etr-run's stdout and stderr (and so the job's)
 //   dir/run/         etr-run's run directory: events, progress
 //   dir/ckpt/        the job's checkpoints (etr-run --checkpoint-dir)
@@ -72,6 +73,10 @@ class ElasticSession {
     std::vector<std::string> sets;           // the job's --set overrides, in order
     int np = 2;             // the first launch's ranks; etr-run may grow the job to np + 1
     double timeout_s = 60;  // the longest any one wait may take
+    // tests/cluster/sim_cluster.sh of a cluster that is up (ETR_CLUSTER_NAME in the
+    // environment): etr-run runs on host 1 and reaches the others with its rsh; "": this
+    // machine only.
+    std::string cluster;
   };
 
   // Writes the discovery script and the slots file (np slots) and starts etr-run, the
@@ -86,6 +91,12 @@ class ElasticSession {
   // Replaces the slots file (atomically: the script never reads half of it); returns when
   // (Unix ms).
   int64_t set_slots(int n);
+
+  // Simulated hosts only: host `host` (the last listed) lost, as a machine dies: every
+  // process on it killed, its link cut, then discovery drops it; returns when (Unix ms).
+  int64_t lose_host(int host);
+  // Its link back and discovery listing it again; returns when (Unix ms).
+  int64_t restore_host(int host);
 
   // Every launch so far, from the events file's whole lines.
   std::vector<Launch> launches() const;
@@ -106,6 +117,8 @@ class ElasticSession {
 
  private:
   void start(std::vector<std::string> argv);
+  // Runs the cluster script with `args`; throws etr::Error when it fails.
+  void cluster(const std::string& args) const;
   bool exited();
   std::string status() const;
   // SIGTERM to etr-run, SIGKILL to its group after 10 s, then to any rank or mpirun left.

@@ -12,13 +12,11 @@
 #   own; 2 x 2 and 3 x 1 put 4 and 3 ranks (and the kernel's TCP work) on this machine's
 #   2 cores: there the cores, not the links, may limit.
 # dp: etr-bench dp across 2 hosts x 1 rank (a CPU each) at 2 Gbit/s: overlap on beside off.
-# elastic: etr-run with etr-train (configs/demo.pbtxt, 1 thread, checkpoints every 10 steps)
-#   on 2 hosts x 1 rank (a CPU each, 2 Gbit/s): a cold start and the steady step as the
+# elastic: etr-bench elastic --cluster: etr-run with etr-train (configs/demo.pbtxt) on 2
+#   hosts x 1 rank (a CPU each, 2 Gbit/s): a cold start and the steady step as the
 #   references, then kill -9 of the rank on host 2, host 2 lost (every process on it
 #   killed, its link cut, discovery drops it; the job goes on on host 1), and host 2 back
-#   (link up, listed again; the job grows onto it). Each from the event to the first step
-#   of the launch that followed, from etr-run's events file (etr-bench elastic measures
-#   the same on one host, with a join and a leave).
+#   (link up, listed again; the job grows onto it); ETR_BENCH_ROUNDS rounds (default 3).
 # ETR_BENCH_RATES (default "1gbit 2gbit") and ETR_BENCH_SIZES ("16MiB 64MiB") change the grid.
 set -euo pipefail
 build=$(cd "${1:?usage: $0 BUILD_DIR [allreduce] [dp]}" && pwd)
@@ -88,65 +86,9 @@ dp() {
   run 198.18.0.1:1,198.18.0.2:1 2 "$build/bench/etr-bench" dp 2>&1 | grep -v "^--\|^ *$\|^\[etr"
 }
 
-# ms EVENTS NAME N: the time of the N-th event NAME (1-based) in etr-run's events file.
-ms() { awk -v e="$2" -v n="$3" '$2 == e && ++k == n {print $1; exit}' "$1"; }
-wait_event() {  # EVENTS NAME N
-  local i=0
-  until [ -n "$(ms "$@")" ]; do
-    sleep 0.05
-    i=$((i + 1))
-    [ "$i" -lt 2400 ] || { echo "no event '$2' number $3 within 120 s" >&2; exit 1; }
-  done
-}
-progress() { tr -d ' \n' <"$work/run/progress" 2>/dev/null || echo 0; }
-wait_progress() { while [ "$(progress)" -lt "$1" ]; do sleep 0.02; done; }
-
 elastic() {
-  echo "# etr-run across 2 simulated hosts x 1 rank (a CPU each), 2 Gbit/s; etr-train configs/demo.pbtxt, 1 thread, checkpoint every 10 steps"
-  up 2 1 2gbit 1
-  local ev=$work/run/events slots=$work/slots
-  printf '198.18.0.1:1\n198.18.0.2:1\n' >"$slots"
-  printf '#!/bin/sh\ncat %s\n' "$slots" >"$work/discover.sh"
-  chmod +x "$work/discover.sh"
-  "$sim" exec 1 "$build/runtime/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
-    --host-discovery-script "$work/discover.sh" --discovery-interval 0.2 --run-dir "$work/run" \
-    --checkpoint-dir "$work/ck" --mpi-arg=--bind-to --mpi-arg=none -- "$build/examples/train/etr-train" \
-    --config "$here/configs/demo.pbtxt" --set runtime.threads=1 --set checkpoint.every=10 \
-    --set schedule.max_steps=100000 --set log.log_every=1000 --set log.eval_every=0 >"$work/etr-run.out" 2>&1 &
-  local pid=$! t0 t1 step kill_ms lost_ms back_ms
-  wait_event "$ev" first-step 1
-  echo "# event                      ranks  event -> first step (ms)  steps lost"
-  printf '  %-26s %5s  %10s\n' "cold start (reference)" 2 $(($(ms "$ev" first-step 1) - $(ms "$ev" launch 1)))
-  step=$(progress); wait_progress $((step + 2)); step=$(progress)
-  t0=$(date +%s%N); wait_progress $((step + 10)); t1=$(date +%s%N)
-  printf '  %-26s %5s  %10s\n' "steady step (reference)" 2 "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", (b - a) / 10 / 1e6}')"
-  wait_progress $(( ($(progress) / 10 + 1) * 10 + 5 ))
-  kill_ms=$(($(date +%s%N) / 1000000))
-  local p  # the rank on host 2: an etr-train process in its namespace
-  for p in $(ip netns pids "$ETR_CLUSTER_NAME-h2"); do
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && kill -KILL "$p"
-  done
-  wait_event "$ev" first-step 2
-  printf '  %-26s %5s  %10s  %s\n' "kill -9 rank 1" 2 $(($(ms "$ev" first-step 2) - kill_ms)) \
-    "$(($(awk '$2 == "exit" {n++; if (n == 1) {sub("last_step=", "", $4); print $4}}' "$ev") - $(awk '$2 == "restored" {n++; if (n == 1) {sub("step=", "", $3); print $3}}' "$ev")))"
-  wait_progress $(( ($(progress) / 10 + 1) * 10 + 5 ))
-  lost_ms=$(($(date +%s%N) / 1000000))
-  printf '198.18.0.1:1\n' >"$slots"
-  "$sim" kill 2
-  "$sim" cut 2
-  wait_event "$ev" first-step 3
-  printf '  %-26s %5s  %10s  %s\n' "host 2 lost" 1 $(($(ms "$ev" first-step 3) - lost_ms)) \
-    "$(($(awk '$2 == "exit" {n++; if (n == 2) {sub("last_step=", "", $4); print $4}}' "$ev") - $(awk '$2 == "restored" {n++; if (n == 2) {sub("step=", "", $3); print $3}}' "$ev")))"
-  wait_progress $(($(progress) + 5))
-  "$sim" heal 2
-  back_ms=$(($(date +%s%N) / 1000000))
-  printf '198.18.0.1:1\n198.18.0.2:1\n' >"$slots"
-  wait_event "$ev" first-step 4
-  printf '  %-26s %5s  %10s  %s\n' "host 2 back" 2 $(($(ms "$ev" first-step 4) - back_ms)) \
-    "$(($(awk '$2 == "exit" {n++; if (n == 3) {sub("last_step=", "", $4); print $4}}' "$ev") - $(awk '$2 == "restored" {n++; if (n == 3) {sub("step=", "", $3); print $3}}' "$ev")))"
-  echo "# (host 2 back includes up to one discovery interval, 0.2 s, and the save at the next step boundary)"
-  kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
-  grep "etr-run: \(host\|launch\|the job failed\)" "$work/etr-run.out" | sed 's/^/# /'
+  # etr-bench elastic makes (and removes) a cluster of its own.
+  "$build/bench/etr-bench" elastic --cluster "$sim" --rounds "${ETR_BENCH_ROUNDS:-3}" 2>&1 | grep -v "^\[etr"
 }
 
 for w in $what; do
