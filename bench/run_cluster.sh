@@ -17,16 +17,15 @@
 #   references, then kill -9 of the rank on host 2, host 2 lost (every process on it
 #   killed, its link cut, discovery drops it; the job goes on on host 1), and host 2 back
 #   (link up, listed again; the job grows onto it); ETR_BENCH_ROUNDS rounds (default 3).
-# ETR_BENCH_RATES (default "1gbit 2gbit") and ETR_BENCH_SIZES ("16MiB 64MiB") change the grid.
+# ETR_BENCH_RATES (default "1gbit 2gbit") changes the link rates.
 set -euo pipefail
-build=$(cd "${1:?usage: $0 BUILD_DIR [allreduce] [dp]}" && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR [allreduce] [dp] [elastic]}" && pwd)
 shift
 what=${*:-allreduce dp elastic}
 here=$(cd "$(dirname "$0")/.." && pwd)
 sim=$here/tests/cluster/sim_cluster.sh
 export ETR_CLUSTER_NAME=etrb$$
 "$sim" check
-trap '"$sim" down >/dev/null' EXIT
 work=$(mktemp -d)
 trap '"$sim" down >/dev/null; rm -rf "$work"' EXIT
 
