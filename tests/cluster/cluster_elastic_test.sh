@@ -15,21 +15,9 @@
 #     job completes on 2 hosts; final parameters within 1e-3 of the reference's.
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
-set -u
-build=$1 config=$2 compare=$3
-here=$(cd "$(dirname "$0")" && pwd)
-sim=$here/sim_cluster.sh
-export ETR_CLUSTER_NAME=etre$$
-"$sim" check || exit 77
-work=$(mktemp -d)
 pid=
-cleanup() {
-  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-  "$sim" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+on_exit() { if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; fi; }
+source "$(dirname "$0")/test_setup.sh" etre "$@"
 expect() { grep -q "$2" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: $3"; }; }
 "$sim" up 3 1 2gbit || fail "the simulated cluster did not come up"
 steps=300

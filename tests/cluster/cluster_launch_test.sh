@@ -15,19 +15,7 @@
 #     in another order than the ring).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_launch_test.sh BUILD_DIR CONFIG CKPT_COMPARE
-set -u
-build=$1 config=$2 compare=$3
-here=$(cd "$(dirname "$0")" && pwd)
-sim=$here/sim_cluster.sh
-export ETR_CLUSTER_NAME=etrl$$
-"$sim" check || exit 77
-work=$(mktemp -d)
-cleanup() {
-  "$sim" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "$0")/test_setup.sh" etrl "$@"
 "$sim" up 3 2 2gbit || fail "the simulated cluster did not come up"
 hostfile=/run/etr-cluster/$ETR_CLUSTER_NAME/hostfile
 mpirun_on_cluster() {  # HOSTS ARGS...: etr-mpirun on host 1 across HOSTS
