@@ -308,7 +308,11 @@ std::string Driver::shim_agent() const {
 
 void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
   const std::vector<std::string> remote = remote_hosts(assigned);
-  if (network_.local || !e.nothing_named() || remote.empty()) return;
+  if (!e.nothing_named()) return;
+  if (network_.local || remote.empty()) {  // one machine: a wait says nothing of a host
+    e.probed = true;
+    return;
+  }
   say("no rank or host is named as the cause: checking that the launch agent reaches ",
       remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
   e.unreachable = unreachable_hosts(launch_agent_words(o_.launch_agent), remote, kProbeDeadline);

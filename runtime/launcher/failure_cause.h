@@ -18,7 +18,9 @@ struct FailureEvidence {
   std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
   std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
   std::vector<std::string> unreachable;    // hosts etr-run could not reach (host_probe.h)
-  bool probed = false;                     // the hosts were probed (unreachable is its answer)
+  // The hosts were probed (unreachable is its answer), or all are this machine (none can
+  // be unreachable): either way the ranks' waits blame no host.
+  bool probed = false;
 
   // Nothing names a culprit (timeouts, with or without a peer): worth probing the hosts.
   bool nothing_named() const {

@@ -1,5 +1,5 @@
 // How Open MPI's traffic travels for a launch: one decision, used by etr-run and (through
-// etr-netflags) by etr-mpirun.
+// etr-run --mpirun-flags, mpirun_flags.h) by etr-mpirun.
 //
 //   every host is this machine -> shared memory between the ranks (btl self,vader), and
 //       Open MPI's own TCP (its out-of-band channel) on loopback only (MPI_NOTES.md);

@@ -87,6 +87,17 @@ TEST(Blame, AProbeThatReachedEveryHostBlamesNoHost) {
   EXPECT_EQ(blame(e, three).host, "hC");
 }
 
+TEST(Blame, AliasesOfOneMachineAreNeverUnreachable) {
+  // localhost and 127.0.0.1: two "hosts" to etr-run, one machine; a stopped rank on one
+  // makes the other wait on it, which must not exclude a host (etr-run marks it probed).
+  const std::vector<HostSlots> aliases = {{"localhost", 1}, {"127.0.0.1", 1}};
+  FailureEvidence e;
+  e.waits = {{0, 1}};
+  EXPECT_EQ(blame(e, aliases).kind, Blame::Kind::kUnreachableHost);  // the guess, unprobed
+  e.probed = true;
+  EXPECT_EQ(blame(e, aliases).kind, Blame::Kind::kNone);
+}
+
 TEST(Blame, WaitsWithinOneHostBlameNobody) {
   FailureEvidence e;
   e.waits = {{0, 1}, {2, 3}};
