@@ -25,6 +25,7 @@ ETR_PACKAGES=(
   clang libclang-rt-14-dev                       # libFuzzer + sanitizers: the fuzz targets (build-fuzz/)
   python3 python3-venv                           # Python peers (compat tests, PyTorch bench)
   iproute2                                       # ip, tc: the simulated hosts (tests/cluster)
+  libsentencepiece-dev                           # subword tokenizers (etr-tokenize, etr-train)
 )
 
 etr_install_packages() {

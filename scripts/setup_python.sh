@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python peer environment: a virtual environment at .venv/ in the repository root
-# with torch (CPU use), transformers, safetensors and numpy, for the compatibility tests
-# (tests/compat, label "compat") and for comparisons against PyTorch.
+# with torch (CPU use), transformers, safetensors, numpy, tensorboard, sentencepiece,
+# protobuf and matplotlib, for the compatibility tests (tests/compat, label "compat"),
+# comparisons against PyTorch and the plots (scripts/plot.py).
 # Idempotent and quiet: when .venv/ already holds every package it prints nothing and
 # does nothing. Usable on its own or sourced:
 #   scripts/setup_python.sh            # create or complete .venv/
@@ -33,7 +34,9 @@ ETR_TORCH_INDEX="${ETR_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
 
 # Distribution names, unpinned: the newest that pip can install for this interpreter.
 # .venv/etr-versions.txt records what was installed (pip freeze).
-ETR_PY_PACKAGES=(torch transformers safetensors numpy)
+# tensorboard: its reader checks etr's event files; sentencepiece and protobuf: transformers
+# loads an exported SentencePiece tokenizer; matplotlib: scripts/plot.py.
+ETR_PY_PACKAGES=(torch transformers safetensors numpy tensorboard sentencepiece protobuf matplotlib)
 
 etr_venv_complete() {
   [[ -x "$ETR_VENV/bin/python" ]] || return 1
