@@ -65,6 +65,13 @@ bool TrainSession::finished() const {
   return static_cast<int64_t>(position_.step) >= config_.schedule().max_steps();
 }
 
+double TrainSession::progress_fraction() const {
+  const double total = static_cast<double>(config_.schedule().max_steps());
+  if (total <= 0) return 1;
+  const double done = goodput_ ? goodput_->progress.progress : static_cast<double>(position_.step);
+  return std::clamp(done / total, 0.0, 1.0);
+}
+
 // The step's learning rate: the schedule at the scale-invariant progress, times the gain
 // of the current B (from the noise scale measured so far); the progress then advances.
 double TrainSession::goodput_learning_rate() {

@@ -30,13 +30,16 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   if (!leader_) return;
   const double tps = c.tokens / s.seconds;
   const double gflops = c.flops_per_token * tps / 1e9;
-  char line[400];
-  int n = std::snprintf(line, sizeof line,
-                        "step %5lld | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
-                        "%6.2f GFLOP/s | peak %s",
-                        static_cast<long long>(c.step), s.loss, s.lr, s.grad_norm, tps,
-                        s.seconds * 1e3, gflops,
-                        format_bytes(static_cast<double>(s.peak_bytes)).c_str());
+  const double left = clock_.update(c.progress, ProgressClock::Clock::now());
+  char line[460];
+  int n = c.scaled ? std::snprintf(line, sizeof line, "step %5lld", static_cast<long long>(c.step))
+                   : std::snprintf(line, sizeof line, "step %5lld/%lld", static_cast<long long>(c.step),
+                                   static_cast<long long>(c.max_steps));
+  n += std::snprintf(line + n, sizeof line - n,
+                     " %3.0f%% ETA %s | loss %.4f | lr %.3e | norm %.3f | %7.0f tok/s | %7.1f ms | "
+                     "%6.2f GFLOP/s | peak %s",
+                     c.progress * 100, format_duration(left).c_str(), s.loss, s.lr, s.grad_norm, tps,
+                     s.seconds * 1e3, gflops, format_bytes(static_cast<double>(s.peak_bytes)).c_str());
   if (s.predicted_peak > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
     n += std::snprintf(line + n, sizeof line - n, " (plan %s) | b %lld x %lld%s",
                        format_bytes(static_cast<double>(s.predicted_peak)).c_str(),
@@ -64,6 +67,8 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", s.peak_bytes}};
+  j["progress"] = c.progress;
+  if (std::isfinite(left)) j["eta_s"] = left;
   j["predicted_peak_bytes"] = s.predicted_peak;
   j["budget_bytes"] = c.budget;
   j["global_batch"] = s.global_batch > 0 ? s.global_batch : c.global_batch;

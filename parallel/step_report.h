@@ -1,8 +1,8 @@
 // What the training loop reports (parallel/train_session.h): the progress line and the
 // metrics (JSON lines) of rank 0, and the merged Chrome trace of every rank.
 //
-//   step    12 | loss 4.1234 | lr 3.000e-04 | norm 0.912 |   21345 tok/s |   95.9 ms |
-//   12.34 GFLOP/s | peak 1.2 GiB | comm 3.1 ms, exposed 0.4 ms, hidden 87%
+//   step    12/400   3% ETA 1m47s | loss 4.1234 | lr 3.000e-04 | norm 0.912 |   21345 tok/s |
+//   95.9 ms | 12.34 GFLOP/s | peak 1.2 GiB | comm 3.1 ms, exposed 0.4 ms, hidden 87%
 #pragma once
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "parallel/engine.h"
+#include "parallel/progress_clock.h"
 #include "runtime/config/train_config.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
@@ -75,6 +76,12 @@ struct RunSummary {
 // The numbers of a step the progress line shows beside StepStats.
 struct StepContext {
   uint64_t step = 0;            // steps completed
+  int64_t max_steps = 0;        // schedule.max_steps
+  // The fraction of the run done, in [0, 1]: step / max_steps, or with an automatic
+  // global batch its scale-invariant progress / max_steps (then `scaled` is set and the
+  // line shows no "/max_steps").
+  double progress = 0;
+  bool scaled = false;
   double tokens = 0;            // tokens in the global batch
   double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
   int64_t global_batch = 0;     // the plan's (a step's own, with an automatic one, is in StepStats)
@@ -108,6 +115,7 @@ class StepReporter {
   Logger& log_;
   bool leader_;
   std::ofstream metrics_;
+  ProgressClock clock_;
 };
 
 // "nan", "inf" or "-inf".

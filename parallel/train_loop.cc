@@ -15,6 +15,9 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   if (lg.log_every() > 0 && (step % lg.log_every() == 0 || last || step == 1)) {
     StepContext c;
     c.step = position_.step;
+    c.max_steps = config_.schedule().max_steps();
+    c.progress = progress_fraction();
+    c.scaled = goodput_ != nullptr;
     c.tokens = static_cast<double>(s.global_batch > 0 ? static_cast<uint64_t>(s.global_batch)
                                                       : plan_->global_batch()) *
                static_cast<double>(data_->seq_len());

@@ -222,6 +222,8 @@ class TrainSession {
   };
   void setup_goodput();
   bool finished() const;
+  // The fraction of the run done, in [0, 1] (session_goodput.cc).
+  double progress_fraction() const;
   double goodput_learning_rate();
   void goodput_first_micro_batch(uint64_t samples);
   double goodput_local_term() const;
