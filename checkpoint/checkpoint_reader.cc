@@ -80,7 +80,8 @@ void CheckpointReader::read_range(const std::string& state, const ParamLayout& l
       off_t at = static_cast<off_t>(x.file_offset() + (a - x.tensor_begin()) * sizeof(float));
       const int f = fd(x.file());
       while (left > 0) {
-        const ssize_t n = ::pread(f, dst, left, at);
+        // At most 64 MiB a call, so that a progress line can come between two.
+        const ssize_t n = ::pread(f, dst, std::min<size_t>(left, size_t{64} << 20), at);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
           throw IoError("cannot read " + std::to_string(left) + " bytes at offset " +
@@ -91,6 +92,7 @@ void CheckpointReader::read_range(const std::string& state, const ParamLayout& l
         at += n;
         left -= static_cast<size_t>(n);
         bytes_read_ += static_cast<uint64_t>(n);
+        if (progress_) progress_->add(static_cast<uint64_t>(n));
       }
     }
   }

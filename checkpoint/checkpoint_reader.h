@@ -19,6 +19,7 @@
 #include <string>
 
 #include "checkpoint/manifest.pb.h"
+#include "runtime/byte_progress.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
 #include "runtime/param_layout.h"
@@ -50,6 +51,8 @@ class CheckpointReader {
   bool has_state(const std::string& state) const;
   // Bytes read by read_state so far.
   uint64_t bytes_read() const { return bytes_read_; }
+  // Reports the bytes read to `progress` (not owned; null: none) as they arrive.
+  void set_progress(ByteProgress* progress) { progress_ = progress; }
 
  private:
   int fd(const std::string& file);
@@ -58,6 +61,7 @@ class CheckpointReader {
   ckpt::Manifest manifest_;
   std::map<std::pair<std::string, std::string>, const ckpt::TensorRecord*> index_;  // (state, name)
   std::map<std::string, int> fds_;
+  ByteProgress* progress_ = nullptr;
   uint64_t bytes_read_ = 0;
 };
 

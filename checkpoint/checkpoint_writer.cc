@@ -16,6 +16,7 @@
 #include "checkpoint/durable_file.h"
 #include "checkpoint/shard_sink.h"
 #include "checkpoint/manifest.h"
+#include "runtime/byte_progress.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 
@@ -255,9 +256,13 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   const auto w0 = Clock::now();
   try {
     DurableFile out(file, /*direct_io=*/true);
+    ByteProgress progress = save_progress(p.step, p.snapshot.size());
     for (size_t off = 0; off < p.snapshot.size(); off += kShardStagingBytes) {
-      out.write(p.snapshot.data() + off, std::min(kShardStagingBytes, p.snapshot.size() - off));
+      const size_t n = std::min(kShardStagingBytes, p.snapshot.size() - off);
+      out.write(p.snapshot.data() + off, n);
+      progress.add(n);
     }
+    progress.finish();
     out.commit();
     p.info.bytes = p.snapshot.size();
     p.info.xxh3 = p.snapshot_xxh3;
@@ -268,6 +273,13 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   p.done.store(true, std::memory_order_release);
 }
 
+// Lines on how far rank 0's shard write is, when it takes long (the other ranks: none).
+ByteProgress CheckpointWriter::save_progress(uint64_t step, uint64_t total) const {
+  return ByteProgress(group_.rank() == 0 ? &log_ : nullptr,
+                      "checkpoint of step " + std::to_string(step) + ": rank 0 writing its shard",
+                      total);
+}
+
 // A synchronous save: this rank's shard packed straight from the states into its file.
 void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
                                  const std::vector<const float*>& buffers, const fs::path& file) {
@@ -275,13 +287,16 @@ void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
   try {
     ShardSink sink(file);
     FiniteCheck finite(plan, group_.rank());
+    ByteProgress progress = save_progress(p.step, plan.file_bytes(group_.rank()));
     plan.pack(
         group_.rank(), buffers,
         [&](const void* data, size_t size) {
           finite.add(data, size);
           sink.append(data, size);
+          progress.add(size);
         },
         p.begins);
+    progress.finish();
     if (!finite.error().empty()) throw CheckpointError(finite.error());
     p.info.bytes = sink.bytes();
     p.info.xxh3 = sink.commit();

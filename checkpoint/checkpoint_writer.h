@@ -41,6 +41,7 @@
 
 #include "checkpoint/manifest.pb.h"
 #include "checkpoint/shard_plan.h"
+#include "runtime/byte_progress.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
@@ -112,6 +113,7 @@ class CheckpointWriter {
   void write_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
                  const std::filesystem::path& file);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
+  ByteProgress save_progress(uint64_t step, uint64_t total) const;
 
   Group group_;
   bool async_;

@@ -56,6 +56,13 @@ Restored CheckpointCadence::restore(const std::filesystem::path& dir,
   std::string error;
   try {
     CheckpointReader reader(dir);
+    uint64_t total = 0;
+    for (const HeldState& s : states) {
+      for (const HeldRange& r : s.holder->held()) total += static_cast<uint64_t>(r.end - r.begin) * sizeof(float);
+    }
+    ByteProgress progress(grid_.rank() == 0 ? &log_ : nullptr,
+                          "checkpoint " + dir.string() + ": rank 0 loading its share", total);
+    reader.set_progress(&progress);
     for (const HeldState& s : states) {
       FlatState& state = *s.holder;
       for (size_t i = 0; i < state.held().size(); ++i) {
@@ -63,6 +70,7 @@ Restored CheckpointCadence::restore(const std::filesystem::path& dir,
         reader.read_range(s.name, state.layout(), state.range<float>(s.name, i), r.begin, r.end);
       }
     }
+    progress.finish();
     out.manifest = reader.manifest();
     out.bytes = reader.bytes_read();
   } catch (const std::exception& e) {
