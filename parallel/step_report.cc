@@ -68,6 +68,7 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", s.peak_bytes}};
   j["progress"] = c.progress;
+  j["world_size"] = c.world_size;
   if (std::isfinite(left)) j["eta_s"] = left;
   j["predicted_peak_bytes"] = s.predicted_peak;
   j["budget_bytes"] = c.budget;
@@ -106,6 +107,15 @@ void StepReporter::held_out(uint64_t step, double loss) {
   if (!leader_) return;
   log_.info("step ", step, " | held-out loss ", loss);
   write_metrics(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
+}
+
+void StepReporter::relaunch(const RelaunchInfo& r) {
+  if (!leader_) return;
+  nlohmann::json j = {{"step", r.resumed_step},        {"event", "relaunch"},
+                      {"restart", r.restart},           {"reason", r.reason},
+                      {"world_before", r.world_before}, {"world_after", r.world_after}};
+  if (r.steps_lost >= 0) j["steps_lost"] = r.steps_lost;
+  write_metrics(j.dump());
 }
 
 void StepReporter::write_trace(Tracer& tracer, const Group& group) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/elastic_session.h"
 #include "parallel/engine.h"
 #include "parallel/progress_clock.h"
 #include "runtime/config/train_config.h"
@@ -82,6 +83,7 @@ struct StepContext {
   // line shows no "/max_steps").
   double progress = 0;
   bool scaled = false;
+  int world_size = 1;           // ranks of the job
   double tokens = 0;            // tokens in the global batch
   double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
   int64_t global_batch = 0;     // the plan's (a step's own, with an automatic one, is in StepStats)
@@ -106,6 +108,10 @@ class StepReporter {
   void step(const StepStats& s, const StepContext& c);
   // "step 12 | held-out loss 3.21" and its metrics record (rank 0).
   void held_out(uint64_t step, double loss);
+  // The metrics record of a relaunch by etr-run (rank 0; etr-run's log line is elsewhere):
+  // {"step": resumed step, "event": "relaunch", "restart", "reason", "world_before",
+  //  "world_after", "steps_lost" (when known)}.
+  void relaunch(const RelaunchInfo& r);
   // Collective over `group`: writes the trace (log.trace_file) when tracing.
   void write_trace(Tracer& tracer, const Group& group);
   void write_metrics(const std::string& json_line);

@@ -16,6 +16,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     StepContext c;
     c.step = position_.step;
     c.max_steps = config_.schedule().max_steps();
+    c.world_size = grid_->size();
     c.progress = progress_fraction();
     c.scaled = goodput_ != nullptr;
     c.tokens = static_cast<double>(s.global_batch > 0 ? static_cast<uint64_t>(s.global_batch)
@@ -40,7 +41,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   checkpoints_->set_batch_policy(batch_policy_state());
   checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
                         [this] { return engine_->states(); });
-  elastic_->after_step(step, step - 1 == start);
+  if (const auto relaunch = elastic_->after_step(step, step - 1 == start)) reporter_->relaunch(*relaunch);
 }
 
 RunSummary TrainSession::run() {
