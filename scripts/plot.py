@@ -96,14 +96,23 @@ def read_bench(path):
     return bench
 
 
+def size_text(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:g} {unit}"
+        n /= 1024
+
+
 def plot_busbw(args):
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    ticks = set()
     for path in args.bench:
         bench = read_bench(path)
         rows = sorted(bench["rows"], key=lambda r: r["bytes"])
         n = bench.get("machine", {}).get("world_size", "?")
         tag = f" ({path})" if len(args.bench) > 1 else ""
         sizes = [r["bytes"] for r in rows]
+        ticks.update(sizes)
         ax.plot(sizes, [r["etr"]["busbw"] for r in rows], "o-", ms=4, label=f"etr, {n} ranks{tag}")
         ax.plot(sizes, [r["mpi"]["busbw"] for r in rows], "s--", ms=4,
                 label=f"MPI_Allreduce, {n} ranks{tag}")
@@ -112,6 +121,8 @@ def plot_busbw(args):
             ax.axhline(ceiling, color="0.3", ls=":", lw=1.2,
                        label=f"ceiling (memory bandwidth){tag}: {ceiling:.1f} GB/s")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(ticks), [size_text(t) for t in sorted(ticks)])
+    ax.minorticks_off()
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title(args.title or "allreduce: etr beside MPI (etr-bench allreduce)")
