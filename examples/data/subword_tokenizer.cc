@@ -97,6 +97,18 @@ std::string SubwordTokenizer::describe() const {
          std::to_string(bytes) + " of them bytes)";
 }
 
+std::vector<std::pair<std::string, std::string>> SubwordTokenizer::special_pieces() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::pair<const char*, int> roles[] = {{"unk_token", sp_->unk_id()},
+                                               {"bos_token", sp_->bos_id()},
+                                               {"eos_token", sp_->eos_id()},
+                                               {"pad_token", sp_->pad_id()}};
+  for (const auto& [role, id] : roles) {
+    if (id >= 0 && static_cast<uint32_t>(id) < vocab_size_) out.emplace_back(role, sp_->IdToPiece(id));
+  }
+  return out;
+}
+
 std::vector<uint16_t> SubwordTokenizer::encode(std::string_view text) const {
   std::vector<uint16_t> out;
   out.reserve(text.size() / 3 + 1);

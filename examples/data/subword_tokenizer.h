@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sentencepiece {
@@ -48,6 +49,10 @@ class SubwordTokenizer {
   const std::string& model_bytes() const { return bytes_; }
   // "a SentencePiece model of 2000 pieces (256 of them bytes)".
   std::string describe() const;
+
+  // The model's special pieces by Hugging Face role, for those it has:
+  // {{"unk_token", "<unk>"}, {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"pad_token", ...}}.
+  std::vector<std::pair<std::string, std::string>> special_pieces() const;
 
   // The ids of `text`. Text is encoded in pieces of about 1 MiB cut after a newline (the
   // whole text when it has none), so that memory stays linear; a model without a dummy
