@@ -49,6 +49,26 @@ std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
   return std::nullopt;
 }
 
+// A run resumes only with the program's files the checkpoint was saved with (etr-train:
+// the same tokenizer, or none in both): other files would give the ids another meaning.
+void CheckpointCadence::check_attachments(const ckpt::Manifest& m) const {
+  auto describe = [](const auto& list) {
+    std::string s;
+    for (const ckpt::Attachment& a : list) s += (s.empty() ? "" : ", ") + a.name();
+    return s.empty() ? std::string("none") : s;
+  };
+  bool same = m.attachments_size() == static_cast<int>(attachments_.size());
+  for (int i = 0; same && i < m.attachments_size(); ++i) {
+    same = m.attachments(i).name() == attachments_[static_cast<size_t>(i)].name() &&
+           m.attachments(i).data() == attachments_[static_cast<size_t>(i)].data();
+  }
+  if (same) return;
+  throw CheckpointError("it was saved with other program files (" + describe(m.attachments()) +
+                        ") than this run's (" + describe(attachments_) +
+                        "): a run resumes only with the files it was saved with (etr-train: "
+                        "its tokenizer)");
+}
+
 Restored CheckpointCadence::restore(const std::filesystem::path& dir,
                                     std::span<const HeldState> states) const {
   const auto t0 = std::chrono::steady_clock::now();
@@ -56,6 +76,7 @@ Restored CheckpointCadence::restore(const std::filesystem::path& dir,
   std::string error;
   try {
     CheckpointReader reader(dir);
+    check_attachments(reader.manifest());
     for (const HeldState& s : states) {
       FlatState& state = *s.holder;
       for (size_t i = 0; i < state.held().size(); ++i) {
@@ -105,6 +126,7 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
   m.mutable_layout()->set_pp_size(grid_.pp_size());
   m.mutable_layout()->set_zero_stage(config_.parallel().zero_stage());
   m.set_writer("etr-train");
+  for (const ckpt::Attachment& a : attachments_) *m.add_attachments() = a;
   return m;
 }
 
