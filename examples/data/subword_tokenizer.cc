@@ -1,7 +1,5 @@
 #include "examples/data/subword_tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,6 +7,7 @@
 #include <system_error>
 
 #include "examples/data/byte_tokenizer.h"
+#include "examples/data/sentencepiece_backend.h"
 #include "runtime/error.h"
 
 namespace etr::data {
@@ -18,11 +17,8 @@ namespace {
 // Text is encoded in pieces of about this many bytes (cut after a newline).
 constexpr size_t kEncodeChunkBytes = size_t{1} << 20;
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 
-std::string reason(const sentencepiece::util::Status& status) {
-  return sentencepiece_reason(status.ToString());
-}
 
 }  // namespace
 
@@ -41,16 +37,16 @@ std::string sentencepiece_reason(const std::string& text) {
 std::string read_file_bytes(const fs::path& path, const std::string& what) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    throw IoError("cannot read " + what + " " + quoted(path.string()) +
+    throw IoError("cannot read " + what + " " + in_quotes(path.string()) +
                   ": it is a directory; give a file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw IoError("cannot open " + what + " " + quoted(path.string()) + ": " +
+    throw IoError("cannot open " + what + " " + in_quotes(path.string()) + ": " +
                   std::strerror(errno) + "; check that the file exists and is readable");
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError("cannot read " + what + " " + quoted(path.string()) + ": " + std::strerror(errno));
+  if (in.bad()) throw IoError("cannot read " + what + " " + in_quotes(path.string()) + ": " + std::strerror(errno));
   return bytes;
 }
 
@@ -60,24 +56,24 @@ SubwordTokenizer SubwordTokenizer::load(const fs::path& path) {
 
 SubwordTokenizer SubwordTokenizer::from_bytes(std::string model_bytes, const std::string& origin) {
   SubwordTokenizer t;
-  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  t.sp_ = sentencepiece_api().new_model();
   if (model_bytes.empty()) {
-    throw ConfigError("the tokenizer model " + quoted(origin) +
+    throw ConfigError("the tokenizer model " + in_quotes(origin) +
                       " is empty, not a SentencePiece model; train one with etr-tokenize "
                       "--train-tokenizer");
   }
-  const auto status = t.sp_->LoadFromSerializedProto(model_bytes);
-  if (!status.ok()) {
-    const std::string why = status.ToString().find("ParseFromArray") != std::string::npos
+  const std::string status = t.sp_->load(model_bytes);
+  if (!status.empty()) {
+    const std::string why = status.find("ParseFromArray") != std::string::npos
                                 ? "its bytes do not parse as one"
-                                : reason(status);
-    throw ConfigError("the tokenizer model " + quoted(origin) +
+                                : sentencepiece_reason(status);
+    throw ConfigError("the tokenizer model " + in_quotes(origin) +
                       " is not a SentencePiece model this build can load (" + why +
                       "); give a .model file written by etr-tokenize or SentencePiece");
   }
-  const int pieces = t.sp_->GetPieceSize();
+  const int pieces = t.sp_->piece_size();
   if (pieces <= 0 || static_cast<uint32_t>(pieces) > kSubwordMaxVocab) {
-    throw ConfigError("the tokenizer model " + quoted(origin) + " has " + std::to_string(pieces) +
+    throw ConfigError("the tokenizer model " + in_quotes(origin) + " has " + std::to_string(pieces) +
                       " pieces, but token files hold uint16 tokens (at most " +
                       std::to_string(kSubwordMaxVocab) + " pieces)");
   }
@@ -92,7 +88,7 @@ SubwordTokenizer::~SubwordTokenizer() = default;
 
 std::string SubwordTokenizer::describe() const {
   int bytes = 0;
-  for (uint32_t i = 0; i < vocab_size_; ++i) bytes += sp_->IsByte(static_cast<int>(i)) ? 1 : 0;
+  for (uint32_t i = 0; i < vocab_size_; ++i) bytes += sp_->is_byte(static_cast<int>(i)) ? 1 : 0;
   return "a SentencePiece model of " + std::to_string(vocab_size_) + " pieces (" +
          std::to_string(bytes) + " of them bytes)";
 }
@@ -104,7 +100,7 @@ std::vector<std::pair<std::string, std::string>> SubwordTokenizer::special_piece
                                                {"eos_token", sp_->eos_id()},
                                                {"pad_token", sp_->pad_id()}};
   for (const auto& [role, id] : roles) {
-    if (id >= 0 && static_cast<uint32_t>(id) < vocab_size_) out.emplace_back(role, sp_->IdToPiece(id));
+    if (id >= 0 && static_cast<uint32_t>(id) < vocab_size_) out.emplace_back(role, sp_->id_to_piece(id));
   }
   return out;
 }
@@ -121,8 +117,10 @@ std::vector<uint16_t> SubwordTokenizer::encode(std::string_view text) const {
       if (nl != std::string_view::npos && nl >= begin) end = nl + 1;
     }
     ids.clear();
-    const auto status = sp_->Encode(text.substr(begin, end - begin), &ids);
-    if (!status.ok()) throw InvalidArgument("SentencePiece cannot encode the text: " + reason(status));
+    const std::string status = sp_->encode(text.substr(begin, end - begin), &ids);
+    if (!status.empty()) {
+      throw InvalidArgument("SentencePiece cannot encode the text: " + sentencepiece_reason(status));
+    }
     for (int id : ids) out.push_back(static_cast<uint16_t>(id));  // < vocab_size_ <= 65536
     begin = end;
   }
@@ -139,8 +137,10 @@ std::string SubwordTokenizer::decode(std::span<const uint16_t> tokens) const {
     }
   }
   std::string text;
-  const auto status = sp_->Decode(ids, &text);
-  if (!status.ok()) throw InvalidArgument("SentencePiece cannot decode the tokens: " + reason(status));
+  const std::string status = sp_->decode(ids, &text);
+  if (!status.empty()) {
+    throw InvalidArgument("SentencePiece cannot decode the tokens: " + sentencepiece_reason(status));
+  }
   return text;
 }
 

@@ -9,7 +9,7 @@
 //   t.decode(ids) == "héllo\n"                          // models trained by etr: lossless
 //
 // The ids are SentencePiece's own (what SentencePieceProcessor::Encode and transformers
-// give); a model of more than 65536 pieces is refused, since token files hold uint16.
+// give; the library is reached through sentencepiece_backend.h); a model of more than 65536 pieces is refused, since token files hold uint16.
 // Every failure to load is one sentence naming the file: IoError when it cannot be read,
 // ConfigError when its bytes are not a SentencePiece model or its vocabulary is too large.
 #pragma once
@@ -23,11 +23,9 @@
 #include <utility>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace etr::data {
+
+class SentencePieceModel;  // sentencepiece_backend.h
 
 // The largest vocabulary a token file of uint16 tokens can hold.
 inline constexpr uint32_t kSubwordMaxVocab = 65536;
@@ -66,7 +64,7 @@ class SubwordTokenizer {
  private:
   SubwordTokenizer() = default;
 
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<SentencePieceModel> sp_;
   std::string bytes_;
   uint32_t vocab_size_ = 0;
 };

@@ -1,11 +1,9 @@
 #include "examples/data/subword_trainer.h"
 
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
-
 #include <string>
 #include <unordered_map>
 
+#include "examples/data/sentencepiece_backend.h"
 #include "examples/data/subword_tokenizer.h"
 #include "runtime/error.h"
 
@@ -15,35 +13,18 @@ namespace {
 // <unk>, <s>, </s> and the 256 byte pieces: every model etr trains has them.
 constexpr uint32_t kFixedPieces = 3 + 256;
 
-// The corpus's non-empty lines, without their newline, one sentence each.
-class LineIterator : public sentencepiece::SentenceIterator {
- public:
-  explicit LineIterator(std::string_view text) : text_(text) { advance(); }
-  bool done() const override { return done_; }
-  void Next() override { advance(); }
-  const std::string& value() const override { return line_; }
-  sentencepiece::util::Status status() const override { return {}; }
-
- private:
-  void advance() {
-    while (pos_ < text_.size()) {
-      size_t end = text_.find('\n', pos_);
-      if (end == std::string_view::npos) end = text_.size();
-      std::string_view line = text_.substr(pos_, end - pos_);
-      pos_ = end + 1;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty()) continue;
-      line_.assign(line);
-      return;
-    }
-    done_ = true;
+// True when `text` has a non-empty line (a trailing '\r' aside), as the trainer reads it.
+bool has_a_line(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const size_t len = end - pos;
+    if (len > 1 || (len == 1 && text[pos] != '\r')) return true;
+    pos = end + 1;
   }
-
-  std::string_view text_;
-  size_t pos_ = 0;
-  std::string line_;
-  bool done_ = false;
-};
+  return false;
+}
 
 }  // namespace
 
@@ -51,7 +32,7 @@ std::string train_subword_model(std::string_view text, const SubwordTrainOptions
   if (o.type != "bpe" && o.type != "unigram") {
     throw ConfigError("the tokenizer type '" + o.type + "' is not one etr trains; use bpe or unigram");
   }
-  if (LineIterator(text).done()) {
+  if (!has_a_line(text)) {
     throw ConfigError("cannot train a tokenizer on a text without a non-empty line");
   }
   if (o.vocab_size <= kFixedPieces || o.vocab_size > kSubwordMaxVocab) {
@@ -74,14 +55,12 @@ std::string train_subword_model(std::string_view text, const SubwordTrainOptions
       {"num_threads", "1"},
       {"minloglevel", "2"},
   };
-  sentencepiece::SetRandomGeneratorSeed(o.seed);
-  LineIterator lines(text);
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-  if (!status.ok()) {
+  const std::string status = sentencepiece_api().train(args, text, o.seed, &model);
+  if (!status.empty()) {
     throw ConfigError("SentencePiece could not train a " + o.type + " model of " +
                       std::to_string(o.vocab_size) + " pieces on this text (" +
-                      sentencepiece_reason(status.ToString()) + ")");
+                      sentencepiece_reason(status) + ")");
   }
   return model;
 }

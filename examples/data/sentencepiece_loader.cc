@@ -1,0 +1,55 @@
+// sentencepiece_api(): loads libetr_sentencepiece.so (sentencepiece_backend.h) once, with
+// RTLD_DEEPBIND, from the build tree or, installed, by name through the run path.
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+
+#include "examples/data/sentencepiece_backend.h"
+#include "runtime/error.h"
+
+namespace etr::data {
+namespace {
+
+using NewModel = std::unique_ptr<SentencePieceModel> (*)();
+using Train = std::string (*)(const std::unordered_map<std::string, std::string>&,
+                              std::string_view, uint32_t, std::string*);
+
+void* open_shim(std::string& tried) {
+  const int mode = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+  for (const char* path : {ETR_SENTENCEPIECE_SHIM, ETR_SENTENCEPIECE_SHIM_NAME}) {
+    if (void* h = dlopen(path, mode)) return h;
+    const char* why = dlerror();
+    tried += (tried.empty() ? "" : "; ") + std::string(why ? why : path);
+  }
+  return nullptr;
+}
+
+SentencePieceApi load() {
+  std::string tried;
+  void* h = open_shim(tried);
+  if (h == nullptr) {
+    throw ConfigError("cannot load etr's SentencePiece library (" + tried +
+                      "); subword tokenizers need libetr_sentencepiece.so and "
+                      "libsentencepiece (libsentencepiece-dev)");
+  }
+  SentencePieceApi api;
+  api.new_model = reinterpret_cast<NewModel>(dlsym(h, "etr_sentencepiece_new_model"));
+  api.train = reinterpret_cast<Train>(dlsym(h, "etr_sentencepiece_train"));
+  if (api.new_model == nullptr || api.train == nullptr) {
+    throw ConfigError("etr's SentencePiece library " + std::string(ETR_SENTENCEPIECE_SHIM) +
+                      " lacks its entry points; rebuild etr");
+  }
+  return api;  // the library stays loaded for the life of the process
+}
+
+}  // namespace
+
+const SentencePieceApi& sentencepiece_api() {
+  static std::once_flag once;
+  static SentencePieceApi api;
+  std::call_once(once, [] { api = load(); });  // a throw leaves it to be tried again
+  return api;
+}
+
+}  // namespace etr::data
