@@ -53,8 +53,10 @@ class SubwordTokenizer {
   std::vector<std::pair<std::string, std::string>> special_pieces() const;
 
   // The ids of `text`. Text is encoded in pieces of about 1 MiB cut after a newline (the
-  // whole text when it has none), so that memory stays linear; a model without a dummy
-  // prefix (as etr trains them) gives the same ids as one call would, up to the cuts.
+  // whole text when it has none), so that memory stays linear. A BPE model without a
+  // dummy prefix (as etr trains them) gives exactly the ids of one call; a unigram model
+  // may segment the first word after a cut otherwise (a few ids a MiB); a model with a
+  // dummy prefix adds one at each cut. Texts under 1 MiB are one call.
   std::vector<uint16_t> encode(std::string_view text) const;
   // The text of `ids`; InvalidArgument naming the first id >= vocab_size().
   std::string decode(std::span<const uint16_t> ids) const;
