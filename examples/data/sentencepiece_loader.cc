@@ -26,6 +26,11 @@ void* open_shim(std::string& tried) {
 }
 
 SentencePieceApi load() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  throw ConfigError("subword tokenizers are unavailable in a sanitizer build: libsentencepiece "
+                    "must be loaded with RTLD_DEEPBIND, which the sanitizer runtimes refuse; "
+                    "use a build without ETR_SANITIZE");
+#endif
   std::string tried;
   void* h = open_shim(tried);
   if (h == nullptr) {
