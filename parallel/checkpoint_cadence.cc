@@ -52,21 +52,25 @@ std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
 // A run resumes only with the program's files the checkpoint was saved with (etr-train:
 // the same tokenizer, or none in both): other files would give the ids another meaning.
 void CheckpointCadence::check_attachments(const ckpt::Manifest& m) const {
-  auto describe = [](const auto& list) {
+  auto names = [](const auto& list) {
     std::string s;
     for (const ckpt::Attachment& a : list) s += (s.empty() ? "" : ", ") + a.name();
     return s.empty() ? std::string("none") : s;
   };
-  bool same = m.attachments_size() == static_cast<int>(attachments_.size());
-  for (int i = 0; same && i < m.attachments_size(); ++i) {
-    same = m.attachments(i).name() == attachments_[static_cast<size_t>(i)].name() &&
-           m.attachments(i).data() == attachments_[static_cast<size_t>(i)].data();
+  const std::string why = "a run resumes only with the files it was saved with (etr-train: its "
+                          "tokenizer)";
+  if (names(m.attachments()) != names(attachments_)) {
+    throw CheckpointError("it was saved with the files " + names(m.attachments()) +
+                          " and this run has " + names(attachments_) + "; " + why);
   }
-  if (same) return;
-  throw CheckpointError("it was saved with other program files (" + describe(m.attachments()) +
-                        ") than this run's (" + describe(attachments_) +
-                        "): a run resumes only with the files it was saved with (etr-train: "
-                        "its tokenizer)");
+  for (int i = 0; i < m.attachments_size(); ++i) {
+    if (m.attachments(i).data() != attachments_[static_cast<size_t>(i)].data()) {
+      throw CheckpointError("its " + m.attachments(i).name() + " is not this run's (" +
+                            std::to_string(m.attachments(i).data().size()) + " bytes, this run's " +
+                            std::to_string(attachments_[static_cast<size_t>(i)].data().size()) +
+                            ", not the same); " + why);
+    }
+  }
 }
 
 Restored CheckpointCadence::restore(const std::filesystem::path& dir,

@@ -105,6 +105,13 @@ if [ -z "${ETR_TEST_NO_SUBWORD:-}" ]; then
     --set "data.tokenizer_model=$work/a.model"
   expect_fail 1 "cannot open the tokenizer model '.*none\.model'" -- \
     "${sub[@]}" --set "data.tokenizer_model=$work/none.model"
+  # A resume with other tokens than the checkpoint's: its tokenizer attachment differs.
+  "${sub[@]}" --set schedule.max_steps=2 --set "checkpoint.dir=$work/ckpt" >/dev/null 2>&1 &&
+    "$tokenize" "$work/text.txt" --tokenizer "$work/b.model" -o "$work/sub2.tok" >/dev/null ||
+    { echo "FAIL: could not train on sub.tok"; exit 1; }
+  expect_fail 1 "cannot resume from .*step-000000002: its tokenizer\.model is not this run's" -- \
+    "${train_tiny[@]}" --set data.synthetic=false --set "data.train_file=$work/sub2.tok" \
+    --set schedule.max_steps=4 --set "checkpoint.dir=$work/ckpt" --resume latest
   head -c 60 "$work/a.model" >"$work/sub.tok.tokenizer.model"
   expect_fail 1 "the tokenizer model '.*sub\.tok\.tokenizer\.model' is not a SentencePiece model" -- "${sub[@]}"
 fi
