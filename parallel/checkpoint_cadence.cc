@@ -57,8 +57,9 @@ void CheckpointCadence::check_attachments(const ckpt::Manifest& m) const {
     for (const ckpt::Attachment& a : list) s += (s.empty() ? "" : ", ") + a.name();
     return s.empty() ? std::string("none") : s;
   };
-  const std::string why = "a run resumes only with the files it was saved with (etr-train: its "
-                          "tokenizer)";
+  const std::string why =
+      "a run resumes only with the files it was saved with (etr-train: its "
+      "tokenizer)";
   if (names(m.attachments()) != names(attachments_)) {
     throw CheckpointError("it was saved with the files " + names(m.attachments()) +
                           " and this run has " + names(attachments_) + "; " + why);

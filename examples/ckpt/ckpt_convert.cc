@@ -13,9 +13,9 @@
 #include "examples/gpt/hf_weights.h"
 #include "runtime/bytes.h"
 #include "runtime/config/train_config.h"
-#include "runtime/state_names.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
+#include "runtime/state_names.h"
 
 namespace etr::ckpt_tool {
 namespace fs = std::filesystem;
@@ -38,14 +38,17 @@ void export_tokenizer(const ckpt::Manifest& m, const fs::path& src, const fs::pa
     const auto tokenizer = data::SubwordTokenizer::from_bytes(
         a.data(), (src / ckpt_format::kManifestName).string() + " (attachment " + a.name() + ")");
     if (dir.empty()) {
-      std::printf("note: %s was trained with %s; export to a directory (-o DIR/) to write it "
-                  "beside the weights\n", src.c_str(), tokenizer.describe().c_str());
+      std::printf(
+          "note: %s was trained with %s; export to a directory (-o DIR/) to write it "
+          "beside the weights\n",
+          src.c_str(), tokenizer.describe().c_str());
       return;
     }
     data::write_hf_tokenizer(dir, tokenizer, seq_len);
-    std::printf("wrote %s, tokenizer_config.json and special_tokens_map.json: the tokenizer "
-                "the checkpoint was trained with, %s\n",
-                (dir / data::kTokenizerModelFile).c_str(), tokenizer.describe().c_str());
+    std::printf(
+        "wrote %s, tokenizer_config.json and special_tokens_map.json: the tokenizer "
+        "the checkpoint was trained with, %s\n",
+        (dir / data::kTokenizerModelFile).c_str(), tokenizer.describe().c_str());
     return;
   }
 }

@@ -116,8 +116,10 @@ void train_tokenizer(const fs::path& output, const std::string& text,
   std::printf("etr-tokenize: wrote %s: %s trained on %zu bytes of text\n", output.c_str(),
               tokenizer.describe().c_str(), text.size());
   if (tokenizer.vocab_size() < options.vocab_size) {
-    std::printf("etr-tokenize: note: %u pieces were asked for; the text supports %u (a larger "
-                "text gives more)\n", options.vocab_size, tokenizer.vocab_size());
+    std::printf(
+        "etr-tokenize: note: %u pieces were asked for; the text supports %u (a larger "
+        "text gives more)\n",
+        options.vocab_size, tokenizer.vocab_size());
   }
 }
 
@@ -199,8 +201,8 @@ void run(const Options& o) {
     write_synthetic(o);
   } else if (!o.train_type.empty()) {
     if (o.vocab_size > etr::data::kSubwordMaxVocab) {
-      throw etr::ConfigError("--vocab-size " + std::to_string(o.vocab_size) +
-                             " is more than the " + std::to_string(etr::data::kSubwordMaxVocab) +
+      throw etr::ConfigError("--vocab-size " + std::to_string(o.vocab_size) + " is more than the " +
+                             std::to_string(etr::data::kSubwordMaxVocab) +
                              " pieces that uint16 tokens can number");
     }
     etr::data::SubwordTrainOptions options;

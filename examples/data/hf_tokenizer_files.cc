@@ -1,7 +1,6 @@
 #include "examples/data/hf_tokenizer_files.h"
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "checkpoint/durable_file.h"

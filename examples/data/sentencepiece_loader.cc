@@ -1,7 +1,9 @@
 // sentencepiece_api(): loads libetr_sentencepiece.so (sentencepiece_backend.h) once, with
-// RTLD_DEEPBIND, from the build tree or, installed, by name through the run path.
+// RTLD_DEEPBIND: from the build tree, or installed (PREFIX/lib beside PREFIX/bin, or the
+// dynamic linker's search path).
 #include <dlfcn.h>
 
+#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -12,13 +14,22 @@ namespace etr::data {
 namespace {
 
 using NewModel = std::unique_ptr<SentencePieceModel> (*)();
-using Train = std::string (*)(const std::unordered_map<std::string, std::string>&,
-                              std::string_view, uint32_t, std::string*);
+using Train = std::string (*)(const std::unordered_map<std::string, std::string>&, std::string_view,
+                              uint32_t, std::string*);
 
+// The build tree's library, then an installed one beside the program (PREFIX/bin/../lib),
+// then the dynamic linker's search path.
 void* open_shim(std::string& tried) {
   const int mode = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-  for (const char* path : {ETR_SENTENCEPIECE_SHIM, ETR_SENTENCEPIECE_SHIM_NAME}) {
-    if (void* h = dlopen(path, mode)) return h;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string beside =
+      ec ? std::string()
+         : (exe.parent_path().parent_path() / "lib" / ETR_SENTENCEPIECE_SHIM_NAME).string();
+  for (const std::string& path :
+       {std::string(ETR_SENTENCEPIECE_SHIM), beside, std::string(ETR_SENTENCEPIECE_SHIM_NAME)}) {
+    if (path.empty()) continue;
+    if (void* h = dlopen(path.c_str(), mode)) return h;
     const char* why = dlerror();
     tried += (tried.empty() ? "" : "; ") + std::string(why ? why : path);
   }
@@ -27,9 +38,10 @@ void* open_shim(std::string& tried) {
 
 SentencePieceApi load() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  throw ConfigError("subword tokenizers are unavailable in a sanitizer build: libsentencepiece "
-                    "must be loaded with RTLD_DEEPBIND, which the sanitizer runtimes refuse; "
-                    "use a build without ETR_SANITIZE");
+  throw ConfigError(
+      "subword tokenizers are unavailable in a sanitizer build: libsentencepiece "
+      "must be loaded with RTLD_DEEPBIND, which the sanitizer runtimes refuse; "
+      "use a build without ETR_SANITIZE");
 #endif
   std::string tried;
   void* h = open_shim(tried);

@@ -91,8 +91,8 @@ etr_sentencepiece_new_model() {
 }
 
 extern "C" __attribute__((visibility("default"))) std::string etr_sentencepiece_train(
-    const std::unordered_map<std::string, std::string>& args, std::string_view text,
-    uint32_t seed, std::string* model) {
+    const std::unordered_map<std::string, std::string>& args, std::string_view text, uint32_t seed,
+    std::string* model) {
   try {
     sentencepiece::SetRandomGeneratorSeed(seed);
     LineIterator lines(text);

@@ -17,8 +17,9 @@ namespace {
 // Text is encoded in pieces of about this many bytes (cut after a newline).
 constexpr size_t kEncodeChunkBytes = size_t{1} << 20;
 
-std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
-
+std::string in_quotes(const std::string& s) {
+  return "'" + s + "'";
+}
 
 }  // namespace
 
@@ -46,7 +47,9 @@ std::string read_file_bytes(const fs::path& path, const std::string& what) {
                   std::strerror(errno) + "; check that the file exists and is readable");
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError("cannot read " + what + " " + in_quotes(path.string()) + ": " + std::strerror(errno));
+  if (in.bad())
+    throw IoError("cannot read " + what + " " + in_quotes(path.string()) + ": " +
+                  std::strerror(errno));
   return bytes;
 }
 
@@ -73,7 +76,8 @@ SubwordTokenizer SubwordTokenizer::from_bytes(std::string model_bytes, const std
   }
   const int pieces = t.sp_->piece_size();
   if (pieces <= 0 || static_cast<uint32_t>(pieces) > kSubwordMaxVocab) {
-    throw ConfigError("the tokenizer model " + in_quotes(origin) + " has " + std::to_string(pieces) +
+    throw ConfigError("the tokenizer model " + in_quotes(origin) + " has " +
+                      std::to_string(pieces) +
                       " pieces, but token files hold uint16 tokens (at most " +
                       std::to_string(kSubwordMaxVocab) + " pieces)");
   }
@@ -100,7 +104,8 @@ std::vector<std::pair<std::string, std::string>> SubwordTokenizer::special_piece
                                                {"eos_token", sp_->eos_id()},
                                                {"pad_token", sp_->pad_id()}};
   for (const auto& [role, id] : roles) {
-    if (id >= 0 && static_cast<uint32_t>(id) < vocab_size_) out.emplace_back(role, sp_->id_to_piece(id));
+    if (id >= 0 && static_cast<uint32_t>(id) < vocab_size_)
+      out.emplace_back(role, sp_->id_to_piece(id));
   }
   return out;
 }
@@ -119,7 +124,8 @@ std::vector<uint16_t> SubwordTokenizer::encode(std::string_view text) const {
     ids.clear();
     const std::string status = sp_->encode(text.substr(begin, end - begin), &ids);
     if (!status.empty()) {
-      throw InvalidArgument("SentencePiece cannot encode the text: " + sentencepiece_reason(status));
+      throw InvalidArgument("SentencePiece cannot encode the text: " +
+                            sentencepiece_reason(status));
     }
     for (int id : ids) out.push_back(static_cast<uint16_t>(id));  // < vocab_size_ <= 65536
     begin = end;
@@ -139,7 +145,8 @@ std::string SubwordTokenizer::decode(std::span<const uint16_t> tokens) const {
   std::string text;
   const std::string status = sp_->decode(ids, &text);
   if (!status.empty()) {
-    throw InvalidArgument("SentencePiece cannot decode the tokens: " + sentencepiece_reason(status));
+    throw InvalidArgument("SentencePiece cannot decode the tokens: " +
+                          sentencepiece_reason(status));
   }
   return text;
 }

@@ -9,9 +9,10 @@
 //   t.decode(ids) == "héllo\n"                          // models trained by etr: lossless
 //
 // The ids are SentencePiece's own (what SentencePieceProcessor::Encode and transformers
-// give; the library is reached through sentencepiece_backend.h); a model of more than 65536 pieces is refused, since token files hold uint16.
-// Every failure to load is one sentence naming the file: IoError when it cannot be read,
-// ConfigError when its bytes are not a SentencePiece model or its vocabulary is too large.
+// give; the library is reached through sentencepiece_backend.h); a model of more than 65536 pieces
+// is refused, since token files hold uint16. Every failure to load is one sentence naming the file:
+// IoError when it cannot be read, ConfigError when its bytes are not a SentencePiece model or its
+// vocabulary is too large.
 #pragma once
 
 #include <cstdint>

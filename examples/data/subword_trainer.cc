@@ -30,7 +30,8 @@ bool has_a_line(std::string_view text) {
 
 std::string train_subword_model(std::string_view text, const SubwordTrainOptions& o) {
   if (o.type != "bpe" && o.type != "unigram") {
-    throw ConfigError("the tokenizer type '" + o.type + "' is not one etr trains; use bpe or unigram");
+    throw ConfigError("the tokenizer type '" + o.type +
+                      "' is not one etr trains; use bpe or unigram");
   }
   if (!has_a_line(text)) {
     throw ConfigError("cannot train a tokenizer on a text without a non-empty line");
@@ -38,9 +39,10 @@ std::string train_subword_model(std::string_view text, const SubwordTrainOptions
   if (o.vocab_size <= kFixedPieces || o.vocab_size > kSubwordMaxVocab) {
     throw ConfigError("a vocabulary of " + std::to_string(o.vocab_size) +
                       " pieces cannot be trained: it must be more than the " +
-                      std::to_string(kFixedPieces) + " fixed pieces (<unk>, <s>, </s> and 256 "
-                      "bytes) and at most " + std::to_string(kSubwordMaxVocab) +
-                      " (token files hold uint16 tokens)");
+                      std::to_string(kFixedPieces) +
+                      " fixed pieces (<unk>, <s>, </s> and 256 "
+                      "bytes) and at most " +
+                      std::to_string(kSubwordMaxVocab) + " (token files hold uint16 tokens)");
   }
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", o.type},

@@ -23,9 +23,9 @@
 namespace etr::data {
 
 struct SubwordTrainOptions {
-  std::string type = "bpe";    // "bpe" or "unigram"
-  uint32_t vocab_size = 0;     // pieces asked for: more than the 259 fixed ones, <= 65536
-  uint32_t seed = 1;           // SentencePiece's random generator (sentence sampling)
+  std::string type = "bpe";  // "bpe" or "unigram"
+  uint32_t vocab_size = 0;   // pieces asked for: more than the 259 fixed ones, <= 65536
+  uint32_t seed = 1;         // SentencePiece's random generator (sentence sampling)
 };
 
 // The serialized model (the bytes of a `.model` file). ConfigError, one sentence, for a

@@ -11,9 +11,9 @@
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/head_layer.h"
 #include "examples/gpt/hf_weights.h"
-#include "runtime/state_names.h"
 #include "examples/gpt/model_presets.h"
 #include "examples/train/training_tokenizer.h"
+#include "runtime/state_names.h"
 
 namespace etr::gpt {
 namespace {
@@ -53,7 +53,8 @@ std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
     if (t.is_bytes()) {
       ctx.log.info("tokenizer: bytes (vocabulary 256)");
     } else {
-      ctx.log.info("tokenizer: ", ctx.config.data().tokenizer_model(), ", ", t.subword()->describe());
+      ctx.log.info("tokenizer: ", ctx.config.data().tokenizer_model(), ", ",
+                   t.subword()->describe());
     }
   }
   return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,

@@ -11,7 +11,9 @@ namespace etr::gpt {
 namespace fs = std::filesystem;
 namespace {
 
-std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
+std::string in_quotes(const std::string& s) {
+  return "'" + s + "'";
+}
 
 // The configured model must be the sidecar's, byte for byte, when the token file has one.
 void check_against_sidecar(const std::string& model_path, const data::SubwordTokenizer& model,
@@ -37,7 +39,8 @@ void check_token_file(const std::string& model_path, const data::SubwordTokenize
                     std::to_string(file.vocab_size()) + " but its tokenizer " +
                     in_quotes(model_path) + " has " + std::to_string(model.vocab_size()) +
                     " pieces, so its tokens were not made with it; encode the text with "
-                    "etr-tokenize --tokenizer " + model_path);
+                    "etr-tokenize --tokenizer " +
+                    model_path);
 }
 
 }  // namespace

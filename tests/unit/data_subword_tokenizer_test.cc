@@ -2,17 +2,16 @@
 // own processor (the reference: the ids it gives for the same model bytes), of the
 // Hugging Face tokenizer files (hf_tokenizer_files.h), and of the manifest's attachments.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <unistd.h>
-
 #include <vector>
 
 #include "checkpoint/manifest.h"
@@ -28,8 +27,8 @@ namespace fs = std::filesystem;
 
 // About 60 KB of lines with words, digits, punctuation, accents and a few CJK characters.
 std::string corpus(int lines, uint32_t seed) {
-  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
-                         "café", "naïve", "Über", "日本", "語", "and", "sat", "mat"};
+  const char* words[] = {"the",  "quick", "brown", "fox",  "jumps", "over", "lazy", "dog",
+                         "café", "naïve", "Über",  "日本", "語",    "and",  "sat",  "mat"};
   std::mt19937 rng(seed);
   std::string text;
   for (int l = 0; l < lines; ++l) {
@@ -44,7 +43,8 @@ std::string corpus(int lines, uint32_t seed) {
 }
 
 void write(const fs::path& p, const std::string& bytes) {
-  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 struct Reference {
@@ -60,7 +60,8 @@ Reference reference(const std::string& model, const std::string& text) {
   const fs::path m = dir / ("etr-ref-" + tag + ".model"), t = dir / ("etr-ref-" + tag + ".txt");
   write(m, model);
   write(t, text);
-  const std::string cmd = std::string(SENTENCEPIECE_REFERENCE) + " " + m.string() + " " + t.string();
+  const std::string cmd =
+      std::string(SENTENCEPIECE_REFERENCE) + " " + m.string() + " " + t.string();
   Reference r;
   if (FILE* f = ::popen(cmd.c_str(), "r")) {
     if (std::fscanf(f, "%d", &r.pieces) == 1) {
@@ -101,8 +102,12 @@ TEST_P(Trained, IsDeterministicAndHasTheVocabularyAskedForOrFewer) {
 
 TEST_P(Trained, EncodesAsSentencePieceAndDecodesToTheText) {
   const auto t = SubwordTokenizer::from_bytes(train(400), "m");
-  const std::string samples[] = {text(), "", "x", "  two  spaces, a\ttab\nand lines\n\n",
-                                 "Über café ☃ 😀 ｆｕｌｌ", "<s> </s> <unk> as text"};
+  const std::string samples[] = {text(),
+                                 "",
+                                 "x",
+                                 "  two  spaces, a\ttab\nand lines\n\n",
+                                 "Über café ☃ 😀 ｆｕｌｌ",
+                                 "<s> </s> <unk> as text"};
   for (const std::string& s : samples) {
     const std::vector<uint16_t> ids = t.encode(s);
     EXPECT_EQ(ids, reference_ids(t.model_bytes(), s)) << s.substr(0, 40);
@@ -144,7 +149,8 @@ TEST(SubwordTrainer, RefusesWhatCannotBeTrained) {
     train_subword_model(text, {"bpe", 270, 1});  // fewer pieces than the text's characters
     FAIL() << "a vocabulary smaller than the characters was trained";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("Vocabulary size is smaller"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Vocabulary size is smaller"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -157,7 +163,8 @@ TEST(SubwordTokenizer, RefusesFilesThatAreNotModels) {
     SubwordTokenizer::from_bytes("garbage", "g.model");
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'g.model' is not a SentencePiece model"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -186,8 +193,8 @@ TEST(SubwordTokenizer, ACorruptModelIsAnErrorNeverACrash) {
 }
 
 TEST(SubwordTokenizer, DecodeRefusesIdsOutsideTheVocabulary) {
-  const auto t = SubwordTokenizer::from_bytes(
-      train_subword_model(corpus(300, 4), {"unigram", 400, 1}), "m");
+  const auto t =
+      SubwordTokenizer::from_bytes(train_subword_model(corpus(300, 4), {"unigram", 400, 1}), "m");
   const std::vector<uint16_t> ids = {5, static_cast<uint16_t>(t.vocab_size())};
   EXPECT_THROW(t.decode(ids), InvalidArgument);
   EXPECT_EQ(tokenizer_sidecar_path("dir/train.tok"), fs::path("dir/train.tok.tokenizer.model"));
