@@ -60,7 +60,8 @@ inline constexpr uint64_t kMaxManifestStep = (uint64_t{1} << 63) - 2;
 // (when the config is); a shard file name that is not plain, listed twice, or a size past
 // int64 (alone or summed); a tensor of an unlisted state or listed twice, of an unknown
 // dtype, of a shape that overflows (> 2^50 elements), or whose extents are out of order,
-// outside their file (offset + bytes past its recorded size) or do not cover it once.
+// outside their file (offset + bytes past its recorded size) or do not cover it once; an
+// attachment whose name is not plain or is listed twice.
 // A pure function of `manifest` (the shard files' real sizes are verify_files's business).
 std::string check_manifest_sense(const ckpt::Manifest& manifest);
 

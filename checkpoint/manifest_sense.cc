@@ -166,6 +166,12 @@ std::string check_manifest_sense(const ckpt::Manifest& m) {
   if (std::string bad = check_position(m); !bad.empty()) return bad;
   std::map<std::string, uint64_t> file_bytes;
   if (std::string bad = check_files(m, file_bytes); !bad.empty()) return bad;
+  std::set<std::string> attachments;
+  for (const auto& a : m.attachments()) {
+    if (!is_plain_file_name(a.name()))
+      return "attachment name '" + a.name() + "' is not a plain file name";
+    if (!attachments.insert(a.name()).second) return "it holds attachment " + a.name() + " twice";
+  }
   const std::set<std::string> states(m.states().begin(), m.states().end());
   std::set<std::pair<std::string, std::string>> seen;
   for (const auto& t : m.tensors()) {

@@ -49,6 +49,31 @@ std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
   return std::nullopt;
 }
 
+// A run resumes only with the program's files the checkpoint was saved with (etr-train:
+// the same tokenizer, or none in both): other files would give the ids another meaning.
+void CheckpointCadence::check_attachments(const ckpt::Manifest& m) const {
+  auto names = [](const auto& list) {
+    std::string s;
+    for (const ckpt::Attachment& a : list) s += (s.empty() ? "" : ", ") + a.name();
+    return s.empty() ? std::string("none") : s;
+  };
+  const std::string why =
+      "a run resumes only with the files it was saved with (etr-train: its "
+      "tokenizer)";
+  if (names(m.attachments()) != names(attachments_)) {
+    throw CheckpointError("it was saved with the files " + names(m.attachments()) +
+                          " and this run has " + names(attachments_) + "; " + why);
+  }
+  for (int i = 0; i < m.attachments_size(); ++i) {
+    if (m.attachments(i).data() != attachments_[static_cast<size_t>(i)].data()) {
+      throw CheckpointError("its " + m.attachments(i).name() + " is not this run's (" +
+                            std::to_string(m.attachments(i).data().size()) + " bytes, this run's " +
+                            std::to_string(attachments_[static_cast<size_t>(i)].data().size()) +
+                            ", not the same); " + why);
+    }
+  }
+}
+
 Restored CheckpointCadence::restore(const std::filesystem::path& dir,
                                     std::span<const HeldState> states) const {
   const auto t0 = std::chrono::steady_clock::now();
@@ -56,6 +81,7 @@ Restored CheckpointCadence::restore(const std::filesystem::path& dir,
   std::string error;
   try {
     CheckpointReader reader(dir);
+    check_attachments(reader.manifest());
     uint64_t total = 0;
     for (const HeldState& s : states) {
       for (const HeldRange& r : s.holder->held()) total += static_cast<uint64_t>(r.end - r.begin) * sizeof(float);
@@ -113,6 +139,7 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
   m.mutable_layout()->set_pp_size(grid_.pp_size());
   m.mutable_layout()->set_zero_stage(config_.parallel().zero_stage());
   m.set_writer("etr-train");
+  for (const ckpt::Attachment& a : attachments_) *m.add_attachments() = a;
   return m;
 }
 

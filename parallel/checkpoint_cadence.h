@@ -19,6 +19,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/manifest.pb.h"
@@ -61,13 +63,16 @@ class CheckpointCadence {
   // when an explicitly named checkpoint is missing or unusable.
   std::optional<std::filesystem::path> find_resume() const;
   // Collective: reads each state into the ranges its holder holds. Throws
-  // CheckpointError naming `dir` when any rank fails.
+  // CheckpointError naming `dir` when any rank fails, or when the checkpoint's
+  // attachments are not this run's (set_attachments), name for name and byte for byte.
   Restored restore(const std::filesystem::path& dir, std::span<const HeldState> states) const;
 
   // The manifest of a checkpoint after `position` (everything but tensors and files).
   ckpt::Manifest manifest(const DataPosition& position, const BatchOrigin& origin) const;
   // The batch policy's state the next manifests record (the session's, kept current).
   void set_batch_policy(const ckpt::BatchPolicy& b) { batch_policy_ = b; }
+  // The program's files every manifest carries from now on (TrainProgram::attachments).
+  void set_attachments(std::vector<ckpt::Attachment> a) { attachments_ = std::move(a); }
   // Collective: saves `states` (of `layout`) to the "durable" or "fast" tier, async per
   // checkpoint.async. Returns false when the save failed (logged; training may go on).
   bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
@@ -88,7 +93,10 @@ class CheckpointCadence {
   bool saved(int64_t step) const;
 
  private:
+  void check_attachments(const ckpt::Manifest& m) const;
+
   ckpt::BatchPolicy batch_policy_;
+  std::vector<ckpt::Attachment> attachments_;
   const TrainConfig& config_;
   const ProcessGrid& grid_;
   Logger& log_;

@@ -102,6 +102,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   setup_recompute_trial();
   log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
+  if (program.attachments) checkpoints_->set_attachments(program.attachments(config_));
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
   resume();
   elastic_->ready(position_.step, micro_batch_);

@@ -99,6 +99,9 @@ struct TrainProgram {
   // (log.sample_tokens > 0), and an export of the weights (output.export_safetensors).
   std::function<std::string(TrainSession&)> sample;
   std::function<void(TrainSession&)> export_weights;
+  // Files every checkpoint carries in its manifest (etr-train: its tokenizer's model, so
+  // that etr-ckpt export can hand it on); called once on every rank. Null: none.
+  std::function<std::vector<ckpt::Attachment>(const TrainConfig&)> attachments;
 };
 
 class TrainSession {

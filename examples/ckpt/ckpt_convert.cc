@@ -9,12 +9,13 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/offline.h"
 #include "examples/ckpt/ckpt_commands.h"
+#include "examples/data/hf_tokenizer_files.h"
 #include "examples/gpt/hf_weights.h"
 #include "runtime/bytes.h"
 #include "runtime/config/train_config.h"
-#include "runtime/state_names.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
+#include "runtime/state_names.h"
 
 namespace etr::ckpt_tool {
 namespace fs = std::filesystem;
@@ -26,6 +27,30 @@ constexpr int kMaxWorld = 99999;
 void verify_or_throw(const fs::path& dir, const ckpt::Manifest& m) {
   const std::string bad = verify_files(dir, m);
   if (!bad.empty()) throw CheckpointError(bad);
+}
+
+// The tokenizer the checkpoint was trained with (its attachment), as transformers loads
+// it, into `dir`; a file export (empty `dir`) only says where it could go.
+void export_tokenizer(const ckpt::Manifest& m, const fs::path& src, const fs::path& dir,
+                      int64_t seq_len) {
+  for (const ckpt::Attachment& a : m.attachments()) {
+    if (a.name() != data::kTokenizerModelFile) continue;
+    const auto tokenizer = data::SubwordTokenizer::from_bytes(
+        a.data(), (src / ckpt_format::kManifestName).string() + " (attachment " + a.name() + ")");
+    if (dir.empty()) {
+      std::printf(
+          "note: %s was trained with %s; export to a directory (-o DIR/) to write it "
+          "beside the weights\n",
+          src.c_str(), tokenizer.describe().c_str());
+      return;
+    }
+    data::write_hf_tokenizer(dir, tokenizer, seq_len);
+    std::printf(
+        "wrote %s, tokenizer_config.json and special_tokens_map.json: the tokenizer "
+        "the checkpoint was trained with, %s\n",
+        (dir / data::kTokenizerModelFile).c_str(), tokenizer.describe().c_str());
+    return;
+  }
 }
 
 }  // namespace
@@ -118,6 +143,7 @@ int run_export(const ExportOptions& o) {
               file.c_str(), to_dir ? " and config.json" : "", model.layout().entries().size(),
               m.step(), config.str().c_str(),
               format_bytes(static_cast<double>(fs::file_size(file, ec))).c_str());
+  export_tokenizer(m, src, to_dir ? out : fs::path(), config.seq_len);
   return 0;
 }
 

@@ -236,6 +236,10 @@ int run_show(const std::string& checkpoint) {
   std::string states;
   for (const auto& s : m.states()) states += (states.empty() ? "" : ", ") + s;
   std::printf("  states          %s\n", states.c_str());
+  for (const auto& a : m.attachments()) {  // etr-train: the tokenizer's model
+    std::printf("  attachment      %s (%zu bytes, in the manifest)\n", a.name().c_str(),
+                a.data().size());
+  }
 
   std::printf("files (%d, %s):\n", m.files_size(),
               format_bytes(static_cast<double>(shard_bytes(m))).c_str());

@@ -6,13 +6,14 @@
 #include <random>
 #include <vector>
 
-#include "examples/data/byte_tokenizer.h"
+#include "examples/data/hf_tokenizer_files.h"
 #include "examples/data/token_data_source.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/head_layer.h"
 #include "examples/gpt/hf_weights.h"
-#include "runtime/state_names.h"
 #include "examples/gpt/model_presets.h"
+#include "examples/train/training_tokenizer.h"
+#include "runtime/state_names.h"
 
 namespace etr::gpt {
 namespace {
@@ -47,15 +48,24 @@ ModelSpec build_model(const SessionContext& ctx) {
 
 std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
   const GptConfig g = GptConfig::from(ctx.config.model());
+  if (ctx.leader) {
+    const TrainingTokenizer t = TrainingTokenizer::from(ctx.config);
+    if (t.is_bytes()) {
+      ctx.log.info("tokenizer: bytes (vocabulary 256)");
+    } else {
+      ctx.log.info("tokenizer: ", ctx.config.data().tokenizer_model(), ", ",
+                   t.subword()->describe());
+    }
+  }
   return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,
                                                  ctx.log, ctx.leader);
 }
 
 }  // namespace
 
-std::string generate(LayerStack<float>& stack, const GptConfig& c, const std::string& prompt,
-                     int count, uint64_t seed) {
-  std::vector<uint16_t> tokens = data::ByteTokenizer::encode(prompt.empty() ? "\n" : prompt);
+std::vector<uint16_t> generate_tokens(LayerStack<float>& stack, const GptConfig& c,
+                                      std::vector<uint16_t> tokens, int count, uint64_t seed,
+                                      bool greedy) {
   const int64_t Vp = c.padded_vocab(), V = c.vocab_size;
   const auto& head = dynamic_cast<const HeadLayer<float>&>(stack.layer(stack.size() - 1));
   std::mt19937_64 rng(seed);
@@ -66,12 +76,24 @@ std::string generate(LayerStack<float>& stack, const GptConfig& c, const std::st
     context.assign(tokens.end() - T, tokens.end());
     stack.forward(Batch{context.data(), nullptr, 1, T, 0});
     const float* logits = head.logits() + (T - 1) * Vp;
+    if (greedy) {  // the first of the largest, as torch.argmax
+      tokens.push_back(static_cast<uint16_t>(std::max_element(logits, logits + V) - logits));
+      continue;
+    }
     const double top = *std::max_element(logits, logits + V);
     for (int64_t v = 0; v < V; ++v) probs[v] = std::exp(static_cast<double>(logits[v]) - top);
     std::discrete_distribution<int64_t> pick(probs.begin(), probs.end());
     tokens.push_back(static_cast<uint16_t>(pick(rng)));
   }
-  return data::ByteTokenizer::decode_for_display(tokens);
+  return tokens;
+}
+
+std::string generate(LayerStack<float>& stack, const GptConfig& c,
+                     const TrainingTokenizer& tokenizer, const std::string& prompt, int count,
+                     uint64_t seed) {
+  std::vector<uint16_t> tokens = tokenizer.encode(prompt.empty() ? "\n" : prompt);
+  if (tokens.empty()) tokens = tokenizer.encode("\n");
+  return tokenizer.decode_for_display(generate_tokens(stack, c, std::move(tokens), count, seed));
 }
 
 TrainProgram training_program() {
@@ -80,14 +102,27 @@ TrainProgram training_program() {
   p.data = load_data;
   p.sample = [](TrainSession& s) {
     const auto& lg = s.config().log();
-    return generate(s.stack(), GptConfig::from(s.config().model()), lg.sample_prompt(),
-                    lg.sample_tokens(), s.config().model().init_seed());
+    return generate(s.stack(), GptConfig::from(s.config().model()),
+                    TrainingTokenizer::from(s.config()), lg.sample_prompt(), lg.sample_tokens(),
+                    s.config().model().init_seed());
   };
   p.export_weights = [](TrainSession& s) {
     const std::string& path = s.config().output().export_safetensors();
-    export_hf(GptConfig::from(s.config().model()), s.stack().layout(),
-              s.engine().parameters(), path);
-    s.log().info("exported weights to ", path);
+    const GptConfig g = GptConfig::from(s.config().model());
+    export_hf(g, s.stack().layout(), s.engine().parameters(), path);
+    const TrainingTokenizer t = TrainingTokenizer::from(s.config());
+    if (!t.is_bytes()) data::write_hf_tokenizer(path, *t.subword(), g.seq_len);
+    s.log().info("exported weights", t.is_bytes() ? "" : " and the tokenizer", " to ", path);
+  };
+  // The tokenizer's model travels with every checkpoint (etr-ckpt export writes it out).
+  p.attachments = [](const TrainConfig& config) {
+    std::vector<ckpt::Attachment> files;
+    const std::string bytes = TrainingTokenizer::from(config).model_bytes();
+    if (bytes.empty()) return files;
+    ckpt::Attachment& a = files.emplace_back();
+    a.set_name(data::kTokenizerModelFile);
+    a.set_data(bytes);
+    return files;
   };
   return p;
 }
@@ -97,6 +132,7 @@ ProgramInfo training_program_info() {
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
   info.model_presets = model_presets();
+  info.complete_config = resolve_training_tokenizer;
   return info;
 }
 

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "examples/gpt/gpt_config.h"
+#include "examples/train/training_tokenizer.h"
 #include "parallel/program.h"
 #include "parallel/train_session.h"
 #include "runtime/layer_stack.h"
@@ -18,9 +20,17 @@ namespace etr::gpt {
 TrainProgram training_program();
 ProgramInfo training_program_info();
 
-// Continues `prompt` (bytes) by `tokens` byte tokens with the GPT-2 in `stack`, sampling
-// at temperature 1 with `seed`. Needs activations planned for at least 1 x seq_len.
-std::string generate(LayerStack<float>& stack, const GptConfig& config, const std::string& prompt,
-                     int tokens, uint64_t seed);
+// Continues `tokens` by `count` tokens with the GPT-2 in `stack`: sampling at temperature
+// 1 with `seed`, or (greedy) always the most likely token, the first of equals. Needs
+// activations planned for at least 1 x seq_len. Returns prompt and continuation.
+std::vector<uint16_t> generate_tokens(LayerStack<float>& stack, const GptConfig& config,
+                                      std::vector<uint16_t> tokens, int count, uint64_t seed,
+                                      bool greedy = false);
+
+// Continues `prompt` (encoded with `tokenizer`; "" = a newline) by `tokens` sampled tokens
+// and returns the whole text decoded for display.
+std::string generate(LayerStack<float>& stack, const GptConfig& config,
+                     const TrainingTokenizer& tokenizer, const std::string& prompt, int tokens,
+                     uint64_t seed);
 
 }  // namespace etr::gpt

@@ -50,7 +50,8 @@ class Trainer {
   double evaluate() { return session_.evaluate(); }
   std::string generate(const std::string& prompt, int tokens) {
     session_.engine().materialize_parameters();  // ZeRO-3: collective
-    return gpt::generate(session_.stack(), model().config(), prompt, tokens,
+    return gpt::generate(session_.stack(), model().config(),
+                         gpt::TrainingTokenizer::from(session_.config()), prompt, tokens,
                          session_.config().model().init_seed());
   }
   void write_trace() { session_.write_trace(); }

@@ -87,6 +87,34 @@ expect_fail 2 '--synthetic: 0 is not a whole number from 1' -- "$tokenize" --syn
 expect_fail 2 '--tokens: -1 is not a whole number from 0' -- "$tokenize" --show "$work/ok.tok" --tokens -1
 expect_fail 2 '--seed: -1 is not a whole number from 0' -- "$tokenize" --synthetic 10 --seed -1 -o "$work/seed.tok"
 [ ! -e "$work/neg.tok" ] || { echo "FAIL: --synthetic -1 wrote a file"; failures=$((failures + 1)); }
+# 7. (issue 19) a subword tokenizer that does not fit the data or the model. Not in sanitizer builds
+# (no SentencePiece there: examples/data/sentencepiece_backend.h).
+if [ -z "${ETR_TEST_NO_SUBWORD:-}" ]; then
+  for i in $(seq 1 300); do echo "line $i: the quick brown fox jumps over the lazy dog"; done >"$work/text.txt"
+  "$tokenize" "$work/text.txt" --train-tokenizer bpe --vocab-size 300 -o "$work/a.model" >/dev/null &&
+    "$tokenize" "$work/text.txt" --train-tokenizer unigram --vocab-size 300 -o "$work/b.model" >/dev/null &&
+    "$tokenize" "$work/text.txt" --tokenizer "$work/a.model" -o "$work/sub.tok" >/dev/null ||
+    { echo "FAIL: etr-tokenize could not make the subword files"; exit 1; }
+  sub=("${train_tiny[@]}" --set data.synthetic=false --set "data.train_file=$work/sub.tok")
+  expect_fail 1 '^etr-train: error: model\.vocab_size = 256 but the tokenizer .* has [0-9]+ pieces' -- \
+    "${sub[@]}" --set model.vocab_size=256
+  expect_fail 1 "data\.tokenizer_model '.*b\.model' is not the tokenizer that made data\.train_file" -- \
+    "${sub[@]}" --set "data.tokenizer_model=$work/b.model"
+  expect_fail 1 "data\.train_file '.*ok\.tok' has a vocabulary of 256 but its tokenizer" -- \
+    "${train_tiny[@]}" --set data.synthetic=false --set "data.train_file=$work/ok.tok" \
+    --set "data.tokenizer_model=$work/a.model"
+  expect_fail 1 "cannot open the tokenizer model '.*none\.model'" -- \
+    "${sub[@]}" --set "data.tokenizer_model=$work/none.model"
+  # A resume with other tokens than the checkpoint's: its tokenizer attachment differs.
+  "${sub[@]}" --set schedule.max_steps=2 --set "checkpoint.dir=$work/ckpt" >/dev/null 2>&1 &&
+    "$tokenize" "$work/text.txt" --tokenizer "$work/b.model" -o "$work/sub2.tok" >/dev/null ||
+    { echo "FAIL: could not train on sub.tok"; exit 1; }
+  expect_fail 1 "cannot resume from .*step-000000002: its tokenizer\.model is not this run's" -- \
+    "${train_tiny[@]}" --set data.synthetic=false --set "data.train_file=$work/sub2.tok" \
+    --set schedule.max_steps=4 --set "checkpoint.dir=$work/ckpt" --resume latest
+  head -c 60 "$work/a.model" >"$work/sub.tok.tokenizer.model"
+  expect_fail 1 "the tokenizer model '.*sub\.tok\.tokenizer\.model' is not a SentencePiece model" -- "${sub[@]}"
+fi
 
 [ "$failures" -eq 0 ] || { echo "$failures of $n case(s) failed"; exit 1; }
 echo "all $n cases refused as expected"
