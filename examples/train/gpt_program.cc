@@ -11,6 +11,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/head_layer.h"
 #include "examples/gpt/hf_weights.h"
+#include "runtime/error.h"
 #include "runtime/state_names.h"
 #include "examples/gpt/model_presets.h"
 
@@ -45,10 +46,30 @@ ModelSpec build_model(const SessionContext& ctx) {
   return m;
 }
 
-std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
+std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSizes* given) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,
-                                                 ctx.log, ctx.leader);
+                                                 ctx.log, ctx.leader,
+                                                 given ? given->vocab_size : std::nullopt);
+}
+
+// Before presets fill the model sizes in: records model.vocab_size if the user set it,
+// and refuses a nanoGPT file without it (its vocabulary is nowhere else).
+void record_given_sizes(const TrainConfig& config, GivenSizes* given) {
+  const config::ModelConfig& m = config.model();
+  const bool vocab_set = m.has_vocab_size();
+  if (given) {
+    given->vocab_size = vocab_set && m.vocab_size() > 0
+                            ? std::optional<uint32_t>(static_cast<uint32_t>(m.vocab_size()))
+                            : std::nullopt;
+  }
+  const config::DataConfig& d = config.data();
+  if (d.format() == "nanogpt" && !d.train_file().empty() && !vocab_set) {
+    throw ConfigError(
+        "data.format = nanogpt but model.vocab_size is not set; a nanoGPT .bin "
+        "records no vocabulary, so set model.vocab_size to its tokenizer's "
+        "(50257 for GPT-2's).");
+  }
 }
 
 }  // namespace
@@ -74,10 +95,10 @@ std::string generate(LayerStack<float>& stack, const GptConfig& c, const std::st
   return data::ByteTokenizer::decode_for_display(tokens);
 }
 
-TrainProgram training_program() {
+TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
   TrainProgram p;
   p.model = build_model;
-  p.data = load_data;
+  p.data = [given](const SessionContext& ctx) { return load_data(ctx, given.get()); };
   p.sample = [](TrainSession& s) {
     const auto& lg = s.config().log();
     return generate(s.stack(), GptConfig::from(s.config().model()), lg.sample_prompt(),
@@ -85,15 +106,16 @@ TrainProgram training_program() {
   };
   p.export_weights = [](TrainSession& s) {
     const std::string& path = s.config().output().export_safetensors();
-    export_hf(GptConfig::from(s.config().model()), s.stack().layout(),
-              s.engine().parameters(), path);
+    export_hf(GptConfig::from(s.config().model()), s.stack().layout(), s.engine().parameters(),
+              path);
     s.log().info("exported weights to ", path);
   };
   return p;
 }
 
-ProgramInfo training_program_info() {
+ProgramInfo training_program_info(std::shared_ptr<GivenSizes> given) {
   ProgramInfo info;
+  info.complete_config = [given](TrainConfig& config) { record_given_sizes(config, given.get()); };
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
   info.model_presets = model_presets();
