@@ -1,9 +1,12 @@
 // etr-tokenize: turns text into an etr token file (docs/token_file_format.md) for the
-// example GPT, makes a synthetic corpus, or shows what a token file holds.
+// example GPT, makes a synthetic corpus, or shows what a token file holds (etr's, llm.c's
+// or nanoGPT's: token_file_format.h).
 //
 //   etr-tokenize input.txt -o train.tok                 // byte tokens of any file
 //   etr-tokenize --synthetic 1000000 -o synth.tok --seed 3
 //   etr-tokenize --show train.tok [--tokens 400]
+//   etr-tokenize --show fineweb_train_000001.bin             // llm.c's, recognised
+//   etr-tokenize --show train.bin --format nanogpt           // nanoGPT's, named
 //
 // Errors are one sentence on stderr and exit status 1 (2 for a bad command line).
 #include <CLI/CLI.hpp>
@@ -73,21 +76,59 @@ void write_tokens(const fs::path& output, const std::string& text) {
               etr::format_checksum(h.checksum).c_str());
 }
 
-void show(const fs::path& path, uint64_t count, bool verify) {
+// The first tokens of `file`: decoded when they are bytes (vocabulary 256), else their ids.
+void print_first_tokens(const etr::data::TokenFile& file, uint64_t count) {
+  const auto first = file.tokens().first(std::min<uint64_t>(count, file.size()));
+  if (file.vocab_size() == 256) {
+    std::printf("first %zu tokens, decoded:\n%s\n", first.size(),
+                ByteTokenizer::decode_for_display(first).c_str());
+    return;
+  }
+  std::string ids;
+  for (const uint16_t t : first) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+  std::printf("first %zu tokens (ids; decoded only for byte tokens):\n%s\n", first.size(),
+              ids.c_str());
+}
+
+void show(const fs::path& path, uint64_t count, bool verify, const std::string& format) {
+  using etr::data::TokenFileFormat;
   etr::data::TokenFileOptions options;
   options.verify_checksum = verify;
+  options.format = etr::data::parse_token_file_format(format);
   const etr::data::TokenFile file(path, options);
   const etr::data::TokenFileHeader& h = file.header();
   std::printf("file:        %s\n", path.c_str());
-  std::printf("format:      version %u, dtype %u (uint16 little-endian)\n", h.version,
-              static_cast<unsigned>(h.dtype));
-  std::printf("tokens:      %llu\n", static_cast<unsigned long long>(h.token_count));
-  std::printf("vocabulary:  %u\n", h.vocab_size);
-  std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
-              verify ? "verified" : "not verified");
-  const auto first = file.tokens().first(std::min<uint64_t>(count, file.size()));
-  std::printf("first %zu tokens, decoded:\n%s\n", first.size(),
-              ByteTokenizer::decode_for_display(first).c_str());
+  switch (file.format()) {
+    case TokenFileFormat::kLlmc:
+      std::printf("format:      llm.c token file, version %u (uint16 little-endian)\n", h.version);
+      break;
+    case TokenFileFormat::kNanogpt:
+      std::printf("format:      nanoGPT .bin (no header; uint16 little-endian)\n");
+      break;
+    default:
+      std::printf("format:      etr token file, version %u, dtype %u (uint16 little-endian)\n",
+                  h.version, static_cast<unsigned>(h.dtype));
+  }
+  std::printf("tokens:      %llu\n", static_cast<unsigned long long>(file.size()));
+  if (file.vocab_size() == 0) {
+    const auto t = file.tokens();
+    const unsigned top = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
+    std::printf("vocabulary:  not recorded (largest token %u; etr-train takes model.vocab_size)\n",
+                top);
+  } else if (file.format() == TokenFileFormat::kLlmc) {
+    std::printf("vocabulary:  %u (GPT-2's; not recorded in llm.c files)\n", file.vocab_size());
+  } else {
+    std::printf("vocabulary:  %u\n", file.vocab_size());
+  }
+  if (file.format() == TokenFileFormat::kEtr) {
+    std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
+                verify ? "verified" : "not verified");
+  } else {
+    std::printf("checksum:    none in this format (tokens checked against the vocabulary)\n");
+  }
+  std::printf("size:        %llu bytes (%s)\n", static_cast<unsigned long long>(file.file_bytes()),
+              etr::format_bytes(static_cast<double>(file.file_bytes())).c_str());
+  print_first_tokens(file, count);
 }
 
 // A whole number of at least `min` that fits in uint64: CLI11 alone reads "-1" as
@@ -105,11 +146,11 @@ CLI::Validator count_validator(uint64_t min) {
 }
 
 // Does what the command line asked: --show, --synthetic N, or a text file's conversion.
-void run(const std::string& show_path, uint64_t show_tokens, bool verify,
+void run(const std::string& show_path, uint64_t show_tokens, bool verify, const std::string& format,
          std::optional<uint64_t> synthetic, uint64_t seed, const std::string& input,
          const std::string& output) {
   if (!show_path.empty()) {
-    show(show_path, show_tokens, verify);
+    show(show_path, show_tokens, verify, format);
   } else if (synthetic) {
     // Checked before allocating: the text and its tokens must fit in memory.
     const double need = etr::data::synthetic_corpus_bytes(*synthetic);
@@ -142,6 +183,7 @@ int main(int argc, char** argv) {
   std::string show_path;
   uint64_t show_tokens = 256;
   bool no_verify = false;
+  std::string format = "auto";
 
   auto* input_opt = app.add_option("input", input, "text file to convert (any bytes)");
   auto* output_opt = app.add_option("-o,--output", output, "token file to write");
@@ -153,17 +195,24 @@ int main(int argc, char** argv) {
   auto* seed_opt = app.add_option("--seed", seed, "seed of the synthetic corpus (default 1)")
                        ->check(count_validator(0));
   auto* show_opt =
-      app.add_option("--show", show_path, "print a token file's header and its first tokens");
+      app.add_option("--show", show_path,
+                     "print what a token file (etr, llm.c or nanoGPT) holds and its first tokens");
   auto* tokens_opt =
       app.add_option("--tokens", show_tokens, "how many tokens --show decodes (default 256)")
           ->check(count_validator(0));
   auto* no_verify_opt =
       app.add_flag("--no-verify", no_verify, "--show without checking the checksum");
+  auto* format_opt =
+      app.add_option("--format", format,
+                     "format of the --show file: auto (etr or llm.c, by the header), etr, llmc "
+                     "or nanogpt (a headerless .bin of uint16 tokens; default auto)")
+          ->check(CLI::IsMember({"auto", "etr", "llmc", "nanogpt"}));
   input_opt->excludes(synthetic_opt);
   show_opt->excludes(input_opt)->excludes(synthetic_opt)->excludes(output_opt);
   seed_opt->needs(synthetic_opt);
   tokens_opt->needs(show_opt);
   no_verify_opt->needs(show_opt);
+  format_opt->needs(show_opt);
 
   try {
     app.parse(argc, argv);
@@ -181,7 +230,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    run(show_path, show_tokens, !no_verify, synthetic, seed, input, output);
+    run(show_path, show_tokens, !no_verify, format, synthetic, seed, input, output);
   } catch (const std::bad_alloc& e) {
     // What the size checks could not foresee: input from a pipe, memory taken meanwhile.
     std::fprintf(stderr,
