@@ -85,7 +85,7 @@ struct TokenFileOptions {
   // The vocabulary of a file that does not record one (llm.c: GPT-2's 50257 without it;
   // nanoGPT: unknown without it). The tokens of such a file are always checked against
   // it on open (O(n)). An etr file's header wins.
-  std::optional<uint32_t> vocab_size;
+  std::optional<uint32_t> vocab_size = std::nullopt;
 };
 
 // A token file (etr's, llm.c's or nanoGPT's) mapped read-only: tokens() points into the

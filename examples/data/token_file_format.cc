@@ -19,7 +19,10 @@ constexpr std::array<std::string_view, 4> kTitles = {"token file", "etr token fi
 constexpr char kEtrMagic[8] = {'E', 'T', 'R', 'T', 'O', 'K', 'E', 'N'};
 
 std::string quoted(const std::filesystem::path& p) {
-  return "'" + p.string() + "'";
+  std::string s = "'";  // appended, not "'" + ...: GCC 12's -Wrestrict misfires on that at -O3
+  s += p.string();
+  s += '\'';
+  return s;
 }
 
 int32_t int32_at(std::span<const std::byte> file, size_t index) {
