@@ -124,7 +124,8 @@ void show(const fs::path& path, uint64_t count, bool verify, const std::string& 
     std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
                 verify ? "verified" : "not verified");
   } else {
-    std::printf("checksum:    none in this format (tokens checked against the vocabulary)\n");
+    std::printf("checksum:    none in this format%s\n",
+                file.vocab_size() ? " (tokens checked against the vocabulary)" : "");
   }
   std::printf("size:        %llu bytes (%s)\n", static_cast<unsigned long long>(file.file_bytes()),
               etr::format_bytes(static_cast<double>(file.file_bytes())).c_str());

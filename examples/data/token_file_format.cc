@@ -91,7 +91,8 @@ TokenFileFormat detect_token_file_format(const std::filesystem::path& path,
                     printable_prefix(file, 8) + "\", not \"ETRTOKEN\" nor llm.c's int32 magic " +
                     std::to_string(kLlmcMagic) +
                     "; for a headerless nanoGPT .bin of uint16 tokens set data.format=nanogpt "
-                    "(raw tokens cannot be recognised safely), for text use etr-tokenize.");
+                    "(etr-tokenize --show: --format nanogpt; raw tokens cannot be recognised "
+                    "safely), for text use etr-tokenize.");
 }
 
 TokenLayout read_llmc_layout(const std::filesystem::path& path, std::span<const std::byte> file,
