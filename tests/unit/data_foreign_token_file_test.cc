@@ -16,9 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "examples/data/token_data_source.h"
 #include "examples/data/token_file.h"
 #include "examples/data/token_file_format.h"
+#include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "runtime/host_allocator.h"
+#include "runtime/log.h"
 
 namespace etr::data {
 namespace {
@@ -233,6 +237,39 @@ TEST_F(ForeignTokenFileTest, ATokenOutsideTheVocabularyIsNamedByItsPosition) {
   tokens[7] = 60000;  // above GPT-2's vocabulary
   expect_open_error<ConfigError>(write("oov_gpt2.bin", llmc_bytes(tokens)),
                                  {"token 60000 at position 7", "vocabulary size 50257", "GPT-2"});
+}
+
+// The data source of etr-train on each format: the vocabulary flows into the check
+// against model.vocab_size as an etr header's does.
+TEST_F(ForeignTokenFileTest, DataSourceChecksTheFilesVocabularyAgainstTheModels) {
+  const std::vector<uint16_t> tokens = random_tokens(3000, 256, 8);
+  const fs::path llmc = write("ds.bin", llmc_bytes(tokens));
+  const fs::path nano = write("ds_nanogpt.bin", nanogpt_bytes(tokens));
+  HostAllocator alloc(size_t{1} << 30);
+  Logger log("test", stderr);
+  log.set_level(LogLevel::kOff);
+  auto source = [&](const fs::path& p, const std::string& format, std::optional<uint32_t> given) {
+    TrainConfig c;
+    c.mutable_data()->set_train_file(p.string());
+    c.mutable_data()->set_format(format);
+    c.mutable_data()->set_val_fraction(0.1);
+    return TokenDataSource(c, 64, 256, alloc, log, true, given);
+  };
+  const TokenDataSource a = source(llmc, "auto", 256);
+  ASSERT_EQ(a.tokens().size(), tokens.size());
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), a.tokens().begin()));
+  const TokenDataSource b = source(nano, "nanogpt", 256);
+  EXPECT_EQ(b.train_samples(), a.train_samples());
+  auto expect_error = [&](const fs::path& p, const std::string& format, const std::string& part) {
+    try {
+      source(p, format, std::nullopt);
+      ADD_FAILURE() << p << " loaded";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error(llmc, "llmc", "vocabulary (50257, GPT-2's");
+  expect_error(nano, "nanogpt", "records no vocabulary; set model.vocab_size");
 }
 
 }  // namespace
