@@ -56,5 +56,11 @@ cmp -s "$work/llmc.losses" "$work/etr.losses" ||
   fail "llm.c losses differ from the etr file's: $(paste "$work/llmc.losses" "$work/etr.losses")"
 cmp -s "$work/nanogpt.losses" "$work/etr.losses" ||
   fail "nanoGPT losses differ from the etr file's: $(paste "$work/nanogpt.losses" "$work/etr.losses")"
+# Not vacuous: other tokens give other losses.
+"$tokenize" --synthetic 40000 --seed 8 -o "$work/other.tok" >/dev/null || fail "--synthetic"
+nanogpt_from_etr "$work/other.tok" "$work/other.bin"
+train_on other --set data.train_file="$work/other.bin" --set data.format=nanogpt \
+  --set model.vocab_size=256
+! cmp -s "$work/other.losses" "$work/etr.losses" || fail "other tokens gave the same losses"
 grep -q 'llm.c token file' "$work/llmc.log" || fail "the log does not name the llm.c format"
 echo "ok: etr, llm.c and nanoGPT files give the same losses: $(tr '\n' ' ' <"$work/etr.losses")"
