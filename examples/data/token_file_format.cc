@@ -125,12 +125,14 @@ TokenLayout read_llmc_layout(const std::filesystem::path& path, std::span<const 
   }
   layout.version = static_cast<uint32_t>(version);
   const int32_t count = int32_at(file, 2);
-  const uint64_t expected = kLlmcHeaderBytes + 2 * static_cast<uint64_t>(std::max(count, 0));
-  if (count < 0 || file.size() != expected) {
+  if (count < 0) {
+    throw IoError(name + " is corrupt: its header says " + std::to_string(count) + " tokens.");
+  }
+  const uint64_t expected = kLlmcHeaderBytes + 2 * static_cast<uint64_t>(count);
+  if (file.size() != expected) {
     throw IoError(name + " is corrupt: its header says " + std::to_string(count) +
-                  " tokens, which need " +
-                  (count < 0 ? std::string("no valid size") : std::to_string(expected) + " bytes") +
-                  ", but the file has " + std::to_string(file.size()) + " bytes (" +
+                  " tokens, which need " + std::to_string(expected) + " bytes, but the file has " +
+                  std::to_string(file.size()) + " bytes (" +
                   (file.size() < expected ? "truncated" : "more than the header says") + ").");
   }
   layout.offset = kLlmcHeaderBytes;
