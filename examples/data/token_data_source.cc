@@ -61,8 +61,7 @@ TokenDataSource::TokenDataSource(const TrainConfig& config, int64_t seq_len, int
     }
     synthetic_ = ByteTokenizer::encode(SyntheticCorpus(d.seed()).generate(bytes));
     tokens_ = synthetic_;
-    if (leader)
-      log.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
+    if (leader) log.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
   } else {
     file_.emplace(open_train_file(d, given_vocab));
     check_vocabulary(*file_, vocab_size);
