@@ -1,6 +1,6 @@
 // etr-tokenize: turns text into an etr token file (docs/token_file_format.md) for the
 // example GPT, trains a subword tokenizer, makes a synthetic corpus, or shows what a token
-// file holds.
+// file holds (etr's, llm.c's or nanoGPT's: token_file_format.h).
 //
 //   etr-tokenize input.txt -o train.tok                 // byte tokens of any file
 //   etr-tokenize input.txt --train-tokenizer bpe --vocab-size 2000 -o tok.model
@@ -9,6 +9,8 @@
 //                                  // train.tok.tokenizer.model (the sidecar)
 //   etr-tokenize --synthetic 1000000 -o synth.tok --seed 3
 //   etr-tokenize --show train.tok [--tokens 400]    // decoded with the sidecar if any
+//   etr-tokenize --show fineweb_train_000001.bin             // llm.c's, recognised
+//   etr-tokenize --show train.bin --format nanogpt           // nanoGPT's, named
 //
 // Errors are one sentence on stderr and exit status 1 (2 for a bad command line).
 #include <CLI/CLI.hpp>
@@ -123,18 +125,9 @@ void train_tokenizer(const fs::path& output, const std::string& text,
   }
 }
 
-void show(const fs::path& path, uint64_t count, bool verify) {
-  etr::data::TokenFileOptions options;
-  options.verify_checksum = verify;
-  const etr::data::TokenFile file(path, options);
-  const etr::data::TokenFileHeader& h = file.header();
-  std::printf("file:        %s\n", path.c_str());
-  std::printf("format:      version %u, dtype %u (uint16 little-endian)\n", h.version,
-              static_cast<unsigned>(h.dtype));
-  std::printf("tokens:      %llu\n", static_cast<unsigned long long>(h.token_count));
-  std::printf("vocabulary:  %u\n", h.vocab_size);
-  std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
-              verify ? "verified" : "not verified");
+// The first tokens of `file`: decoded with its tokenizer sidecar when there is one, as
+// text when they are bytes (vocabulary 256), else their ids.
+void print_first_tokens(const fs::path& path, const etr::data::TokenFile& file, uint64_t count) {
   const auto first = file.tokens().first(std::min<uint64_t>(count, file.size()));
   const fs::path sidecar = etr::data::tokenizer_sidecar_path(path);
   std::error_code ec;
@@ -143,11 +136,60 @@ void show(const fs::path& path, uint64_t count, bool verify) {
     std::printf("tokenizer:   %s (%s)\n", sidecar.c_str(), tokenizer.describe().c_str());
     std::printf("first %zu tokens, decoded:\n%s\n", first.size(),
                 tokenizer.decode_for_display(first).c_str());
-  } else {
+    return;
+  }
+  if (file.vocab_size() == 256) {
     std::printf("tokenizer:   bytes\n");
     std::printf("first %zu tokens, decoded:\n%s\n", first.size(),
                 ByteTokenizer::decode_for_display(first).c_str());
+    return;
   }
+  std::string ids;
+  for (const uint16_t t : first) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+  std::printf("first %zu tokens (ids; decoded only for byte tokens or with a tokenizer):\n%s\n",
+              first.size(), ids.c_str());
+}
+
+void show(const fs::path& path, uint64_t count, bool verify, const std::string& format) {
+  using etr::data::TokenFileFormat;
+  etr::data::TokenFileOptions options;
+  options.verify_checksum = verify;
+  options.format = etr::data::parse_token_file_format(format);
+  const etr::data::TokenFile file(path, options);
+  const etr::data::TokenFileHeader& h = file.header();
+  std::printf("file:        %s\n", path.c_str());
+  switch (file.format()) {
+    case TokenFileFormat::kLlmc:
+      std::printf("format:      llm.c token file, version %u (uint16 little-endian)\n", h.version);
+      break;
+    case TokenFileFormat::kNanogpt:
+      std::printf("format:      nanoGPT .bin (no header; uint16 little-endian)\n");
+      break;
+    default:
+      std::printf("format:      etr token file, version %u, dtype %u (uint16 little-endian)\n",
+                  h.version, static_cast<unsigned>(h.dtype));
+  }
+  std::printf("tokens:      %llu\n", static_cast<unsigned long long>(file.size()));
+  if (file.vocab_size() == 0) {
+    const auto t = file.tokens();
+    const unsigned top = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
+    std::printf("vocabulary:  not recorded (largest token %u; etr-train takes model.vocab_size)\n",
+                top);
+  } else if (file.format() == TokenFileFormat::kLlmc) {
+    std::printf("vocabulary:  %u (GPT-2's; not recorded in llm.c files)\n", file.vocab_size());
+  } else {
+    std::printf("vocabulary:  %u\n", file.vocab_size());
+  }
+  if (file.format() == TokenFileFormat::kEtr) {
+    std::printf("checksum:    %s (%s)\n", etr::format_checksum(h.checksum).c_str(),
+                verify ? "verified" : "not verified");
+  } else {
+    std::printf("checksum:    none in this format%s\n",
+                file.vocab_size() ? " (tokens checked against the vocabulary)" : "");
+  }
+  std::printf("size:        %llu bytes (%s)\n", static_cast<unsigned long long>(file.file_bytes()),
+              etr::format_bytes(static_cast<double>(file.file_bytes())).c_str());
+  print_first_tokens(path, file, count);
 }
 
 // A whole number of at least `min` that fits in uint64: CLI11 alone reads "-1" as
@@ -175,6 +217,7 @@ struct Options {
   std::string train_type;   // --train-tokenizer: bpe or unigram
   uint64_t vocab_size = 0;  // --vocab-size
   std::string tokenizer;    // --tokenizer MODEL
+  std::string format = "auto";  // --format of the --show file
 };
 
 void write_synthetic(const Options& o) {
@@ -196,7 +239,7 @@ void write_synthetic(const Options& o) {
 // text file's conversion (byte or subword tokens).
 void run(const Options& o) {
   if (!o.show_path.empty()) {
-    show(o.show_path, o.show_tokens, !o.no_verify);
+    show(o.show_path, o.show_tokens, !o.no_verify, o.format);
   } else if (o.synthetic) {
     write_synthetic(o);
   } else if (!o.train_type.empty()) {
@@ -230,13 +273,18 @@ void parse(CLI::App& app, int argc, char** argv, Options& o) {
                        ->check(count_validator(0));
   auto* show_opt = app.add_option(
       "--show", o.show_path,
-      "print a token file's header and its first tokens (decoded with its tokenizer sidecar, "
-      "FILE.tokenizer.model, when there is one)");
+      "print what a token file (etr, llm.c or nanoGPT) holds and its first tokens (decoded "
+      "with its tokenizer sidecar, FILE.tokenizer.model, when there is one)");
   auto* tokens_opt =
       app.add_option("--tokens", o.show_tokens, "how many tokens --show decodes (default 256)")
           ->check(count_validator(0));
   auto* no_verify_opt =
       app.add_flag("--no-verify", o.no_verify, "--show without checking the checksum");
+  auto* format_opt =
+      app.add_option("--format", o.format,
+                     "format of the --show file: auto (etr or llm.c, by the header), etr, llmc "
+                     "or nanogpt (a headerless .bin of uint16 tokens; default auto)")
+          ->check(CLI::IsMember({"auto", "etr", "llmc", "nanogpt"}));
   auto* train_opt =
       app.add_option("--train-tokenizer", o.train_type,
                      "train a SentencePiece tokenizer of this type (bpe or unigram) on the text "
@@ -259,6 +307,7 @@ void parse(CLI::App& app, int argc, char** argv, Options& o) {
   seed_opt->needs(synthetic_opt);
   tokens_opt->needs(show_opt);
   no_verify_opt->needs(show_opt);
+  format_opt->needs(show_opt);
 
   app.parse(argc, argv);
   if (o.show_path.empty() && o.input.empty() && !o.synthetic) {

@@ -9,8 +9,41 @@
 
 namespace etr::data {
 
+namespace {
+
+// The training file of `d`, opened as its format says (auto: by the header).
+TokenFile open_train_file(const config::DataConfig& d, std::optional<uint32_t> given_vocab) {
+  TokenFileOptions options;
+  options.format = parse_token_file_format(d.format());
+  options.vocab_size = given_vocab;
+  return TokenFile(d.train_file(), options);
+}
+
+// Checks that the model's vocabulary holds the file's, as the file knows it (etr: its
+// header; llm.c: GPT-2's unless given; nanoGPT: only when given).
+void check_vocabulary(const TokenFile& file, int64_t vocab_size) {
+  const std::string title(token_file_format_title(file.format()));
+  if (file.vocab_size() == 0) {
+    throw ConfigError("'" + file.path().string() + "' is a " + title +
+                      ", which records no vocabulary; set model.vocab_size to its tokenizer's "
+                      "(50257 for GPT-2's).");
+  }
+  if (file.vocab_size() > static_cast<uint32_t>(vocab_size)) {
+    const bool gpt2 = file.format() == TokenFileFormat::kLlmc && !file.layout().vocab_given;
+    throw ConfigError("the " + title + "'s vocabulary (" + std::to_string(file.vocab_size()) +
+                      (gpt2 ? ", GPT-2's, llm.c's version 1" : "") +
+                      ") is larger than model.vocab_size (" + std::to_string(vocab_size) + ")" +
+                      (gpt2 ? "; set model.vocab_size=50257 or a gpt2 preset, or the smaller "
+                              "vocabulary its tokens were made with"
+                            : ""));
+  }
+}
+
+}  // namespace
+
 TokenDataSource::TokenDataSource(const TrainConfig& config, int64_t seq_len, int64_t vocab_size,
-                                 const HostAllocator& alloc, Logger& log, bool leader)
+                                 const HostAllocator& alloc, Logger& log, bool leader,
+                                 std::optional<uint32_t> given_vocab)
     : seq_len_(seq_len), seed_(config.data().seed()) {
   const auto& d = config.data();
   if (d.synthetic()) {
@@ -30,13 +63,13 @@ TokenDataSource::TokenDataSource(const TrainConfig& config, int64_t seq_len, int
     tokens_ = synthetic_;
     if (leader) log.info("data: synthetic corpus, ", synthetic_.size(), " tokens (seed ", d.seed(), ")");
   } else {
-    file_.emplace(d.train_file());
+    file_.emplace(open_train_file(d, given_vocab));
+    check_vocabulary(*file_, vocab_size);
     tokens_ = file_->tokens();
-    if (leader) log.info("data: ", d.train_file(), ", ", tokens_.size(), " tokens");
-  }
-  if (file_ && file_->vocab_size() > static_cast<uint32_t>(vocab_size)) {
-    throw ConfigError("the token file's vocabulary (" + std::to_string(file_->vocab_size()) +
-                      ") is larger than model.vocab_size (" + std::to_string(vocab_size) + ")");
+    if (leader) {
+      log.info("data: ", d.train_file(), " (", token_file_format_title(file_->format()), "), ",
+               tokens_.size(), " tokens, vocabulary ", file_->vocab_size());
+    }
   }
   split_ = split_windows(tokens_.size(), static_cast<uint64_t>(seq_len), d.val_fraction());
   if (split_.train.count() == 0) {

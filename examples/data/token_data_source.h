@@ -4,7 +4,7 @@
 // training windows visited in the Sampler's order (sampler.h).
 //
 //   data.synthetic, synthetic_size, seed    a synthetic corpus (seeded)
-//   data.train_file                         an etr token file
+//   data.train_file, format                 a token file: etr's, llm.c's or nanoGPT's
 //   data.val_fraction                       the last fraction of tokens, held out
 #pragma once
 
@@ -28,10 +28,13 @@ class TokenDataSource final : public DataSource {
  public:
   // Loads the data of config.data for windows of `seq_len` tokens. ConfigError when the
   // synthetic corpus does not fit what is left of `alloc`'s budget, the file's vocabulary
-  // is larger than `vocab_size`, or the training split holds no window; IoError /
-  // FormatError for a bad file. `leader` logs what was loaded.
+  // is larger than `vocab_size` (or unknown: a nanoGPT file without `given_vocab`), or
+  // the training split holds no window; IoError / ConfigError for a bad file. `leader`
+  // logs what was loaded. `given_vocab`: model.vocab_size when the user set it (not a
+  // preset), the vocabulary of a file that records none (token_file_format.h).
   TokenDataSource(const TrainConfig& config, int64_t seq_len, int64_t vocab_size,
-                  const HostAllocator& alloc, Logger& log, bool leader);
+                  const HostAllocator& alloc, Logger& log, bool leader,
+                  std::optional<uint32_t> given_vocab = std::nullopt);
 
   int64_t seq_len() const override { return seq_len_; }
   uint64_t train_samples() const override { return split_.train.count(); }

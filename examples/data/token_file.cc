@@ -51,26 +51,10 @@ T get_le(const std::byte* at) {
   return value;
 }
 
-// The first bytes of a file as printable text for a message: "PK\x03\x04".
-std::string escape_bytes(const std::byte* data, size_t n) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    auto c = static_cast<unsigned char>(data[i]);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      s += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      s += buf;
-    }
-  }
-  return s;
-}
-
 // The error for a file that does not start with the magic.
 ConfigError not_a_token_file(const std::filesystem::path& path, const std::byte* start, size_t n) {
   return ConfigError(quoted(path) + " is not an etr token file: it starts with \"" +
-                     escape_bytes(start, n) +
+                     printable_prefix({start, n}, n) +
                      "\" instead of \"ETRTOKEN\"; convert text to tokens with etr-tokenize");
 }
 
@@ -157,6 +141,53 @@ TokenFileHeader write_token_file(const std::filesystem::path& path,
   return header;
 }
 
+namespace {
+
+// The layout of an etr token file (`file`: all its bytes), its header checked and decoded
+// into `header`.
+TokenLayout read_etr_layout(const std::filesystem::path& path, std::span<const std::byte> file,
+                            TokenFileHeader& header) {
+  const uint64_t file_bytes = file.size();
+  if (file_bytes < kTokenFileHeaderBytes) {
+    // Too short for a header: a truncated token file, or some other small file.
+    const size_t n = std::min(file.size(), sizeof kTokenFileMagic);
+    if (n > 0 && std::memcmp(file.data(), kTokenFileMagic, n) != 0) {
+      throw not_a_token_file(path, file.data(), n);
+    }
+    throw IoError("token file " + quoted(path) + " has " + std::to_string(file_bytes) +
+                  " bytes, too few for the " + std::to_string(kTokenFileHeaderBytes) +
+                  "-byte header, so it is truncated or not a token file; " + kRewrite);
+  }
+  header = decode_header(path, file.data());
+  const uint64_t max_count = (std::numeric_limits<uint64_t>::max() - kTokenFileHeaderBytes) / 2;
+  const uint64_t count = header.token_count;
+  if (count > max_count) {
+    throw IoError("token file " + quoted(path) + " has a corrupt header: it says " +
+                  std::to_string(count) + " tokens, more than any file can hold; " + kRewrite);
+  }
+  const uint64_t expected = kTokenFileHeaderBytes + 2 * count;
+  if (file_bytes < expected) {
+    throw IoError("token file " + quoted(path) + " is truncated: its header says " +
+                  std::to_string(count) + " tokens, which need " + std::to_string(expected) +
+                  " bytes, but the file has " + std::to_string(file_bytes) + " bytes; " + kRewrite);
+  }
+  if (file_bytes > expected) {
+    throw IoError("token file " + quoted(path) + " has " + std::to_string(file_bytes) +
+                  " bytes but its header says " + std::to_string(count) + " tokens, which need " +
+                  std::to_string(expected) + " bytes, so the header or the file is damaged; " +
+                  kRewrite);
+  }
+  TokenLayout layout;
+  layout.format = TokenFileFormat::kEtr;
+  layout.version = header.version;
+  layout.offset = kTokenFileHeaderBytes;
+  layout.token_count = count;
+  layout.vocab_size = header.vocab_size;
+  return layout;
+}
+
+}  // namespace
+
 TokenFile::TokenFile(std::filesystem::path path, TokenFileOptions options)
     : path_(std::move(path)) {
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -169,6 +200,17 @@ TokenFile::TokenFile(std::filesystem::path path, TokenFileOptions options)
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  map(fd);
+  try {
+    read_layout(options);
+  } catch (...) {
+    unmap();
+    throw;
+  }
+}
+
+// Maps the whole file read-only (an empty file: no map, map_bytes_ 0).
+void TokenFile::map(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -179,58 +221,45 @@ TokenFile::TokenFile(std::filesystem::path path, TokenFileOptions options)
                   " is not a regular file; give the path of a file written by etr-tokenize");
   }
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
-  if (file_bytes < kTokenFileHeaderBytes) {
-    // Too short for a header: a truncated token file, or some other small file.
-    std::array<std::byte, sizeof kTokenFileMagic> prefix{};
-    const size_t want = std::min<size_t>(prefix.size(), static_cast<size_t>(file_bytes));
-    ssize_t got;
-    do {
-      got = ::pread(fd, prefix.data(), want, 0);
-    } while (got < 0 && errno == EINTR);
-    if (got == static_cast<ssize_t>(want) && want > 0 &&
-        std::memcmp(prefix.data(), kTokenFileMagic, want) != 0) {
-      throw not_a_token_file(path_, prefix.data(), want);
-    }
-    throw IoError("token file " + quoted(path_) + " has " + std::to_string(file_bytes) +
-                  " bytes, too few for the " + std::to_string(kTokenFileHeaderBytes) +
-                  "-byte header, so it is truncated or not a token file; " + kRewrite);
-  }
+  if (file_bytes == 0) return;
   map_bytes_ = static_cast<size_t>(file_bytes);
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
   if (map_ == MAP_FAILED) {
     int err = errno;
     map_ = nullptr;
+    map_bytes_ = 0;
     throw IoError("cannot map token file " + quoted(path_) + " (" + std::to_string(file_bytes) +
                   " bytes) into memory: " + std::strerror(err));
   }
-  try {
-    const auto* base = static_cast<const std::byte*>(map_);
-    header_ = decode_header(path_, base);
-    const uint64_t max_count = (std::numeric_limits<uint64_t>::max() - kTokenFileHeaderBytes) / 2;
-    const uint64_t count = header_.token_count;
-    if (count > max_count) {
-      throw IoError("token file " + quoted(path_) + " has a corrupt header: it says " +
-                    std::to_string(count) + " tokens, more than any file can hold; " + kRewrite);
-    }
-    const uint64_t expected = kTokenFileHeaderBytes + 2 * count;
-    if (file_bytes < expected) {
-      throw IoError("token file " + quoted(path_) + " is truncated: its header says " +
-                    std::to_string(count) + " tokens, which need " + std::to_string(expected) +
-                    " bytes, but the file has " + std::to_string(file_bytes) + " bytes; " +
-                    kRewrite);
-    }
-    if (file_bytes > expected) {
-      throw IoError("token file " + quoted(path_) + " has " + std::to_string(file_bytes) +
-                    " bytes but its header says " + std::to_string(count) + " tokens, which need " +
-                    std::to_string(expected) + " bytes, so the header or the file is damaged; " +
-                    kRewrite);
-    }
-    tokens_ = reinterpret_cast<const uint16_t*>(base + kTokenFileHeaderBytes);
+}
+
+// Detects the format (auto), reads the layout and points tokens_ into the map; runs the
+// checks `options` asks for, and for a foreign format always checks the tokens.
+void TokenFile::read_layout(const TokenFileOptions& options) {
+  const std::span<const std::byte> file(static_cast<const std::byte*>(map_), map_bytes_);
+  TokenFileFormat format = options.format;
+  if (format == TokenFileFormat::kAuto) format = detect_token_file_format(path_, file);
+  switch (format) {
+    case TokenFileFormat::kLlmc:
+      layout_ = read_llmc_layout(path_, file, options.vocab_size);
+      break;
+    case TokenFileFormat::kNanogpt:
+      layout_ = read_nanogpt_layout(path_, file, options.vocab_size);
+      break;
+    default:
+      layout_ = read_etr_layout(path_, file, header_);
+  }
+  if (format != TokenFileFormat::kEtr) {
+    header_.version = layout_.version;
+    header_.token_count = layout_.token_count;
+    header_.vocab_size = layout_.vocab_size;
+  }
+  tokens_ = reinterpret_cast<const uint16_t*>(file.data() + layout_.offset);
+  if (format == TokenFileFormat::kEtr) {
     if (options.verify_checksum) verify_checksum();
     if (options.verify_tokens) verify_tokens();
-  } catch (...) {
-    unmap();
-    throw;
+  } else {
+    verify_tokens();  // nothing else vouches for a foreign file's tokens
   }
 }
 
@@ -240,10 +269,12 @@ TokenFile::~TokenFile() {
 
 TokenFile::TokenFile(TokenFile&& other) noexcept
     : path_(std::move(other.path_)),
+      layout_(other.layout_),
       header_(other.header_),
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)) {
+  other.layout_.token_count = 0;
   other.header_.token_count = 0;
 }
 
@@ -251,10 +282,12 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {
     unmap();
     path_ = std::move(other.path_);
+    layout_ = other.layout_;
     header_ = other.header_;
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
+    other.layout_.token_count = 0;
     other.header_.token_count = 0;
   }
   return *this;
@@ -268,6 +301,7 @@ void TokenFile::unmap() noexcept {
 }
 
 void TokenFile::verify_checksum() const {
+  if (layout_.format != TokenFileFormat::kEtr) return;  // llm.c and nanoGPT have none
   const std::span<const uint16_t> t = tokens();
   const uint64_t actual = Checksum::of(t.data(), t.size_bytes());
   if (actual != header_.checksum) {
@@ -279,13 +313,23 @@ void TokenFile::verify_checksum() const {
 
 void TokenFile::verify_tokens() const {
   const std::span<const uint16_t> t = tokens();
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (t[i] >= header_.vocab_size) {
-      throw IoError("token file " + quoted(path_) + " is corrupt: token " + std::to_string(t[i]) +
-                    " at position " + std::to_string(i) + " is not below its vocabulary size " +
-                    std::to_string(header_.vocab_size) + "; " + kRewrite);
-    }
+  const uint32_t vocab = layout_.vocab_size;
+  if (vocab == 0) return;  // a nanoGPT file of unknown vocabulary
+  const auto bad = std::find_if(t.begin(), t.end(), [vocab](uint16_t x) { return x >= vocab; });
+  if (bad == t.end()) return;
+  const std::string where = " token " + std::to_string(*bad) + " at position " +
+                            std::to_string(bad - t.begin()) + " is not below ";
+  if (layout_.format == TokenFileFormat::kEtr) {
+    throw IoError("token file " + quoted(path_) + " is corrupt:" + where + "its vocabulary size " +
+                  std::to_string(vocab) + "; " + kRewrite);
   }
+  const std::string title(token_file_format_title(layout_.format));
+  throw ConfigError(
+      title + " " + quoted(path_) + ":" + where + "the vocabulary size " + std::to_string(vocab) +
+      (layout_.vocab_given ? " (model.vocab_size); set model.vocab_size to its tokenizer's"
+                           : " (GPT-2's, llm.c's version 1); set model.vocab_size to its "
+                             "tokenizer's") +
+      ".");
 }
 
 }  // namespace etr::data

@@ -29,13 +29,19 @@
 // when it cannot be opened or mapped or its content is damaged (too short for the header,
 // truncated or with trailing bytes, checksum mismatch, a token >= vocab_size). Every
 // message is one sentence naming the file.
+//
+// The same class reads llm.c's token files and nanoGPT's raw .bin in place
+// (token_file_format.h): TokenFileOptions::format chooses, auto tells etr from llm.c.
 #pragma once
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
+
+#include "examples/data/token_file_format.h"
 
 namespace etr::data {
 
@@ -71,13 +77,21 @@ TokenFileHeader write_token_file(const std::filesystem::path& path,
                                  std::span<const uint16_t> tokens, uint32_t vocab_size);
 
 struct TokenFileOptions {
-  bool verify_checksum = true;  // O(n): hash every token byte on open
-  bool verify_tokens = false;   // O(n): check every token < vocab_size on open
+  bool verify_checksum = true;  // O(n): hash every token byte on open (etr files)
+  bool verify_tokens = false;   // O(n): check every token < vocab_size on open (etr files)
+  // The format to read (token_file_format.h): auto recognises etr and llm.c files by their
+  // header; a nanoGPT .bin has none and must be named.
+  TokenFileFormat format = TokenFileFormat::kAuto;
+  // The vocabulary of a file that does not record one (llm.c: GPT-2's 50257 without it;
+  // nanoGPT: unknown without it). The tokens of such a file are always checked against
+  // it on open (O(n)). An etr file's header wins.
+  std::optional<uint32_t> vocab_size = std::nullopt;
 };
 
-// A token file mapped read-only. Move-only; the mapping lives as long as the object.
-// Replacing the file (write_token_file renames a new one over it) leaves the mapping on
-// the old contents; truncating the file in place while it is mapped makes reads of the
+// A token file (etr's, llm.c's or nanoGPT's) mapped read-only: tokens() points into the
+// map, whatever the format (its tokens start at byte 64, 1024 or 0). Move-only; the mapping lives
+// as long as the object. Replacing the file (write_token_file renames a new one over it) leaves the
+// mapping on the old contents; truncating the file in place while it is mapped makes reads of the
 // lost pages fault (SIGBUS), as with any memory map.
 class TokenFile {
  public:
@@ -88,21 +102,31 @@ class TokenFile {
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
-  std::span<const uint16_t> tokens() const { return {tokens_, header_.token_count}; }
-  uint64_t size() const { return header_.token_count; }
-  uint32_t vocab_size() const { return header_.vocab_size; }
+  std::span<const uint16_t> tokens() const { return {tokens_, layout_.token_count}; }
+  uint64_t size() const { return layout_.token_count; }
+  // Every token is below it; 0 for a nanoGPT file opened without options.vocab_size.
+  uint32_t vocab_size() const { return layout_.vocab_size; }
+  TokenFileFormat format() const { return layout_.format; }
+  const TokenLayout& layout() const { return layout_; }
+  // An etr file's header (other formats: their count and vocabulary, checksum 0).
   const TokenFileHeader& header() const { return header_; }
   const std::filesystem::path& path() const { return path_; }
+  uint64_t file_bytes() const { return map_bytes_; }
 
   // The checks TokenFileOptions can run on open, for a file opened without them. Each
-  // throws IoError naming the file on failure.
+  // throws IoError naming the file on failure (a foreign file's token out of its given
+  // vocabulary: ConfigError). A file without a checksum (llm.c, nanoGPT) passes the
+  // first; a file without a known vocabulary passes the second.
   void verify_checksum() const;
   void verify_tokens() const;
 
  private:
+  void map(int fd);
+  void read_layout(const TokenFileOptions& options);
   void unmap() noexcept;
 
   std::filesystem::path path_;
+  TokenLayout layout_;
   TokenFileHeader header_;
   void* map_ = nullptr;  // the whole file, PROT_READ
   size_t map_bytes_ = 0;

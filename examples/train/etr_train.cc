@@ -10,10 +10,14 @@
 // (gpt_program.h). The effective configuration is printed once at start; a progress
 // line every log.log_every steps; the held-out loss every log.eval_every steps; a
 // generated sample and a summary at the end.
+#include <memory>
+
 #include "examples/train/gpt_program.h"
 #include "parallel/program.h"
 
 int main(int argc, char** argv) {
-  return etr::run_training_program(argc, argv, etr::gpt::training_program_info(),
-                                   etr::gpt::training_program());
+  // model.vocab_size as the user gave it: the vocabulary of an llm.c or nanoGPT file.
+  auto given = std::make_shared<etr::gpt::GivenSizes>();
+  return etr::run_training_program(argc, argv, etr::gpt::training_program_info(given),
+                                   etr::gpt::training_program(given));
 }

@@ -13,6 +13,7 @@
 #include "examples/gpt/hf_weights.h"
 #include "examples/gpt/model_presets.h"
 #include "examples/train/training_tokenizer.h"
+#include "runtime/error.h"
 #include "runtime/state_names.h"
 
 namespace etr::gpt {
@@ -46,7 +47,7 @@ ModelSpec build_model(const SessionContext& ctx) {
   return m;
 }
 
-std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
+std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSizes* given) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   if (ctx.leader) {
     const TrainingTokenizer t = TrainingTokenizer::from(ctx.config);
@@ -58,7 +59,27 @@ std::unique_ptr<DataSource> load_data(const SessionContext& ctx) {
     }
   }
   return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,
-                                                 ctx.log, ctx.leader);
+                                                 ctx.log, ctx.leader,
+                                                 given ? given->vocab_size : std::nullopt);
+}
+
+// Before presets fill the model sizes in: records model.vocab_size if the user set it,
+// and refuses a nanoGPT file without it (its vocabulary is nowhere else).
+void record_given_sizes(const TrainConfig& config, GivenSizes* given) {
+  const config::ModelConfig& m = config.model();
+  const bool vocab_set = m.has_vocab_size();
+  if (given) {
+    given->vocab_size = vocab_set && m.vocab_size() > 0
+                            ? std::optional<uint32_t>(static_cast<uint32_t>(m.vocab_size()))
+                            : std::nullopt;
+  }
+  const config::DataConfig& d = config.data();
+  if (d.format() == "nanogpt" && !d.train_file().empty() && !vocab_set) {
+    throw ConfigError(
+        "data.format = nanogpt but model.vocab_size is not set; a nanoGPT .bin "
+        "records no vocabulary, so set model.vocab_size to its tokenizer's "
+        "(50257 for GPT-2's).");
+  }
 }
 
 }  // namespace
@@ -96,10 +117,10 @@ std::string generate(LayerStack<float>& stack, const GptConfig& c,
   return tokenizer.decode_for_display(generate_tokens(stack, c, std::move(tokens), count, seed));
 }
 
-TrainProgram training_program() {
+TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
   TrainProgram p;
   p.model = build_model;
-  p.data = load_data;
+  p.data = [given](const SessionContext& ctx) { return load_data(ctx, given.get()); };
   p.sample = [](TrainSession& s) {
     const auto& lg = s.config().log();
     return generate(s.stack(), GptConfig::from(s.config().model()),
@@ -127,8 +148,9 @@ TrainProgram training_program() {
   return p;
 }
 
-ProgramInfo training_program_info() {
+ProgramInfo training_program_info(std::shared_ptr<GivenSizes> given) {
   ProgramInfo info;
+  info.complete_config = [given](TrainConfig& config) { record_given_sizes(config, given.get()); };
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
   info.model_presets = model_presets();

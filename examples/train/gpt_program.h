@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,18 @@
 
 namespace etr::gpt {
 
-TrainProgram training_program();
-ProgramInfo training_program_info();
+// What the user's config gave before a preset completed it: model.vocab_size set in the
+// file, the environment or --set is the vocabulary of an llm.c or nanoGPT token file
+// (which record none of their own); a preset's is not. training_program_info's
+// complete_config writes it, training_program's data reads it: pass both the same one.
+struct GivenSizes {
+  std::optional<uint32_t> vocab_size;
+};
+
+// Without `given`, a foreign token file's vocabulary is its default (llm.c: GPT-2's;
+// nanoGPT: none, refused).
+TrainProgram training_program(std::shared_ptr<const GivenSizes> given = nullptr);
+ProgramInfo training_program_info(std::shared_ptr<GivenSizes> given = nullptr);
 
 // Continues `tokens` by `count` tokens with the GPT-2 in `stack`: sampling at temperature
 // 1 with `seed`, or (greedy) always the most likely token, the first of equals. Needs

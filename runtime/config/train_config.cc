@@ -179,6 +179,12 @@ void validate_data(const TrainConfig& c) {
               "\" and data.synthetic = true both name a corpus; keep one.");
   require(d.val_fraction() >= 0 && d.val_fraction() < 1, "data.val_fraction", d.val_fraction(),
           "in [0, 1)");
+  // The readers are examples/data/token_file_format.h's; the names are checked here, early.
+  require(d.format() == "auto" || d.format() == "etr" || d.format() == "llmc" ||
+              d.format() == "nanogpt",
+          "data.format = \"" + d.format() +
+              "\" is not a token file format; choose auto (etr or llm.c, by the header), etr, "
+              "llmc or nanogpt.");
   require(c.log().eval_every() == 0 || d.val_fraction() > 0,
           "log.eval_every = " + text(c.log().eval_every()) +
               " asks for evaluations but data.val_fraction is 0; hold out some data or set "

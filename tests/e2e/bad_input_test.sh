@@ -116,5 +116,38 @@ if [ -z "${ETR_TEST_NO_SUBWORD:-}" ]; then
   expect_fail 1 "the tokenizer model '.*sub\.tok\.tokenizer\.model' is not a SentencePiece model" -- "${sub[@]}"
 fi
 
+# 7. llm.c and nanoGPT token files (tests/e2e/foreign_token_files.sh makes them from the
+#    tokens of an etr file): each defect one sentence naming the file.
+. "$(dirname "$0")/foreign_token_files.sh"
+"$tokenize" --synthetic 2000 -o "$work/foreign.tok" >/dev/null || { echo "FAIL: --synthetic 2000"; exit 1; }
+llmc_from_etr "$work/foreign.tok" "$work/v2.bin" 2
+llmc_from_etr "$work/foreign.tok" "$work/cut.bin" 1 20240520 2001
+llmc_from_etr "$work/foreign.tok" "$work/gpt2.bin"
+nanogpt_from_etr "$work/foreign.tok" "$work/raw.bin"
+{ cat "$work/raw.bin"; printf x; } >"$work/odd.bin"
+{ printf 'MZ'; cat "$work/raw.bin"; } >"$work/magic.bin"
+{ cat "$work/raw.bin"; printf '\x2c\x01'; } >"$work/oov.bin"  # token 300 at position 2000
+expect_fail 1 "'.*magic\.bin' is not an etr token file nor an llm\.c one: .*set data\.format=nanogpt" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/magic.bin"
+expect_fail 1 "'.*magic\.bin' is not an llm\.c token file" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/magic.bin" --set data.format=llmc
+expect_fail 1 "llm\.c token file '.*v2\.bin' has version 2, but etr reads version 1 only .*etr's tokens are uint16" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/v2.bin"
+expect_fail 1 "llm\.c token file '.*cut\.bin' is corrupt: its header says 2001 tokens, .*\(truncated\)" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/cut.bin" --set model.vocab_size=256
+expect_fail 1 "the llm\.c token file's vocabulary \(50257, GPT-2's.*\) is larger than model\.vocab_size \(256\)" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/gpt2.bin"
+expect_fail 1 "nanoGPT \.bin '.*odd\.bin' has 4001 bytes, an odd number" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/odd.bin" \
+  --set data.format=nanogpt --set model.vocab_size=256
+expect_fail 1 "nanoGPT \.bin '.*oov\.bin': token 300 at position 2000 is not below the vocabulary size 256" -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/oov.bin" \
+  --set data.format=nanogpt --set model.vocab_size=256
+expect_fail 1 '^etr-train: error: data\.format = nanogpt but model\.vocab_size is not set; .*records no vocabulary' -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/raw.bin" --set data.format=nanogpt
+expect_fail 1 'data\.format = "raw" is not a token file format; choose auto' -- \
+  "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/raw.bin" --set data.format=raw
+expect_fail 1 "^etr-tokenize: error: llm\.c token file '.*v2\.bin' has version 2" -- "$tokenize" --show "$work/v2.bin"
+
 [ "$failures" -eq 0 ] || { echo "$failures of $n case(s) failed"; exit 1; }
 echo "all $n cases refused as expected"

@@ -5,7 +5,8 @@
 #
 #   fuzz_config       parse_config + apply_overrides + resolve (runtime/config/)
 #   fuzz_manifest     read_manifest and check_manifest_sense (checkpoint/manifest.*)
-#   fuzz_token_file   TokenFile: header, size, checksum, tokens (examples/data/token_file.*)
+#   fuzz_token_file   TokenFile: etr, llm.c, nanoGPT; header, size, checksum, tokens
+#                     (examples/data/token_file.*, token_file_format.*)
 #   fuzz_safetensors  SafetensorsFile: header JSON, offsets, dtypes (checkpoint/safetensors*)
 #
 # Only the sources these readers need are compiled, into etr_fuzz_readers, instrumented
@@ -39,7 +40,8 @@ set(ETR_FUZZ_SOURCES
   checkpoint/safetensors.cc
   checkpoint/safetensors_types.cc
   checkpoint/safetensors_writer.cc
-  examples/data/token_file.cc)
+  examples/data/token_file.cc
+  examples/data/token_file_format.cc)
 list(TRANSFORM ETR_FUZZ_SOURCES PREPEND ${CMAKE_SOURCE_DIR}/)
 add_library(etr_fuzz_readers STATIC ${ETR_FUZZ_SOURCES})
 protobuf_generate(TARGET etr_fuzz_readers LANGUAGE cpp
