@@ -150,11 +150,14 @@ TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
 
 ProgramInfo training_program_info(std::shared_ptr<GivenSizes> given) {
   ProgramInfo info;
-  info.complete_config = [given](TrainConfig& config) { record_given_sizes(config, given.get()); };
+  // First what the user gave (before the tokenizer or a preset fills model.vocab_size in).
+  info.complete_config = [given](TrainConfig& config) {
+    record_given_sizes(config, given.get());
+    resolve_training_tokenizer(config);
+  };
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";
   info.model_presets = model_presets();
-  info.complete_config = resolve_training_tokenizer;
   return info;
 }
 
