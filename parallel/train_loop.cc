@@ -31,6 +31,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.skipped_steps = skipped_steps_;
     c.memory = engine_->memory();
     c.stage_activation_bytes = stage_activation_bytes_;
+    c.world = grid_->size();
     reporter_->step(s, c);
   }
   if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || last) {
@@ -40,7 +41,12 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   checkpoints_->set_batch_policy(batch_policy_state());
   checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
                         [this] { return engine_->states(); });
+  if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   elastic_->after_step(step, step - 1 == start);
+}
+
+void TrainSession::report_decision(const std::string& tag, const std::string& text) {
+  if (reporter_) reporter_->decision(position_.step, tag, text);
 }
 
 RunSummary TrainSession::run() {
@@ -74,6 +80,7 @@ RunSummary TrainSession::run() {
     }
   }
   flush_checkpoints();
+  if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
