@@ -127,7 +127,7 @@ void TrainSession::goodput_after_step(double grad_norm, double weighted_sum, dou
   if (leader()) {
     const std::string text = to_text("step ", position_.step, ": ", d.describe());
     log_.info(text);
-    report_decision("batch/decisions", text);
+    report_decision(position_.step, "batch/decisions", text);
   }
   if (!d.changed()) {
     g.since_change = 0;

@@ -332,7 +332,7 @@ void TrainSession::recover_from_oom(const std::string& failure) {
         " x ", r.accumulation, (recompute_ ? ", recomputing activations" : ""),
         ", the global batch ", plan_->global_batch(), " and the learning rate unchanged");
     log_.warn(text);
-    report_decision("memory/decisions", text);
+    report_decision(static_cast<uint64_t>(step), "memory/decisions", text);
   }
 }
 
@@ -375,7 +375,7 @@ void TrainSession::replan() {
         format_bytes(static_cast<double>(predicted_peak())), " of ",
         format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
     log_.info(text);
-    report_decision("memory/decisions", text);
+    report_decision(position_.step, "memory/decisions", text);
   }
 }
 

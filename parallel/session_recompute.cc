@@ -66,7 +66,7 @@ void TrainSession::recompute_trial_step(double compute, double samples) {
         " with it took ", 1e3 * t.seconds_with / 2, " ms per sample, ", t.without,
         " without it ", 1e3 * t.seconds_without / 2, " ms (summed over the ranks)");
     log_.info(text);
-    report_decision("memory/decisions", text);
+    report_decision(position_.step, "memory/decisions", text);
   }
 }
 

@@ -80,7 +80,7 @@ void TrainSession::balance_shares(double compute_seconds) {
     text = to_text("step ", position_.step,
                    ": shares of the global batch re-balanced to the ranks' speeds: ", text);
     log_.info(text);
-    report_decision("batch/decisions", text);
+    report_decision(position_.step, "batch/decisions", text);
   }
 }
 

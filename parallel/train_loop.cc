@@ -45,8 +45,8 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   elastic_->after_step(step, step - 1 == start);
 }
 
-void TrainSession::report_decision(const std::string& tag, const std::string& text) {
-  if (reporter_) reporter_->decision(position_.step, tag, text);
+void TrainSession::report_decision(uint64_t step, const std::string& tag, const std::string& text) {
+  if (reporter_) reporter_->decision(step, tag, text);
 }
 
 RunSummary TrainSession::run() {
