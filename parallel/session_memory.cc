@@ -369,11 +369,11 @@ void TrainSession::replan() {
   restart_peak();
   if (leader() && micro_batch_ != before) {
     const RankBatch& r = rank_batch();
-    const std::string text = to_text(
-        "step ", position_.step, ": the memory budget changed; micro-batch ", before, " -> ",
-        r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
-        format_bytes(static_cast<double>(predicted_peak())), " of ",
-        format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
+    const std::string text =
+        to_text("step ", position_.step, ": the memory budget changed; micro-batch ", before,
+                " -> ", r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
+                format_bytes(static_cast<double>(predicted_peak())), " of ",
+                format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
     log_.info(text);
     report_decision(position_.step, "memory/decisions", text);
   }

@@ -104,7 +104,7 @@ struct StepContext {
   EngineMemory memory;          // what a rank holds (ZeRO: the shards), for the metrics
   // A pipeline: the activations each stage planned (activations, scratch, transfers).
   std::vector<double> stage_activation_bytes;
-  int world = 0;                // ranks in the job
+  int world = 0;  // ranks in the job
 };
 
 class StepReporter {

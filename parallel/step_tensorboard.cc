@@ -13,7 +13,6 @@
 // A relaunch that resumes from step S writes steps after S again, into its own file:
 // TensorBoard shows both points of such a step (the relaunch's come later in wall time).
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "parallel/step_report.h"
@@ -40,7 +39,8 @@ void StepReporter::tensorboard_step(const StepStats& s, const StepContext& c, do
   w.add_scalar("train/loss", step, s.loss);
   w.add_scalar("train/lr", step, s.lr);
   w.add_scalar("train/grad_norm", step, s.grad_norm);
-  if (c.skipped_steps > 0) w.add_scalar("train/skipped_steps", step, static_cast<double>(c.skipped_steps));
+  if (c.skipped_steps > 0)
+    w.add_scalar("train/skipped_steps", step, static_cast<double>(c.skipped_steps));
   w.add_scalar("perf/tokens_per_s", step, tps);
   w.add_scalar("perf/step_ms", step, s.seconds * 1e3);
   w.add_scalar("perf/gflops", step, gflops);
@@ -78,8 +78,8 @@ namespace {
 // "relaunch 2 after a failure: world 4 -> 2, resumed from step 120 (...)".
 std::string launch_text(uint64_t step, int world, const ElasticLaunch* launch,
                         const std::optional<std::filesystem::path>& resumed_from) {
-  const std::string from = resumed_from ? "resumed from step " + std::to_string(step) +
-                                              " (" + resumed_from->string() + ")"
+  const std::string from = resumed_from ? "resumed from step " + std::to_string(step) + " (" +
+                                              resumed_from->string() + ")"
                                         : "from step " + std::to_string(step);
   if (!launch) return "start: " + std::to_string(world) + " rank(s), " + from;
   if (launch->restart == 0) {
@@ -116,13 +116,14 @@ void StepReporter::checkpoints(const std::vector<SaveStats>& stats) {
   if (!leader_) return;
   for (; saves_reported_ < stats.size(); ++saves_reported_) {
     const SaveStats& s = stats[saves_reported_];
-    write_metrics(nlohmann::json{{"step", s.step},
-                                 {"checkpoint_tier", s.tier},
-                                 {"checkpoint_ok", s.ok},
-                                 {"checkpoint_stall_ms", s.stall_seconds * 1e3},
-                                 {"checkpoint_write_s", s.write_seconds},
-                                 {"checkpoint_bytes", s.bytes}}
-                      .dump());
+    write_metrics(nlohmann::json{
+        {"step", s.step},
+        {"checkpoint_tier", s.tier},
+        {"checkpoint_ok", s.ok},
+        {"checkpoint_stall_ms", s.stall_seconds * 1e3},
+        {"checkpoint_write_s", s.write_seconds},
+        {"checkpoint_bytes",
+         s.bytes}}.dump());
     if (!tensorboard_) continue;
     const auto step = static_cast<int64_t>(s.step);
     char text[160];

@@ -30,7 +30,9 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_raw(uint32_t crc, const unsign
   return c32;
 }
 
-bool have_crc_instruction() { return __builtin_cpu_supports("sse4.2"); }
+bool have_crc_instruction() {
+  return __builtin_cpu_supports("sse4.2");
+}
 #else
 __attribute__((target("+crc"))) uint32_t crc32c_raw(uint32_t crc, const unsigned char* p,
                                                     size_t n) {
@@ -43,7 +45,10 @@ __attribute__((target("+crc"))) uint32_t crc32c_raw(uint32_t crc, const unsigned
   return crc;
 }
 
-bool have_crc_instruction() { return true; }  // (the CRC extension is in every ARMv8.1+ core)
+// (the CRC extension is in every ARMv8.1 and later core)
+bool have_crc_instruction() {
+  return true;
+}
 #endif
 
 }  // namespace

@@ -17,8 +17,7 @@ namespace etr {
 namespace {
 
 double wall_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string host_name() {
@@ -61,7 +60,8 @@ std::string tfrecord(std::string_view data) {
 
 std::string event_file_name(int64_t unix_seconds, const std::string& host, long pid, int n) {
   char head[64];
-  std::snprintf(head, sizeof head, "events.out.tfevents.%010lld.", static_cast<long long>(unix_seconds));
+  std::snprintf(head, sizeof head, "events.out.tfevents.%010lld.",
+                static_cast<long long>(unix_seconds));
   return head + host + "." + std::to_string(pid) + "." + std::to_string(n);
 }
 

@@ -88,8 +88,9 @@ TEST(Crc32c, ContinuesOverPieces) {
   const std::string text = "The quick brown fox jumps over the lazy dog, twice over.";
   const uint32_t whole = crc32c(text);
   for (size_t cut = 0; cut <= text.size(); ++cut) {
-    EXPECT_EQ(crc32c(std::string_view(text).substr(cut), crc32c(std::string_view(text).substr(0, cut))),
-              whole)
+    EXPECT_EQ(
+        crc32c(std::string_view(text).substr(cut), crc32c(std::string_view(text).substr(0, cut))),
+        whole)
         << "cut at " << cut;
   }
 }
