@@ -109,7 +109,7 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   }
   if (c.world > 0) j["world_size"] = c.world;
   write_metrics(j.dump());
-  tensorboard_step(s, c, tps, gflops);
+  tensorboard_step(s, c, tps, gflops, left);
 }
 
 void StepReporter::held_out(uint64_t step, double loss) {

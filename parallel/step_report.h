@@ -140,7 +140,8 @@ class StepReporter {
   void checkpoints(const std::vector<SaveStats>& stats);
 
  private:
-  void tensorboard_step(const StepStats& s, const StepContext& c, double tps, double gflops);
+  void tensorboard_step(const StepStats& s, const StepContext& c, double tps, double gflops,
+                        double eta_s);
   void flush_tensorboard();
 
   const TrainConfig& config_;

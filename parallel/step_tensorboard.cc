@@ -1,6 +1,6 @@
 // StepReporter's TensorBoard output (parallel/step_report.h; the file format is
 // runtime/tensorboard_writer.h). The tags, grouped by the part before the slash:
-//   train/   loss, lr, grad_norm, skipped_steps
+//   train/   loss, lr, grad_norm, progress (fraction done), eta_s, skipped_steps
 //   eval/    loss (held-out)
 //   perf/    tokens_per_s, step_ms, gflops
 //   memory/  peak_bytes, predicted_peak_bytes, budget_bytes, state_bytes, oom_recoveries,
@@ -12,6 +12,7 @@
 //   checkpoint/ stall_ms, write_s, bytes; text: saves
 // A relaunch that resumes from step S writes steps after S again, into its own file:
 // TensorBoard shows both points of such a step (the relaunch's come later in wall time).
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -32,13 +33,15 @@ void StepReporter::flush_tensorboard() {
 }
 
 void StepReporter::tensorboard_step(const StepStats& s, const StepContext& c, double tps,
-                                    double gflops) {
+                                    double gflops, double eta_s) {
   if (!tensorboard_) return;
   TensorBoardWriter& w = *tensorboard_;
   const auto step = static_cast<int64_t>(c.step);
   w.add_scalar("train/loss", step, s.loss);
   w.add_scalar("train/lr", step, s.lr);
   w.add_scalar("train/grad_norm", step, s.grad_norm);
+  w.add_scalar("train/progress", step, c.progress);
+  if (std::isfinite(eta_s)) w.add_scalar("train/eta_s", step, eta_s);
   if (c.skipped_steps > 0)
     w.add_scalar("train/skipped_steps", step, static_cast<double>(c.skipped_steps));
   w.add_scalar("perf/tokens_per_s", step, tps);

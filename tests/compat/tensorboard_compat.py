@@ -39,6 +39,8 @@ STEP_SCALARS = {
     "train/loss": "loss",
     "train/lr": "lr",
     "train/grad_norm": "grad_norm",
+    "train/progress": "progress",
+    "train/eta_s": "eta_s",
     "perf/tokens_per_s": "tokens_per_s",
     "perf/step_ms": "ms",
     "perf/gflops": "gflops",
