@@ -34,6 +34,8 @@ class ElasticSession {
 
   // Launched by etr-run: a resize request stops the run.
   bool active() const { return reporter_ && reporter_->active(); }
+  // How etr-run launched this job; null when it did not.
+  const ElasticLaunch* launch() const { return active() ? &reporter_->launch() : nullptr; }
   // Events: the job is built and about to train from `step`; it restored `step`.
   // `micro_batch`: the leader's, for etr-run's out-of-memory relaunches (it stops halving
   // at 1).

@@ -124,7 +124,11 @@ void TrainSession::goodput_after_step(double grad_norm, double weighted_sum, dou
   if (g.since_change < kEvery || !noise || !fit || g.noise.updates() < kEvery) return;
   const GoodputDecision d = g.policy.decide(B, *noise, *fit);
   ++g.decisions;
-  if (leader()) log_.info("step ", position_.step, ": ", d.describe());
+  if (leader()) {
+    const std::string text = to_text("step ", position_.step, ": ", d.describe());
+    log_.info(text);
+    report_decision(position_.step, "batch/decisions", text);
+  }
   if (!d.changed()) {
     g.since_change = 0;
     return;

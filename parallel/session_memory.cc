@@ -326,10 +326,13 @@ void TrainSession::recover_from_oom(const std::string& failure) {
   restart_peak();
   if (leader()) {
     const RankBatch& r = rank_batch();
-    log_.warn("step ", step, ": out of memory inside the step (", oom_recoveries_,
-              " so far); every rank discards it and runs it again with micro-batch ", r.micro_batch,
-              " x ", r.accumulation, (recompute_ ? ", recomputing activations" : ""),
-              ", the global batch ", plan_->global_batch(), " and the learning rate unchanged");
+    const std::string text = to_text(
+        "step ", step, ": out of memory inside the step (", oom_recoveries_,
+        " so far); every rank discards it and runs it again with micro-batch ", r.micro_batch,
+        " x ", r.accumulation, (recompute_ ? ", recomputing activations" : ""),
+        ", the global batch ", plan_->global_batch(), " and the learning rate unchanged");
+    log_.warn(text);
+    report_decision(static_cast<uint64_t>(step), "memory/decisions", text);
   }
 }
 
@@ -366,10 +369,13 @@ void TrainSession::replan() {
   restart_peak();
   if (leader() && micro_batch_ != before) {
     const RankBatch& r = rank_batch();
-    log_.info("step ", position_.step, ": the memory budget changed; micro-batch ", before, " -> ",
-              r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
-              format_bytes(static_cast<double>(predicted_peak())), " of ",
-              format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
+    const std::string text =
+        to_text("step ", position_.step, ": the memory budget changed; micro-batch ", before,
+                " -> ", r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
+                format_bytes(static_cast<double>(predicted_peak())), " of ",
+                format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
+    log_.info(text);
+    report_decision(position_.step, "memory/decisions", text);
   }
 }
 

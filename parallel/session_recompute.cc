@@ -61,9 +61,12 @@ void TrainSession::recompute_trial_step(double compute, double samples) {
     restart_peak();
   }
   if (leader()) {
-    log_.info("activation recomputation ", keep ? "on" : "off", ": micro-batch ", t.with, " with it took ",
-              1e3 * t.seconds_with / 2, " ms per sample, ", t.without, " without it ",
-              1e3 * t.seconds_without / 2, " ms (summed over the ranks)");
+    const std::string text =
+        to_text("activation recomputation ", keep ? "on" : "off", ": micro-batch ", t.with,
+                " with it took ", 1e3 * t.seconds_with / 2, " ms per sample, ", t.without,
+                " without it ", 1e3 * t.seconds_without / 2, " ms (summed over the ranks)");
+    log_.info(text);
+    report_decision(position_.step, "memory/decisions", text);
   }
 }
 

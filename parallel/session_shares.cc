@@ -77,8 +77,10 @@ void TrainSession::balance_shares(double compute_seconds) {
       text += (r ? ", " : "") + std::to_string((*next)[r]) + " (" +
               std::to_string(static_cast<int>(balancer_->rates()[r] + 0.5)) + "/s)";
     }
-    log_.info("step ", position_.step, ": shares of the global batch re-balanced to the ranks' "
-              "speeds: ", text);
+    text = to_text("step ", position_.step,
+                   ": shares of the global batch re-balanced to the ranks' speeds: ", text);
+    log_.info(text);
+    report_decision(position_.step, "batch/decisions", text);
   }
 }
 

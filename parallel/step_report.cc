@@ -16,11 +16,19 @@ std::string nonfinite_text(double x) {
 
 StepReporter::StepReporter(const TrainConfig& config, Logger& log, bool leader, bool resumed)
     : config_(config), log_(log), leader_(leader) {
-  if (!leader_ || config_.log().metrics_file().empty()) return;
-  metrics_.open(config_.log().metrics_file(),
-                std::ios::out | (resumed ? std::ios::app : std::ios::trunc));
-  if (!metrics_) throw IoError("cannot write the metrics file " + config_.log().metrics_file());
+  if (!leader_) return;
+  if (!config_.log().metrics_file().empty()) {
+    metrics_.open(config_.log().metrics_file(),
+                  std::ios::out | (resumed ? std::ios::app : std::ios::trunc));
+    if (!metrics_) throw IoError("cannot write the metrics file " + config_.log().metrics_file());
+  }
+  if (!config_.log().tensorboard_dir().empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(config_.log().tensorboard_dir());
+    log_.info("TensorBoard: writing ", tensorboard_->path().string());
+  }
 }
+
+StepReporter::~StepReporter() = default;
 
 void StepReporter::write_metrics(const std::string& line) {
   if (metrics_.is_open()) metrics_ << line << '\n' << std::flush;
@@ -70,7 +78,6 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", s.peak_bytes}};
   j["progress"] = c.progress;
-  j["world_size"] = c.world_size;
   if (std::isfinite(left)) j["eta_s"] = left;
   j["predicted_peak_bytes"] = s.predicted_peak;
   j["budget_bytes"] = c.budget;
@@ -102,13 +109,19 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
     j["exposed_comm_ms"] = s.comm.exposed_seconds * 1e3;
     j["hidden_fraction"] = s.comm.hidden_fraction();
   }
+  if (c.world > 0) j["world_size"] = c.world;
   write_metrics(j.dump());
+  tensorboard_step(s, c, tps, gflops, left);
 }
 
 void StepReporter::held_out(uint64_t step, double loss) {
   if (!leader_) return;
   log_.info("step ", step, " | held-out loss ", loss);
   write_metrics(nlohmann::json{{"step", step}, {"val_loss", loss}}.dump());
+  if (tensorboard_) {
+    tensorboard_->add_scalar("eval/loss", static_cast<int64_t>(step), loss);
+    flush_tensorboard();
+  }
 }
 
 void StepReporter::relaunch(const RelaunchInfo& r) {

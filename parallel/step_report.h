@@ -3,20 +3,30 @@
 //
 //   step    12/400   3% ETA 1m47s | loss 4.1234 | lr 3.000e-04 | norm 0.912 |   21345 tok/s |
 //   95.9 ms | 12.34 GFLOP/s | peak 1.2 GiB | comm 3.1 ms, exposed 0.4 ms, hidden 87%
+//
+// With log.tensorboard_dir, rank 0 also writes the same numbers as TensorBoard scalars,
+// and launches, decisions and checkpoint saves as text (parallel/step_tensorboard.cc).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "parallel/elastic_session.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "parallel/engine.h"
 #include "parallel/progress_clock.h"
 #include "runtime/config/train_config.h"
+#include "runtime/elastic.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
+#include "runtime/tensorboard_writer.h"
 #include "runtime/trace.h"
 
 namespace etr {
@@ -83,7 +93,6 @@ struct StepContext {
   // line shows no "/max_steps").
   double progress = 0;
   bool scaled = false;
-  int world_size = 1;           // ranks of the job
   double tokens = 0;            // tokens in the global batch
   double flops_per_token = 0;   // of the model (0: no GFLOP/s figure)
   int64_t global_batch = 0;     // the plan's (a step's own, with an automatic one, is in StepStats)
@@ -96,13 +105,16 @@ struct StepContext {
   EngineMemory memory;          // what a rank holds (ZeRO: the shards), for the metrics
   // A pipeline: the activations each stage planned (activations, scratch, transfers).
   std::vector<double> stage_activation_bytes;
+  int world = 0;  // ranks in the job
 };
 
 class StepReporter {
  public:
   // Rank 0 (`leader`) opens log.metrics_file, appending when `resumed` (a resumed run
-  // continues the metrics of the run it resumes); IoError when it cannot.
+  // continues the metrics of the run it resumes), and a new event file in
+  // log.tensorboard_dir; IoError when it cannot.
   StepReporter(const TrainConfig& config, Logger& log, bool leader, bool resumed);
+  ~StepReporter();
 
   // The progress line and its metrics record (rank 0).
   void step(const StepStats& s, const StepContext& c);
@@ -116,13 +128,43 @@ class StepReporter {
   void write_trace(Tracer& tracer, const Group& group);
   void write_metrics(const std::string& json_line);
 
+  // TensorBoard (rank 0, with log.tensorboard_dir; no-ops otherwise). Each call writes
+  // its records through to the event file; one that cannot be written is logged once and
+  // ends the TensorBoard output, not the training.
+  // This process starts training at `step` on `world` ranks: the text "elastic/launch"
+  // (under etr-run, `launch`: which relaunch, why, old and new world, the step resumed
+  // from).
+  void launched(uint64_t step, int world, const ElasticLaunch* launch,
+                const std::optional<std::filesystem::path>& resumed_from);
+  // A decision of the batch policy or the memory plan, as text under `tag`
+  // ("batch/decisions", "memory/decisions") at `step`.
+  void decision(uint64_t step, const std::string& tag, const std::string& text);
+  // The checkpoint saves in `stats` not reported yet (CheckpointWriter::stats(), which
+  // only grows): "checkpoint/stall_ms", "checkpoint/write_s", "checkpoint/bytes" at the
+  // saved step, a text line each, and a metrics record each.
+  void checkpoints(const std::vector<SaveStats>& stats);
+
  private:
+  void tensorboard_step(const StepStats& s, const StepContext& c, double tps, double gflops,
+                        double eta_s);
+  void flush_tensorboard();
+
   const TrainConfig& config_;
   Logger& log_;
   bool leader_;
   std::ofstream metrics_;
   ProgressClock clock_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  size_t saves_reported_ = 0;
 };
+
+// The text of `args` as the Logger would print them (for a line both logged and reported).
+template <typename... Args>
+std::string to_text(const Args&... args) {
+  std::ostringstream s;
+  (s << ... << args);
+  return s.str();
+}
 
 // "nan", "inf" or "-inf".
 std::string nonfinite_text(double x);

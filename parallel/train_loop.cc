@@ -16,7 +16,6 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     StepContext c;
     c.step = position_.step;
     c.max_steps = config_.schedule().max_steps();
-    c.world_size = grid_->size();
     c.progress = progress_fraction();
     c.scaled = goodput_ != nullptr;
     c.tokens = static_cast<double>(s.global_batch > 0 ? static_cast<uint64_t>(s.global_batch)
@@ -32,6 +31,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.skipped_steps = skipped_steps_;
     c.memory = engine_->memory();
     c.stage_activation_bytes = stage_activation_bytes_;
+    c.world = grid_->size();
     reporter_->step(s, c);
   }
   if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || last) {
@@ -41,7 +41,12 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   checkpoints_->set_batch_policy(batch_policy_state());
   checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
                         [this] { return engine_->states(); });
+  if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   if (const auto relaunch = elastic_->after_step(step, step - 1 == start)) reporter_->relaunch(*relaunch);
+}
+
+void TrainSession::report_decision(uint64_t step, const std::string& tag, const std::string& text) {
+  if (reporter_) reporter_->decision(step, tag, text);
 }
 
 RunSummary TrainSession::run() {
@@ -75,6 +80,7 @@ RunSummary TrainSession::run() {
     }
   }
   flush_checkpoints();
+  if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *

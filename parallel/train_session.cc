@@ -107,6 +107,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   resume();
   elastic_->ready(position_.step, micro_batch_);
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
+  reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
   fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
   nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
   read_budget_cut();     // (tests) from the first step on

@@ -199,6 +199,9 @@ class TrainSession {
   double run_micro_batches(int64_t B, int64_t T, double& loss_sum);
   void skip_or_stop(StepStats& st, bool loss_finite);
   void after_step(const StepStats& s, int64_t start, RunSummary& sum);
+  // Rank 0: a decision's logged line, also as TensorBoard text under `tag` at `step`
+  // (the step its line names).
+  void report_decision(uint64_t step, const std::string& tag, const std::string& text);
   // Memory (session_memory.cc).
   void setup_memory();
   void read_budget_cut();
