@@ -22,12 +22,13 @@ void ElasticSession::restored(uint64_t step, int saved_world, double seconds) {
   }
 }
 
-std::optional<RelaunchInfo> ElasticSession::after_step(int64_t step, bool first) const {
-  if (!active() || !leader()) return std::nullopt;
+void ElasticSession::after_step(int64_t step, bool first) const {
+  if (!active() || !leader()) return;
   reporter_->progress(step);
-  if (!first) return std::nullopt;
-  reporter_->event("first-step step=" + std::to_string(step));
-  return log_relaunch(step);
+  if (first) {
+    reporter_->event("first-step step=" + std::to_string(step));
+    log_relaunch(step);
+  }
 }
 
 bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
@@ -53,16 +54,14 @@ bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
   return true;
 }
 
-std::optional<RelaunchInfo> ElasticSession::log_relaunch(int64_t first_step) const {
+void ElasticSession::log_relaunch(int64_t first_step) const {
   const ElasticLaunch& l = reporter_->launch();
   const int64_t resumed = first_step - 1;
   if (l.restart == 0) {
     log_.info("elastic: launched by etr-run on ", grid_.size(), " rank(s)",
               resumed > 0 ? ", resumed from step " + std::to_string(resumed) : std::string());
-    return std::nullopt;
+    return;
   }
-  RelaunchInfo info{l.restart, l.reason, l.prev_world, grid_.size(), resumed, -1};
-  if (l.last_step >= 0) info.steps_lost = std::max<int64_t>(0, l.last_step - resumed);
   std::string text = "elastic: relaunch " + std::to_string(l.restart) + " after a " + l.reason +
                      ": world " + std::to_string(l.prev_world) + " -> " +
                      std::to_string(grid_.size()) + ", resumed from step " + std::to_string(resumed);
@@ -78,7 +77,6 @@ std::optional<RelaunchInfo> ElasticSession::log_relaunch(int64_t first_step) con
     text += t;
   }
   log_.info(text);
-  return info;
 }
 
 }  // namespace etr

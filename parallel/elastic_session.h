@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "parallel/checkpoint_cadence.h"
@@ -16,16 +15,6 @@
 #include "runtime/log.h"
 
 namespace etr {
-
-// A relaunch by etr-run, as the first step of the new launch sees it (for the metrics).
-struct RelaunchInfo {
-  int restart = 0;          // 1 for the first relaunch
-  std::string reason;       // "failure", "resize", ...
-  int world_before = 0;
-  int world_after = 0;
-  int64_t resumed_step = 0;
-  int64_t steps_lost = -1;  // -1: not known
-};
 
 class ElasticSession {
  public:
@@ -42,8 +31,8 @@ class ElasticSession {
   void ready(uint64_t step, int64_t micro_batch) const;
   void restored(uint64_t step, int saved_world, double seconds);
   // After step `step` (`first`: the first of this launch, which logs what the relaunch
-  // cost). Returns the relaunch on the leader's first step of a relaunched job.
-  std::optional<RelaunchInfo> after_step(int64_t step, bool first) const;
+  // cost).
+  void after_step(int64_t step, bool first) const;
   // Collective: a resize was agreed on after `step`. Returns true when the run must stop
   // (a checkpoint of `step` was saved through `checkpoints`, or tried); false when the
   // job is not elastic and the request is ignored. `save(tier)` saves the current state.
@@ -52,7 +41,7 @@ class ElasticSession {
 
  private:
   bool leader() const { return grid_.rank() == 0; }
-  std::optional<RelaunchInfo> log_relaunch(int64_t first_step) const;
+  void log_relaunch(int64_t first_step) const;
 
   ElasticReporter* reporter_;
   const ProcessGrid& grid_;

@@ -1,5 +1,6 @@
 #include "parallel/step_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -124,12 +125,12 @@ void StepReporter::held_out(uint64_t step, double loss) {
   }
 }
 
-void StepReporter::relaunch(const RelaunchInfo& r) {
-  if (!leader_) return;
-  nlohmann::json j = {{"step", r.resumed_step},        {"event", "relaunch"},
-                      {"restart", r.restart},           {"reason", r.reason},
-                      {"world_before", r.world_before}, {"world_after", r.world_after}};
-  if (r.steps_lost >= 0) j["steps_lost"] = r.steps_lost;
+void StepReporter::relaunch_record(uint64_t step, int world, const ElasticLaunch& l) {
+  nlohmann::json j = {{"step", step},           {"event", "relaunch"},      {"restart", l.restart},
+                      {"reason", l.reason},     {"world_before", l.prev_world}, {"world_after", world}};
+  if (l.last_step >= 0) {
+    j["steps_lost"] = std::max<int64_t>(0, l.last_step - static_cast<int64_t>(step));
+  }
   write_metrics(j.dump());
 }
 

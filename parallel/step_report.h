@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "parallel/elastic_session.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "parallel/engine.h"
 #include "parallel/progress_clock.h"
@@ -120,10 +119,6 @@ class StepReporter {
   void step(const StepStats& s, const StepContext& c);
   // "step 12 | held-out loss 3.21" and its metrics record (rank 0).
   void held_out(uint64_t step, double loss);
-  // The metrics record of a relaunch by etr-run (rank 0; etr-run's log line is elsewhere):
-  // {"step": resumed step, "event": "relaunch", "restart", "reason", "world_before",
-  //  "world_after", "steps_lost" (when known)}.
-  void relaunch(const RelaunchInfo& r);
   // Collective over `group`: writes the trace (log.trace_file) when tracing.
   void write_trace(Tracer& tracer, const Group& group);
   void write_metrics(const std::string& json_line);
@@ -133,7 +128,9 @@ class StepReporter {
   // ends the TensorBoard output, not the training.
   // This process starts training at `step` on `world` ranks: the text "elastic/launch"
   // (under etr-run, `launch`: which relaunch, why, old and new world, the step resumed
-  // from).
+  // from); a relaunch also gets a metrics record (not only with TensorBoard): {"step":
+  // resumed step, "event": "relaunch", "restart", "reason", "world_before", "world_after",
+  // "steps_lost" (when known)}.
   void launched(uint64_t step, int world, const ElasticLaunch* launch,
                 const std::optional<std::filesystem::path>& resumed_from);
   // A decision of the batch policy or the memory plan, as text under `tag`
@@ -145,6 +142,7 @@ class StepReporter {
   void checkpoints(const std::vector<SaveStats>& stats);
 
  private:
+  void relaunch_record(uint64_t step, int world, const ElasticLaunch& launch);
   void tensorboard_step(const StepStats& s, const StepContext& c, double tps, double gflops,
                         double eta_s);
   void flush_tensorboard();

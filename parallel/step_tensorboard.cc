@@ -101,6 +101,8 @@ std::string launch_text(uint64_t step, int world, const ElasticLaunch* launch,
 
 void StepReporter::launched(uint64_t step, int world, const ElasticLaunch* launch,
                             const std::optional<std::filesystem::path>& resumed_from) {
+  if (!leader_) return;
+  if (launch && launch->restart > 0) relaunch_record(step, world, *launch);
   if (!tensorboard_) return;
   // (the world size is a scalar of every logged step: one here, at the step resumed
   // from, would contradict the one the last launch logged there)

@@ -42,7 +42,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
   checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
                         [this] { return engine_->states(); });
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
-  if (const auto relaunch = elastic_->after_step(step, step - 1 == start)) reporter_->relaunch(*relaunch);
+  elastic_->after_step(step, step - 1 == start);
 }
 
 void TrainSession::report_decision(uint64_t step, const std::string& tag, const std::string& text) {

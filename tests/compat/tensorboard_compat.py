@@ -196,7 +196,13 @@ def main():
         os.path.join(work, "runs", "tiny"),
         size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
     acc.Reload()
-    check_scalars(acc, [json.loads(line) for line in open(metrics)])
+    records = [json.loads(line) for line in open(metrics)]
+    check_scalars(acc, records)
+    relaunches = [m for m in records if m.get("event") == "relaunch"]
+    want = {"step": 6, "event": "relaunch", "restart": 1, "reason": "failure",
+            "world_before": 2, "world_after": 1, "steps_lost": 0}
+    if relaunches != [want]:
+        fail("the metrics file's relaunch records: %s, not [%s]" % (relaunches, want))
     launches = texts(acc, "elastic/launch")
     print("launches:", launches)
     if len(launches) != 2 or launches[0][0] != 0 or launches[1][0] != 6:
