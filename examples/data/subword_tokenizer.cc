@@ -118,8 +118,11 @@ std::vector<uint16_t> SubwordTokenizer::encode(std::string_view text) const {
   while (begin < text.size()) {
     size_t end = text.size();
     if (end - begin > kEncodeChunkBytes) {
-      const size_t nl = text.rfind('\n', begin + kEncodeChunkBytes);
-      if (nl != std::string_view::npos && nl >= begin) end = nl + 1;
+      // After the last newline of the chunk; without one, after the first newline past
+      // it (a long line goes whole, the rest still in chunks).
+      size_t nl = text.rfind('\n', begin + kEncodeChunkBytes);
+      if (nl == std::string_view::npos || nl < begin) nl = text.find('\n', begin + kEncodeChunkBytes);
+      if (nl != std::string_view::npos) end = nl + 1;
     }
     ids.clear();
     const std::string status = sp_->encode(text.substr(begin, end - begin), &ids);

@@ -28,13 +28,24 @@ void check_against_sidecar(const std::string& model_path, const data::SubwordTok
                     model_path);
 }
 
-// The token file's vocabulary must be the model's piece count.
+// An etr token file's vocabulary must be the model's piece count. An llm.c or nanoGPT
+// file records none of its own: the data source checks its tokens against the piece count
+// (model.vocab_size) when it opens it.
 void check_token_file(const std::string& model_path, const data::SubwordTokenizer& model,
-                      const std::string& train_file) {
+                      const std::string& train_file, const std::string& format) {
   data::TokenFileOptions options;
   options.verify_checksum = false;  // the data source verifies it when it loads the file
+  // (before resolve(): an unset data.format is still "", which is auto)
+  options.format = data::parse_token_file_format(format.empty() ? "auto" : format);
+  if (options.format != data::TokenFileFormat::kAuto &&
+      options.format != data::TokenFileFormat::kEtr) {
+    return;
+  }
+  options.vocab_size = model.vocab_size();  // an llm.c file's, if auto finds one
   const data::TokenFile file(train_file, options);
-  if (file.vocab_size() == model.vocab_size()) return;
+  if (file.format() != data::TokenFileFormat::kEtr || file.vocab_size() == model.vocab_size()) {
+    return;
+  }
   throw ConfigError("data.train_file " + in_quotes(train_file) + " has a vocabulary of " +
                     std::to_string(file.vocab_size()) + " but its tokenizer " +
                     in_quotes(model_path) + " has " + std::to_string(model.vocab_size()) +
@@ -64,7 +75,7 @@ void resolve_training_tokenizer(TrainConfig& config) {
   if (has_sidecar && path != sidecar.string()) {
     check_against_sidecar(path, model, sidecar, d.train_file());
   }
-  if (!d.train_file().empty()) check_token_file(path, model, d.train_file());
+  if (!d.train_file().empty()) check_token_file(path, model, d.train_file(), d.format());
   config::ModelConfig& m = *config.mutable_model();
   const int64_t pieces = model.vocab_size();
   if (m.has_vocab_size() && m.vocab_size() != 0 && m.vocab_size() != pieces) {

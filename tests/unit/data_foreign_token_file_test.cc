@@ -23,6 +23,7 @@
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
 #include "runtime/log.h"
+#include "temp_dir.h"
 
 namespace etr::data {
 namespace {
@@ -63,18 +64,8 @@ std::vector<char> nanogpt_bytes(const std::vector<uint16_t>& tokens) {
 
 class ForeignTokenFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "etr-foreign-tokens-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   fs::path write(const std::string& name, const std::vector<char>& bytes) {
-    const fs::path p = dir_ / name;
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return p;
+    return tmp_.write(name, std::string(bytes.begin(), bytes.end()));
   }
 
   // Expects opening `p` to throw E with one line containing every one of `parts`.
@@ -94,7 +85,8 @@ class ForeignTokenFileTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
+  etr::testing::TempDir tmp_{"etr-foreign-tokens"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TokenFileOptions with(TokenFileFormat format, std::optional<uint32_t> vocab = std::nullopt) {
@@ -135,7 +127,7 @@ TEST_F(ForeignTokenFileTest, AllThreeFormatsGiveTheSameTokensInPlace) {
     EXPECT_EQ(c.file_bytes(), 2 * n);
     EXPECT_EQ(b.vocab_size(), kGpt2VocabSize);
     EXPECT_EQ(b.header().version, 1u);
-    for (const TokenFile* f : {&b, &c}) {
+    for (const TokenFile* f : {&a, &b, &c}) {
       ASSERT_EQ(f->size(), n);
       EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), f->tokens().begin()));
       EXPECT_EQ(reinterpret_cast<uintptr_t>(f->tokens().data()) % alignof(uint16_t), 0u);

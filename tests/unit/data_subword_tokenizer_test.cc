@@ -161,6 +161,7 @@ TEST(SubwordTokenizer, RefusesFilesThatAreNotModels) {
   EXPECT_THROW(SubwordTokenizer::from_bytes("not a model at all", "text"), ConfigError);
   try {
     SubwordTokenizer::from_bytes("garbage", "g.model");
+    FAIL() << "garbage loaded as a model";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'g.model' is not a SentencePiece model"),
               std::string::npos)

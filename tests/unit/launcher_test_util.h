@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "temp_dir.h"
 #include "runtime/launcher/hosts.h"
 
 namespace etr::launcher_test {
@@ -50,31 +51,7 @@ inline std::string io_error(const std::function<void()>& f) {
   return "";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "etr-launcher-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-    }
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  // Writes `text` to <dir>/name with permissions `mode`; returns the path.
-  std::string write(const std::string& name, const std::string& text, mode_t mode = 0644) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-    ::chmod(p.c_str(), mode);
-    return p.string();
-  }
-
- private:
-  fs::path path_;
-};
+using etr::testing::TempDir;
 
 inline std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -16,6 +16,7 @@
 #include "runtime/crc32c.h"
 #include "runtime/error.h"
 #include "runtime/tensorboard_event.pb.h"
+#include "temp_dir.h"
 
 namespace etr {
 namespace {
@@ -50,23 +51,7 @@ std::string read_file(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "etr-tensorboard-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, ec);
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using etr::testing::TempDir;
 
 TEST(Crc32c, PublishedValues) {
   // The CRC-32C check value, and the iSCSI test vectors of RFC 3720, B.4.
