@@ -8,6 +8,8 @@
 #include <nmmintrin.h>
 #elif defined(__aarch64__)
 #include <arm_acle.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #else
 #error "crc32c needs the CRC32 instruction of x86-64 (SSE4.2) or aarch64 (the CRC extension)"
 #endif
@@ -45,9 +47,9 @@ __attribute__((target("+crc"))) uint32_t crc32c_raw(uint32_t crc, const unsigned
   return crc;
 }
 
-// (the CRC extension is in every ARMv8.1 and later core)
+// (optional on ARMv8.0 cores, in every ARMv8.1 and later one: the kernel says)
 bool have_crc_instruction() {
-  return true;
+  return (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
 }
 #endif
 
@@ -55,7 +57,10 @@ bool have_crc_instruction() {
 
 uint32_t crc32c(std::span<const std::byte> data, uint32_t crc) {
   static const bool have = have_crc_instruction();
-  if (!have) throw Error("crc32c: this processor has no SSE4.2 CRC32 instruction");
+  if (!have) {
+    throw Error("crc32c: this processor has no CRC32 instruction (x86-64: SSE4.2; aarch64: "
+                "the CRC extension), which TensorBoard's event files need");
+  }
   // The standard conditioning: start from all ones, invert at the end (so continuing
   // from a finished CRC inverts it back first).
   return ~crc32c_raw(~crc, reinterpret_cast<const unsigned char*>(data.data()), data.size());
