@@ -41,7 +41,9 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
   const double gflops = c.flops_per_token * tps / 1e9;
   double left = clock_.update(c.progress, ProgressClock::Clock::now());
   // The first line of a launch: this step's time for each step left, until there is a pace.
-  if (!std::isfinite(left) && !c.scaled) left = static_cast<double>(c.max_steps - static_cast<int64_t>(c.step)) * s.seconds;
+  if (!std::isfinite(left) && !c.scaled) {
+    left = static_cast<double>(c.max_steps - static_cast<int64_t>(c.step)) * s.seconds;
+  }
   char line[460];
   int n = c.scaled ? std::snprintf(line, sizeof line, "step %5lld", static_cast<long long>(c.step))
                    : std::snprintf(line, sizeof line, "step %5lld/%lld", static_cast<long long>(c.step),
