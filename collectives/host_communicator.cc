@@ -116,7 +116,14 @@ void HostCommunicator::build_host_groups(Logger* log) {
     const std::string host = std::to_string(topology_.node);
     const std::string local = std::to_string(topology_.local_rank);
     host_group_ = group_.split(topology_.node, group_.rank(), name() + "/host" + host);
-    cross_group_ = group_.split(topology_.local_rank, topology_.node, name() + "/across" + local);
+    alternating_ = topology_.nodes == 2 && topology_.ranks_per_node() >= 2;
+    if (alternating_) {
+      cross_group_ = group_.split(0, topology_.local_rank * 2 + topology_.node,
+                                  name() + "/alternating");
+    } else {
+      cross_group_ =
+          group_.split(topology_.local_rank, topology_.node, name() + "/across" + local);
+    }
     host_transport_ = std::make_unique<MpiTransport>(host_group_->comm());
     cross_transport_ = std::make_unique<MpiTransport>(cross_group_->comm());
     host_world_ranks_ = host_group_->world_ranks();
@@ -226,9 +233,13 @@ void HostCommunicator::run_hierarchical(const OpDescription& d, TensorView in, T
                       idle_policy());
   host_ctx.set_world_ranks(&host_world_ranks_);
   cross_ctx.set_world_ranks(&cross_world_ranks_);
-  hierarchical_allreduce(algo_params(*host_transport_, host_ctx, in.dtype(), false),
-                         algo_params(*cross_transport_, cross_ctx, in.dtype(), true), in.data(),
-                         out.data(), in.numel(), op);
+  const AlgoParams local = algo_params(*host_transport_, host_ctx, in.dtype(), false);
+  const AlgoParams cross = algo_params(*cross_transport_, cross_ctx, in.dtype(), true);
+  if (alternating_) {
+    return two_host_allreduce(local, cross, topology_.node, in.data(), out.data(), in.numel(),
+                              op);
+  }
+  hierarchical_allreduce(local, cross, in.data(), out.data(), in.numel(), op);
 }
 
 WorkPtr HostCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op) {

@@ -14,7 +14,8 @@
 // MPI_Allreduce when asked (for comparison). The communicator duplicates the group's
 // MPI communicator, so its traffic never mixes with anybody else's; on several hosts it
 // also splits it into the ranks of its host and the ranks of its local index on every
-// host (collective, in the constructor), each with a transport of its own.
+// host (on exactly two hosts of >= 2 ranks: all ranks in alternating host order instead;
+// collective, in the constructor), each with a transport of its own.
 //
 // (*) Collectives up to CommOptions::inline_bytes (64 KiB) run on the calling thread
 // when nothing else is queued, and return when done: issue collectives on several
@@ -99,7 +100,10 @@ class HostCommunicator final : public Communicator {
   // peer by it (OpContext::set_world_ranks).
   std::vector<int> world_ranks_, host_world_ranks_, cross_world_ranks_;
   std::optional<Group> host_group_;   // this host's ranks (hierarchical only)
-  std::optional<Group> cross_group_;  // the ranks of this local index, one per host
+  // The ranks of this local index, one per host; on two hosts of >= 2 ranks, all ranks in
+  // the order host 0 rank 0, host 1 rank 0, host 0 rank 1, ... (two_host_allreduce).
+  std::optional<Group> cross_group_;
+  bool alternating_ = false;  // cross_group_ is the alternating ring
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<MpiTransport> p2p_transport_;
   std::unique_ptr<MpiTransport> host_transport_;

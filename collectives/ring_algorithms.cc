@@ -13,19 +13,19 @@ namespace {
 
 using SegmentDst = std::function<char*(int step, int segment)>;
 
-// After this, rank r holds segment r fully reduced at dst(n - 2, r); an average is
-// divided by avg_divisor on that last hop (0: not at all).
+// After this, rank r holds segment r + shift (mod n) fully reduced at dst(n - 2, that
+// segment); an average is divided by avg_divisor on that last hop (0: not at all).
 void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector<int64_t>& off,
-                          ReduceOp op, int avg_divisor, const SegmentDst& dst) {
-  const int n = p.ctx.size(), r = p.ctx.rank();
+                          ReduceOp op, int avg_divisor, const SegmentDst& dst, int shift = 0) {
+  const int n = p.ctx.size(), r = p.ctx.rank(), v = r + shift;  // v: segment numbering
   const size_t es = dtype_size(p.dtype);
   int64_t max_segment = 0;
   for (int i = 0; i < n; ++i) max_segment = std::max(max_segment, off[i + 1] - off[i]);
   const int64_t chunk = step_chunk(p, max_segment);  // the same on every rank
   void* slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(chunk) * es * p.depth);
   for (int s = 0; s <= n - 2; ++s) {
-    const int send_seg = ring_mod(r - 1 - s, n);
-    const int recv_seg = ring_mod(r - 2 - s, n);
+    const int send_seg = ring_mod(v - 1 - s, n);
+    const int recv_seg = ring_mod(v - 2 - s, n);
     const bool divide_here = s == n - 2 && op == ReduceOp::kAvg && avg_divisor > 0;
     char* recv_dst = dst(s, recv_seg);
     const char* recv_in = in + off[recv_seg] * es;
@@ -51,18 +51,18 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
   }
 }
 
-// Before this, rank r holds segment r at out (or at `own` for the first send;
-// `meanwhile` then copies it into place while the first step is on the wire).
+// Before this, rank r holds segment r + shift (mod n) at out (or at `own` for the first
+// send; `meanwhile` then copies it into place while the first step is on the wire).
 // Nothing is reduced here, so each step moves its segment as one message: pieces would
 // only add per-message costs (measured: allgather at np=2 went from 0.58-0.87x MPI's
 // busbw with 256 KiB pieces to ...).
 void allgather_phase(const AlgoParams& p, char* out, const std::vector<int64_t>& off,
-                     const char* own, const std::function<void()>& meanwhile) {
-  const int n = p.ctx.size(), r = p.ctx.rank();
+                     const char* own, const std::function<void()>& meanwhile, int shift = 0) {
+  const int n = p.ctx.size(), r = p.ctx.rank(), v = r + shift;  // v: segment numbering
   const size_t es = dtype_size(p.dtype);
   for (int s = 0; s <= n - 2; ++s) {
-    const int send_seg = ring_mod(r - s, n);
-    const int recv_seg = ring_mod(r - s - 1, n);
+    const int send_seg = ring_mod(v - s, n);
+    const int recv_seg = ring_mod(v - s - 1, n);
     RingStep step;
     step.to = ring_mod(r + 1, n);
     step.from = ring_mod(r - 1, n);
@@ -88,7 +88,8 @@ std::vector<int64_t> equal_blocks(int64_t block, int n) {
 }  // namespace
 
 void ring_reduce_scatter_segments(const AlgoParams& p, const void* in, void* out,
-                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor) {
+                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor,
+                                  int shift) {
   const int n = p.ctx.size();
   const size_t es = dtype_size(p.dtype);
   char* o = static_cast<char*>(out);
@@ -100,12 +101,13 @@ void ring_reduce_scatter_segments(const AlgoParams& p, const void* in, void* out
     if (op == ReduceOp::kAvg && avg_divisor > 1) divide(p.dtype, o + off[0] * es, count, avg_divisor);
     return;
   }
-  reduce_scatter_phase(p, i, off, op, avg_divisor,
-                       [&](int, int seg) { return o + off[seg] * es; });
+  reduce_scatter_phase(
+      p, i, off, op, avg_divisor, [&](int, int seg) { return o + off[seg] * es; }, shift);
 }
 
-void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off) {
-  allgather_phase(p, static_cast<char*>(out), off, nullptr, nullptr);
+void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off,
+                             int shift) {
+  allgather_phase(p, static_cast<char*>(out), off, nullptr, nullptr, shift);
 }
 
 void ring_allreduce(const AlgoParams& p, const void* in, void* out, int64_t count, ReduceOp op) {

@@ -32,15 +32,19 @@ void ring_reduce_scatter(const AlgoParams& p, const void* in, void* out, int64_t
 // out [n x block] = every rank's in [block], rank order; in may alias block r of out.
 void ring_allgather(const AlgoParams& p, const void* in, void* out, int64_t block);
 
-// Segment r of out := segment r of the reduction of in, where segment i is
-// [off[i], off[i+1]) (off: n + 1 ascending offsets, uneven and empty segments allowed).
-// The other segments of out are overwritten with partial results. in == out allowed.
-// For ReduceOp::kAvg the last hop divides by `avg_divisor` (0: it does not divide, the
-// segment holds the sum); other ops ignore it.
+// Segment s of out := segment s of the reduction of in, where s = r + shift (mod n) and
+// segment i is [off[i], off[i+1]) (off: n + 1 ascending offsets, uneven and empty
+// segments allowed). The other segments of out are overwritten with partial results.
+// in == out allowed. For ReduceOp::kAvg the last hop divides by `avg_divisor` (0: it does
+// not divide, the segment holds the sum); other ops ignore it. `shift` (the same on every
+// rank) only changes which rank ends with which segment.
 void ring_reduce_scatter_segments(const AlgoParams& p, const void* in, void* out,
-                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor);
+                                  const std::vector<int64_t>& off, ReduceOp op, int avg_divisor,
+                                  int shift = 0);
 
-// Segment i of out := rank i's segment i, given each rank's own segment in place in out.
-void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off);
+// Segment i of out := the segment i held by rank i - shift (mod n), given each rank's own
+// segment r + shift in place in out.
+void ring_allgather_segments(const AlgoParams& p, void* out, const std::vector<int64_t>& off,
+                             int shift = 0);
 
 }  // namespace etr

@@ -1,7 +1,9 @@
 // HostCommunicator's hierarchical allreduce (collectives/hierarchical.h) and the host
 // topology it runs on. ctest runs this binary on one machine with the test hook
 // ETR_TEST_RANKS_PER_NODE=K, which makes consecutive blocks of K ranks count as hosts:
-//   np 4, K 2: 2 hosts x 2 ranks (hier runs; auto picks it above the ring threshold)
+//   np 4, K 2 and np 6, K 3: 2 hosts x 2 and x 3 ranks (hier runs as the alternating
+//     ring, two_host_allreduce; auto picks it above the ring threshold)
+//   np 6, K 2: 3 hosts x 2 ranks (hier runs with a host ring per local index)
 //   np 2, K 1 and np 3, K 1: 2 and 3 hosts x 1 rank (hier runs, as the host ring alone;
 //     auto keeps the ring)
 //   np 4, K 3: hosts of 3 + 1 ranks (uneven: hier falls back to the ring)

@@ -93,7 +93,7 @@ double input_value(DType t, Fill fill, uint64_t salt, int rank, int64_t i) {
   if (t == DType::kI32) {
     v = static_cast<double>(static_cast<int64_t>(h % 200001) - 100000);
   } else if (fill == Fill::kExact) {
-    v = static_cast<double>(static_cast<int64_t>(h % 32) - 16) + 0.25 * ((h >> 8) % 4);
+    v = static_cast<double>(static_cast<int64_t>(h % 16) - 8) + 0.25 * ((h >> 8) % 4);
   } else {
     v = static_cast<double>(h >> 11) * std::ldexp(1.0, -52) - 1.0;
   }

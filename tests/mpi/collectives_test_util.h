@@ -3,8 +3,8 @@
 // Inputs are a pure function of (dtype, fill, salt, rank, index), so every rank can
 // compute every rank's input and hence the reference result, in double precision,
 // without any communication. Two fills:
-//   kExact:  multiples of 0.25 in [-16, 16) (integers in [-100000, 100000] for i32). With
-//            at most 4 ranks every partial sum is exactly representable in every dtype
+//   kExact:  multiples of 0.25 in [-8, 8) (integers in [-100000, 100000] for i32). With
+//            at most 8 ranks every partial sum is exactly representable in every dtype
 //            (|sum| <= 64 needs 8 significant bits: bf16 has 8), so sum/max/min must be
 //            exact whatever the algorithm's association order or per-hop rounding.
 //   kRandom: uniform in [-1, 1) rounded to the dtype (i32 as kExact), so reductions
