@@ -3,9 +3,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/mpi_check.h"
 
@@ -20,11 +25,32 @@ CpuList from_set(const cpu_set_t& set) {
   return out;
 }
 
-// The ranks of `group` on this rank's node (the caller frees it). Collective.
+// What identifies this rank's machine: the running kernel's boot id (the hostname where
+// /proc does not have it).
+std::string machine_id() {
+  std::string id;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  if (f >> id && !id.empty()) return id;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return std::string("host:") + host;
+}
+
+// The ranks of `group` on this rank's node (the caller frees it). Collective. A node is
+// a kernel, whose CPUs and memory its ranks share: ranks in network namespaces of one
+// machine (tests/cluster's simulated hosts), which MPI counts as nodes of their own
+// (MPI_COMM_TYPE_SHARED), are on one node here.
 MPI_Comm node_communicator(const Group& group) {
+  constexpr size_t kIdBytes = 64;
+  char mine[kIdBytes] = {0};
+  const std::string id = machine_id();
+  std::memcpy(mine, id.data(), std::min(id.size(), kIdBytes - 1));
+  std::vector<char> all(kIdBytes * static_cast<size_t>(group.size()));
+  MPI_CHECK(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, group.comm()));
+  int color = 0;  // the lowest rank with this machine's id
+  while (std::memcmp(&all[color * kIdBytes], mine, kIdBytes) != 0) ++color;
   MPI_Comm local = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(group.comm(), MPI_COMM_TYPE_SHARED, group.rank(), MPI_INFO_NULL,
-                                &local));
+  MPI_CHECK(MPI_Comm_split(group.comm(), color, group.rank(), &local));
   return local;
 }
 

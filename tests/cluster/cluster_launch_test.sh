@@ -8,7 +8,8 @@
 #     for this machine alone;
 #  b. the hierarchical allreduce on real hosts at 2 x 2, 2 x 1 and 3 x 1 ranks
 #     (collectives_hier_test: against a double-precision reference, bitwise equal on every
-#     rank; the topology from the hosts, not from the test hook);
+#     rank; the topology from the hosts, not from the test hook); the ranks of both hosts
+#     count as one machine's (runtime/cpu_affinity.h: they share its cores);
 #  c. etr-run --hosts h1:2,h2:2 trains etr-train (tiny) across 2 hosts: it says which
 #     network it chose, the job completes, and its parameters equal a 4-rank run on one
 #     host's shared memory within 1e-5 (the same global batch; the hierarchical sum adds
@@ -61,6 +62,13 @@ for case in "198.18.0.1:2,198.18.0.2:2 4" "198.18.0.1:1,198.18.0.2:1 2" "198.18.
     --gtest_filter="$filter" >"$work/b.out" 2>&1 || { cat "$work/b.out"; fail "b: collectives_hier_test on $1"; }
   grep -E "PASSED|tests? ran" "$work/b.out"
 done
+
+echo "-- the ranks of 2 simulated hosts share this machine's CPUs: one node to etr, two to MPI"
+mpirun_on_cluster 198.18.0.1:2,198.18.0.2:2 -np 4 --bind-to none -x ETR_TEST_RANKS_ON_MACHINE=4 \
+  -x ETR_TEST_RANKS_ON_MPI_NODE=2 "$build/tests/mpi/cpu_affinity_test" \
+  --gtest_filter='CpuAffinity.RanksOnANodeAreThoseOfTheMachine' >"$work/b.out" 2>&1 ||
+  { cat "$work/b.out"; fail "b: ranks_on_this_node across simulated hosts"; }
+grep -E "PASSED|tests? ran" "$work/b.out"
 
 echo "== c. etr-run trains across 2 hosts"
 job=("$build/examples/train/etr-train" --config "$config" --set schedule.max_steps=20

@@ -1,11 +1,15 @@
 // runtime/cpu_affinity.h at np 1-2: the spare CPUs of a node are its CPUs minus the ones
 // its ranks are bound to, for bindings this test sets itself (so the answer is known
-// without asking the code under test), and a thread bound to them runs only there.
+// without asking the code under test), and a thread bound to them runs only there; the
+// ranks on a node are those of one machine, also when MPI sees hosts of their own
+// (tests/cluster runs this on simulated hosts with ETR_TEST_RANKS_ON_MACHINE).
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -33,6 +37,23 @@ CpuList minus(const CpuList& all, const std::set<int>& taken) {
     if (!taken.contains(c)) out.push_back(c);
   }
   return out;
+}
+
+// ctest runs every rank on this machine; tests/cluster's simulated hosts give the count
+// (ETR_TEST_RANKS_ON_MACHINE) and MPI's own node size (ETR_TEST_RANKS_ON_MPI_NODE),
+// which differs there: each simulated host is a node to MPI but shares this machine's CPUs.
+TEST(CpuAffinity, RanksOnANodeAreThoseOfTheMachine) {
+  const char* machine = std::getenv("ETR_TEST_RANKS_ON_MACHINE");
+  const int expected = machine ? std::atoi(machine) : world().size();
+  EXPECT_EQ(ranks_on_this_node(world().group()), expected);
+  if (const char* mpi_node = std::getenv("ETR_TEST_RANKS_ON_MPI_NODE")) {
+    MPI_Comm shared;
+    MPI_Comm_split_type(world().group().comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+    int size = 0;
+    MPI_Comm_size(shared, &size);
+    MPI_Comm_free(&shared);
+    EXPECT_EQ(size, std::atoi(mpi_node)) << "the premise: MPI counts each simulated host";
+  }
 }
 
 TEST(CpuAffinity, FormatsRanges) {
