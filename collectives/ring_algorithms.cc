@@ -54,8 +54,8 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
 // Before this, rank r holds segment r + shift (mod n) at out (or at `own` for the first
 // send; `meanwhile` then copies it into place while the first step is on the wire).
 // Nothing is reduced here, so each step moves its segment as one message: pieces would
-// only add per-message costs (measured: allgather at np=2 went from 0.58-0.87x MPI's
-// busbw with 256 KiB pieces to ...).
+// only add per-message costs (at np=2 allgather reached only 0.58-0.87x MPI's busbw
+// with 256 KiB pieces).
 void allgather_phase(const AlgoParams& p, char* out, const std::vector<int64_t>& off,
                      const char* own, const std::function<void()>& meanwhile, int shift = 0) {
   const int n = p.ctx.size(), r = p.ctx.rank(), v = r + shift;  // v: segment numbering
