@@ -1,10 +1,12 @@
 #include "collectives/hierarchical.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_algorithms.h"
 #include "collectives/ring_step.h"
+#include "runtime/check.h"
 
 namespace etr {
 
@@ -27,15 +29,17 @@ void hierarchical_allreduce(const AlgoParams& local, const AlgoParams& cross, co
 
 namespace {
 
-// One step of the alternating ring: send block `send` (offsets [a, b) of out) to the
-// next rank; receive the previous rank's block `recv` into out, reduced into this rank's
-// copy when `reduce_it` (dividing by avg_divisor for an average), else in place.
+// Elements [begin, end) of the buffer.
 struct Block {
   int64_t begin, end;
 };
 
-void alternating_step(const AlgoParams& p, char* out, Block send, Block recv, bool reduce_it,
-                      ReduceOp op, int avg_divisor) {
+// One step of the alternating ring: send block `send` of out to the next rank and
+// receive the previous rank's block `recv` into out, either added to this rank's copy
+// (`reduce_it`; an average divides by avg_divisor) or in place. `chunk` must be the same
+// on every rank: both ends of a message cut it into pieces of that size.
+void alternating_step(const AlgoParams& p, char* out, Block send, Block recv, int64_t chunk,
+                      bool reduce_it, ReduceOp op, int avg_divisor) {
   const int n = p.ctx.size(), i = p.ctx.rank();
   const size_t es = dtype_size(p.dtype);
   RingStep step;
@@ -46,16 +50,15 @@ void alternating_step(const AlgoParams& p, char* out, Block send, Block recv, bo
   step.send_count = send.end - send.begin;
   step.recv_count = recv.end - recv.begin;
   step.elem_size = es;
+  step.chunk = chunk;
   char* dst = out + recv.begin * es;
   if (!reduce_it) {
     step.recv_into = dst;
-    step.chunk = std::max<int64_t>(1, std::max(step.send_count, step.recv_count));
     step.depth = 1;
     return run_ring_step(p.transport, p.ctx, step);
   }
-  step.chunk = step_chunk(p, std::max(step.send_count, step.recv_count));
   step.depth = p.depth;
-  step.slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(step.chunk) * es * p.depth);
+  step.slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(chunk) * es * p.depth);
   const bool divide = op == ReduceOp::kAvg && avg_divisor > 0;
   step.consume = [&](int64_t o, const void* piece, int64_t c) {
     if (divide) {
@@ -72,28 +75,36 @@ void alternating_step(const AlgoParams& p, char* out, Block send, Block recv, bo
 void two_host_allreduce(const AlgoParams& local, const AlgoParams& alternating, int host,
                         const void* in, void* out, int64_t count, ReduceOp op) {
   const int per_host = local.ctx.size(), l = local.ctx.rank();
+  const int ranks = alternating.ctx.size();
+  ETR_CHECK(ranks == 2 * per_host && (host == 0 || host == 1))
+      << "two_host_allreduce: the alternating ring holds 2 hosts of the local group's size";
   const size_t es = dtype_size(local.dtype);
-  // Blocks X_j = block j and Y_j = block L + j of 2L.
-  const std::vector<int64_t> blocks = ring_segments(count, 2 * per_host, es);
+  // Blocks x_j = block j and y_j = block L + j of 2L.
+  const std::vector<int64_t> blocks = ring_segments(count, ranks, es);
   const std::vector<int64_t> x(blocks.begin(), blocks.begin() + per_host + 1);
   const std::vector<int64_t> y(blocks.begin() + per_host, blocks.end());
-  auto X = [&](int j) { return Block{x[ring_mod(j, per_host)], x[ring_mod(j, per_host) + 1]}; };
-  auto Y = [&](int j) { return Block{y[ring_mod(j, per_host)], y[ring_mod(j, per_host) + 1]}; };
-  const bool a = host == 0;
-  // Phase 1 (within the host): rank l of host A sums X_l and Y_{l-1}, of host B X_l, Y_l.
+  auto x_block = [&](int j) { const int k = ring_mod(j, per_host); return Block{x[k], x[k + 1]}; };
+  auto y_block = [&](int j) { const int k = ring_mod(j, per_host); return Block{y[k], y[k + 1]}; };
+  const bool host_a = host == 0;
+  // Phase 1 (within the host): rank l of host A sums x_l and y_{l-1}, of host B x_l, y_l.
   ring_reduce_scatter_segments(local, in, out, x, op, 0);
-  ring_reduce_scatter_segments(local, in, out, y, op, 0, a ? -1 : 0);
+  ring_reduce_scatter_segments(local, in, out, y, op, 0, host_a ? -1 : 0);
   // Phase 2 (across): ring A_0 -> B_0 -> A_1 -> B_1 -> ... The block a rank owns, c_i,
-  // is Y_{l-1} on A_l and X_l on B_l; it first sends c_{i+1} (its host's sum), adds the
+  // is y_{l-1} on A_l and x_l on B_l; it first sends c_{i+1} (its host's sum), adds the
   // previous rank's sum of c_i, then sends c_i whole and receives c_{i-1} whole.
-  char* o = static_cast<char*>(out);
-  const int n = 2 * per_host;
-  const Block own = a ? Y(l - 1) : X(l), next = a ? X(l) : Y(l), prev = a ? X(l - 1) : Y(l - 1);
-  alternating_step(alternating, o, next, own, true, op, n);
-  alternating_step(alternating, o, own, prev, false, op, 0);
-  // Phase 3 (within the host): rank l of host A holds X_{l-1} and Y_{l-1}, of host B X_l
-  // and Y_{l-1}; each hands them to the others.
-  ring_allgather_segments(local, out, x, a ? -1 : 0);
+  int64_t largest = 0;
+  for (int b = 0; b < ranks; ++b) largest = std::max(largest, blocks[b + 1] - blocks[b]);
+  const int64_t pieces = step_chunk(alternating, largest);  // the same on every rank
+  const int64_t whole = std::max<int64_t>(1, largest);       // one message per block
+  char* buf = static_cast<char*>(out);
+  const Block own = host_a ? y_block(l - 1) : x_block(l);
+  const Block next = host_a ? x_block(l) : y_block(l);
+  const Block prev = host_a ? x_block(l - 1) : y_block(l - 1);
+  alternating_step(alternating, buf, next, own, pieces, true, op, ranks);
+  alternating_step(alternating, buf, own, prev, whole, false, op, 0);
+  // Phase 3 (within the host): rank l of host A holds x_{l-1} and y_{l-1}, of host B x_l
+  // and y_{l-1}; each hands them to the others.
+  ring_allgather_segments(local, out, x, host_a ? -1 : 0);
   ring_allgather_segments(local, out, y, -1);
 }
 

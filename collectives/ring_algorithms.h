@@ -8,7 +8,8 @@
 //     holds segment r summed over all ranks (avg divides on that last hop).
 //   allgather, step s = 0..n-2: send segment (r-s), receive segment (r-s-1) in place.
 // Every step is chunked and pipelined (ring_step.h). Each segment is reduced by exactly
-// one rank, so all ranks end with bitwise identical results.
+// one rank, so all ranks end with bitwise identical results. The *_segments variants take
+// a shift: rank r then plays segment r + shift's part (hierarchical.h).
 //
 // Segments are equal blocks (reduce_scatter, allgather) or given as offsets (the
 // *_segments variants and allreduce: ring_segments(), 64-byte aligned, the last ones

@@ -2,8 +2,10 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -25,30 +27,32 @@ CpuList from_set(const cpu_set_t& set) {
   return out;
 }
 
-// What identifies this rank's machine: the running kernel's boot id (the hostname where
-// /proc does not have it).
-std::string machine_id() {
+// What identifies the CPUs and memory this rank shares with others: the running kernel
+// (its boot id; the hostname where /proc does not have it) and its cgroup namespace (a
+// container of its own, e.g. a Kubernetes pod or a Docker container with cgroup v2, has
+// its own limits even on a shared kernel), hashed.
+uint64_t machine_id() {
   std::string id;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  if (f >> id && !id.empty()) return id;
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return std::string("host:") + host;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  if (!(boot >> id) || id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    id = std::string("host:") + host;
+  }
+  struct stat ns;
+  if (stat("/proc/self/ns/cgroup", &ns) == 0) id += ":cgroupns:" + std::to_string(ns.st_ino);
+  return XXH3_64bits(id.data(), id.size());
 }
 
 // The ranks of `group` on this rank's node (the caller frees it). Collective. A node is
-// a kernel, whose CPUs and memory its ranks share: ranks in network namespaces of one
-// machine (tests/cluster's simulated hosts), which MPI counts as nodes of their own
-// (MPI_COMM_TYPE_SHARED), are on one node here.
+// a kernel and cgroup namespace, whose CPUs and memory its ranks share: ranks in network
+// namespaces of one machine (tests/cluster's simulated hosts), which MPI counts as nodes
+// of their own (MPI_COMM_TYPE_SHARED), are on one node here.
 MPI_Comm node_communicator(const Group& group) {
-  constexpr size_t kIdBytes = 64;
-  char mine[kIdBytes] = {0};
-  const std::string id = machine_id();
-  std::memcpy(mine, id.data(), std::min(id.size(), kIdBytes - 1));
-  std::vector<char> all(kIdBytes * static_cast<size_t>(group.size()));
-  MPI_CHECK(MPI_Allgather(mine, kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, group.comm()));
-  int color = 0;  // the lowest rank with this machine's id
-  while (std::memcmp(&all[color * kIdBytes], mine, kIdBytes) != 0) ++color;
+  const uint64_t mine = machine_id();
+  std::vector<uint64_t> all(static_cast<size_t>(group.size()));
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, group.comm()));
+  const int color = static_cast<int>(std::find(all.begin(), all.end(), mine) - all.begin());
   MPI_Comm local = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(group.comm(), color, group.rank(), &local));
   return local;

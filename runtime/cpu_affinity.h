@@ -30,9 +30,10 @@ CpuList node_cpus();
 // every CPU is taken, or when a rank on the node is not bound.
 CpuList spare_node_cpus(const Group& group);
 // Collective over `group`: how many of its ranks run on this rank's node. Here and above,
-// a node is a running kernel (its boot id): ranks in network namespaces of one machine
-// (simulated hosts, tests/cluster) share its CPUs and memory, so they count as one node,
-// although MPI_COMM_TYPE_SHARED and the hierarchical allreduce see hosts of their own.
+// a node is a running kernel (its boot id) and cgroup namespace (a container's limits):
+// ranks in network namespaces of one machine (simulated hosts, tests/cluster) share its
+// CPUs and memory, so they count as one node, although MPI_COMM_TYPE_SHARED (World's
+// local group) and the hierarchical allreduce see hosts of their own.
 int ranks_on_this_node(const Group& group);
 // Restricts the calling thread to `cpus`; false (the affinity unchanged) when `cpus` is
 // empty or the system refuses it (a CPU outside this process's cgroup, say).

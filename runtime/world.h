@@ -28,7 +28,9 @@ class World {
   int local_size() const { return local_->size(); }
   const std::string& hostname() const { return hostname_; }
 
-  // The whole job (a duplicate of MPI_COMM_WORLD named "world") and this node's ranks.
+  // The whole job (a duplicate of MPI_COMM_WORLD named "world") and this node's ranks
+  // (MPI_COMM_TYPE_SHARED: a simulated host is a node here, though its ranks share the
+  // machine's CPUs with other hosts' ranks, which ranks_on_this_node counts together).
   const Group& group() const { return *world_; }
   const Group& local_group() const { return *local_; }
   Logger& log() const { return *log_; }
