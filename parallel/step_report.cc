@@ -35,15 +35,11 @@ void StepReporter::write_metrics(const std::string& line) {
   if (metrics_.is_open()) metrics_ << line << '\n' << std::flush;
 }
 
-void StepReporter::step(const StepStats& s, const StepContext& c) {
-  if (!leader_) return;
-  const double tps = c.tokens / s.seconds;
-  const double gflops = c.flops_per_token * tps / 1e9;
-  double left = clock_.update(c.progress, ProgressClock::Clock::now());
-  // The first line of a launch: this step's time for each step left, until there is a pace.
-  if (!std::isfinite(left) && !c.scaled) {
-    left = static_cast<double>(c.max_steps - static_cast<int64_t>(c.step)) * s.seconds;
-  }
+namespace {
+
+// "step 120/150  80% ETA 22s | loss ... | peak 1.2 GiB (plan ...) | ...".
+std::string progress_line(const StepStats& s, const StepContext& c, double tps, double gflops,
+                          double left) {
   char line[460];
   int n = c.scaled ? std::snprintf(line, sizeof line, "step %5lld", static_cast<long long>(c.step))
                    : std::snprintf(line, sizeof line, "step %5lld/%lld", static_cast<long long>(c.step),
@@ -53,30 +49,36 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
                      "%6.2f GFLOP/s | peak %s",
                      c.progress * 100, format_duration(left).c_str(), s.loss, s.lr, s.grad_norm, tps,
                      s.seconds * 1e3, gflops, format_bytes(static_cast<double>(s.peak_bytes)).c_str());
-  if (s.predicted_peak > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+  auto room = [&] { return n > 0 && n < static_cast<int>(sizeof line); };
+  if (s.predicted_peak > 0 && room()) {
     n += std::snprintf(line + n, sizeof line - n, " (plan %s) | b %lld x %lld%s",
                        format_bytes(static_cast<double>(s.predicted_peak)).c_str(),
                        static_cast<long long>(s.micro_batch), static_cast<long long>(s.accumulation),
                        s.recompute ? " recompute" : "");
   }
-  if (s.global_batch > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+  if (s.global_batch > 0 && room()) {
     n += std::snprintf(line + n, sizeof line - n, " | B %lld, noise %.0f",
                        static_cast<long long>(s.global_batch), s.noise_scale);
   }
-  if (c.communicates && n > 0 && n < static_cast<int>(sizeof line)) {
+  if (c.communicates && room()) {
     n += std::snprintf(line + n, sizeof line - n, " | comm %.1f ms, exposed %.1f ms, hidden %.0f%%",
                        s.comm.comm_seconds * 1e3, s.comm.exposed_seconds * 1e3,
                        s.comm.hidden_fraction() * 100);
   }
-  if (s.bubble >= 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+  if (s.bubble >= 0 && room()) {
     n += std::snprintf(line + n, sizeof line - n, " | bubble %.0f%% (theory %.0f%%)", s.bubble * 100,
                        s.bubble_theory * 100);
   }
-  if (c.skipped_steps > 0 && n > 0 && n < static_cast<int>(sizeof line)) {
+  if (c.skipped_steps > 0 && room()) {
     std::snprintf(line + n, sizeof line - n, " | %s%lld non-finite step(s) skipped",
                   s.skipped ? "SKIPPED, " : "", static_cast<long long>(c.skipped_steps));
   }
-  log_.info(line);
+  return line;
+}
+
+// The step's metrics record (one JSON line of log.metrics_file).
+nlohmann::json step_record(const StepStats& s, const StepContext& c, double tps, double gflops,
+                           double left) {
   nlohmann::json j = {{"step", c.step},           {"loss", s.loss},   {"lr", s.lr},
                       {"grad_norm", s.grad_norm}, {"ms", s.seconds * 1e3},
                       {"tokens_per_s", tps},      {"gflops", gflops}, {"peak_bytes", s.peak_bytes}};
@@ -113,8 +115,24 @@ void StepReporter::step(const StepStats& s, const StepContext& c) {
     j["hidden_fraction"] = s.comm.hidden_fraction();
   }
   if (c.world > 0) j["world_size"] = c.world;
-  write_metrics(j.dump());
-  tensorboard_step(s, c, tps, gflops, left);
+  return j;
+}
+
+}  // namespace
+
+void StepReporter::step(const StepStats& s, const StepContext& c) {
+  if (!leader_) return;
+  const double tps = c.tokens / s.seconds;
+  const double gflops = c.flops_per_token * tps / 1e9;
+  double left = clock_.update(c.progress, ProgressClock::Clock::now());
+  // The first line of a launch: this step's time for each step left, until there is a pace.
+  if (!std::isfinite(left) && !c.scaled) {
+    left = static_cast<double>(c.max_steps - static_cast<int64_t>(c.step)) * s.seconds;
+  }
+  log_.info(progress_line(s, c, tps, gflops, left));
+  const nlohmann::json record = step_record(s, c, tps, gflops, left);
+  write_metrics(record.dump());
+  tensorboard_step(record);
 }
 
 void StepReporter::held_out(uint64_t step, double loss) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "checkpoint/checkpoint_writer.h"
 #include "parallel/engine.h"
 #include "parallel/progress_clock.h"
@@ -143,8 +145,8 @@ class StepReporter {
 
  private:
   void relaunch_record(uint64_t step, int world, const ElasticLaunch& launch);
-  void tensorboard_step(const StepStats& s, const StepContext& c, double tps, double gflops,
-                        double eta_s);
+  // Every number of a step's metrics record, as TensorBoard scalars of its step.
+  void tensorboard_step(const nlohmann::json& record);
   void flush_tensorboard();
 
   const TrainConfig& config_;

@@ -3,13 +3,17 @@
 //   train/   loss, lr, grad_norm, progress (fraction done), eta_s, skipped_steps
 //   eval/    loss (held-out)
 //   perf/    tokens_per_s, step_ms, gflops
-//   memory/  peak_bytes, predicted_peak_bytes, budget_bytes, state_bytes, oom_recoveries,
-//            replans; text: decisions (re-plans, out-of-memory recoveries, recomputation)
-//   batch/   global_batch, micro_batch, accumulation, noise_scale; text: decisions
+//   memory/  peak_bytes, predicted_peak_bytes, budget_bytes, state_bytes,
+//            analytic_state_bytes, unreduced_grad_peak_bytes, gathered_param_peak_bytes,
+//            zero_stage, oom_recoveries, replans; text: decisions (re-plans,
+//            out-of-memory recoveries, recomputation)
+//   batch/   global_batch, micro_batch, accumulation, noise_scale (-1: not measured);
+//            text: decisions
 //   comm/    comm_ms, exposed_ms, hidden_fraction (data parallel)
 //   pipeline/ bubble, bubble_theory, norm_wait_ms (a pipeline)
 //   elastic/ world_size; text: launch
 //   checkpoint/ stall_ms, write_s, bytes; text: saves
+// A step's scalars are one event (kStepScalars below: the metrics record's numbers).
 // A relaunch that resumes from step S writes steps after S again, into its own file:
 // TensorBoard shows both points of such a step (the relaunch's come later in wall time).
 #include <cmath>
@@ -32,47 +36,59 @@ void StepReporter::flush_tensorboard() {
   }
 }
 
-void StepReporter::tensorboard_step(const StepStats& s, const StepContext& c, double tps,
-                                    double gflops, double eta_s) {
+namespace {
+
+// The metrics record's numbers and their TensorBoard tags: one table, so that both show
+// the same numbers (tensorboard_compat fails on a number of the record that TensorBoard
+// lacks). A key absent from a record (comm/ without data parallelism, eta_s before
+// there is a pace) gives no point.
+struct ScalarTag {
+  const char* key;
+  const char* tag;
+};
+constexpr ScalarTag kStepScalars[] = {
+    {"loss", "train/loss"},
+    {"lr", "train/lr"},
+    {"grad_norm", "train/grad_norm"},
+    {"progress", "train/progress"},
+    {"eta_s", "train/eta_s"},
+    {"skipped_steps", "train/skipped_steps"},
+    {"tokens_per_s", "perf/tokens_per_s"},
+    {"ms", "perf/step_ms"},
+    {"gflops", "perf/gflops"},
+    {"peak_bytes", "memory/peak_bytes"},
+    {"predicted_peak_bytes", "memory/predicted_peak_bytes"},
+    {"budget_bytes", "memory/budget_bytes"},
+    {"state_bytes", "memory/state_bytes"},
+    {"analytic_state_bytes", "memory/analytic_state_bytes"},
+    {"unreduced_grad_peak_bytes", "memory/unreduced_grad_peak_bytes"},
+    {"gathered_param_peak_bytes", "memory/gathered_param_peak_bytes"},
+    {"zero_stage", "memory/zero_stage"},
+    {"oom_recoveries", "memory/oom_recoveries"},
+    {"memory_replans", "memory/replans"},
+    {"global_batch", "batch/global_batch"},
+    {"micro_batch", "batch/micro_batch"},
+    {"accumulation", "batch/accumulation"},
+    {"noise_scale", "batch/noise_scale"},
+    {"comm_ms", "comm/comm_ms"},
+    {"exposed_comm_ms", "comm/exposed_ms"},
+    {"hidden_fraction", "comm/hidden_fraction"},
+    {"bubble", "pipeline/bubble"},
+    {"bubble_theory", "pipeline/bubble_theory"},
+    {"norm_wait_ms", "pipeline/norm_wait_ms"},
+    {"world_size", "elastic/world_size"},
+};
+
+}  // namespace
+
+void StepReporter::tensorboard_step(const nlohmann::json& record) {
   if (!tensorboard_) return;
-  TensorBoardWriter& w = *tensorboard_;
-  const auto step = static_cast<int64_t>(c.step);
-  w.add_scalar("train/loss", step, s.loss);
-  w.add_scalar("train/lr", step, s.lr);
-  w.add_scalar("train/grad_norm", step, s.grad_norm);
-  w.add_scalar("train/progress", step, c.progress);
-  if (std::isfinite(eta_s)) w.add_scalar("train/eta_s", step, eta_s);
-  if (c.skipped_steps > 0)
-    w.add_scalar("train/skipped_steps", step, static_cast<double>(c.skipped_steps));
-  w.add_scalar("perf/tokens_per_s", step, tps);
-  w.add_scalar("perf/step_ms", step, s.seconds * 1e3);
-  w.add_scalar("perf/gflops", step, gflops);
-  w.add_scalar("memory/peak_bytes", step, static_cast<double>(s.peak_bytes));
-  if (s.predicted_peak > 0) {
-    w.add_scalar("memory/predicted_peak_bytes", step, static_cast<double>(s.predicted_peak));
+  std::vector<std::pair<std::string, double>> values;
+  for (const ScalarTag& s : kStepScalars) {
+    const auto it = record.find(s.key);
+    if (it != record.end() && it->is_number()) values.emplace_back(s.tag, it->get<double>());
   }
-  w.add_scalar("memory/budget_bytes", step, static_cast<double>(c.budget));
-  w.add_scalar("memory/state_bytes", step, static_cast<double>(c.memory.state_bytes()));
-  w.add_scalar("memory/oom_recoveries", step, static_cast<double>(c.oom_recoveries));
-  w.add_scalar("memory/replans", step, static_cast<double>(c.replans));
-  w.add_scalar("batch/global_batch", step,
-               static_cast<double>(s.global_batch > 0 ? s.global_batch : c.global_batch));
-  w.add_scalar("batch/micro_batch", step, static_cast<double>(s.micro_batch));
-  w.add_scalar("batch/accumulation", step, static_cast<double>(s.accumulation));
-  if (s.global_batch > 0 && std::isfinite(s.noise_scale)) {
-    w.add_scalar("batch/noise_scale", step, s.noise_scale);
-  }
-  if (c.communicates) {
-    w.add_scalar("comm/comm_ms", step, s.comm.comm_seconds * 1e3);
-    w.add_scalar("comm/exposed_ms", step, s.comm.exposed_seconds * 1e3);
-    w.add_scalar("comm/hidden_fraction", step, s.comm.hidden_fraction());
-  }
-  if (s.bubble >= 0) {
-    w.add_scalar("pipeline/bubble", step, s.bubble);
-    w.add_scalar("pipeline/bubble_theory", step, s.bubble_theory);
-    w.add_scalar("pipeline/norm_wait_ms", step, s.norm_wait_seconds * 1e3);
-  }
-  if (c.world > 0) w.add_scalar("elastic/world_size", step, c.world);
+  tensorboard_->add_scalars(record.at("step").get<int64_t>(), values);
   flush_tensorboard();
 }
 

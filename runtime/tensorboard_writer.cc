@@ -93,12 +93,20 @@ void TensorBoardWriter::add(const tensorboard::Event& event) {
 }
 
 void TensorBoardWriter::add_scalar(const std::string& tag, int64_t step, double value) {
+  add_scalars(step, {{tag, value}});
+}
+
+void TensorBoardWriter::add_scalars(int64_t step,
+                                    const std::vector<std::pair<std::string, double>>& values) {
+  if (values.empty()) return;
   tensorboard::Event e;
   e.set_wall_time(wall_time());
   e.set_step(step);
-  tensorboard::Summary::Value* v = e.mutable_summary()->add_value();
-  v->set_tag(tag);
-  v->set_simple_value(static_cast<float>(value));
+  for (const auto& [tag, value] : values) {
+    tensorboard::Summary::Value* v = e.mutable_summary()->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(static_cast<float>(value));
+  }
   add(e);
 }
 

@@ -18,6 +18,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace etr {
 
@@ -38,6 +40,8 @@ class TensorBoardWriter {
   const std::filesystem::path& path() const { return path_; }
   // A point of the chart `tag` ("train/loss") at `step`. TensorBoard keeps float32.
   void add_scalar(const std::string& tag, int64_t step, double value);
+  // Points of several charts at `step`, as one event.
+  void add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
   // A text (markdown) at `step`, shown by TensorBoard's text dashboard under `tag`.
   void add_text(const std::string& tag, int64_t step, const std::string& text);
   // Writes the records added since the last flush. IoError when they cannot be written.

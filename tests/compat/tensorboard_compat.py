@@ -11,7 +11,8 @@
    is the file version "brain.Event:2".
 3. EventAccumulator over the directory: every scalar equals the number in the metrics
    file (log.metrics_file) of the same run, as float32; held-out losses, world sizes
-   and checkpoint stalls included. The text events (the launches, the checkpoint saves,
+   and checkpoint stalls included; and every number of a step's metrics record is a
+   scalar. The text events (the launches, the checkpoint saves,
    the out-of-memory recovery) are readable as the text plugin's data, and the relaunch
    names its old and new world and the step it resumed from.
 
@@ -48,16 +49,27 @@ STEP_SCALARS = {
     "memory/predicted_peak_bytes": "predicted_peak_bytes",
     "memory/budget_bytes": "budget_bytes",
     "memory/state_bytes": "state_bytes",
+    "memory/analytic_state_bytes": "analytic_state_bytes",
+    "memory/unreduced_grad_peak_bytes": "unreduced_grad_peak_bytes",
+    "memory/gathered_param_peak_bytes": "gathered_param_peak_bytes",
+    "memory/zero_stage": "zero_stage",
     "memory/oom_recoveries": "oom_recoveries",
     "memory/replans": "memory_replans",
     "batch/global_batch": "global_batch",
     "batch/micro_batch": "micro_batch",
     "batch/accumulation": "accumulation",
+    "batch/noise_scale": "noise_scale",
     "comm/comm_ms": "comm_ms",
     "comm/exposed_ms": "exposed_comm_ms",
     "comm/hidden_fraction": "hidden_fraction",
+    "pipeline/bubble": "bubble",
+    "pipeline/bubble_theory": "bubble_theory",
+    "pipeline/norm_wait_ms": "norm_wait_ms",
+    "train/skipped_steps": "skipped_steps",
     "elastic/world_size": "world_size",
 }
+# Numbers of a step's record that are not charts: the x axis.
+NOT_SCALARS = {"step"}
 CHECKPOINT_SCALARS = {
     "checkpoint/stall_ms": "checkpoint_stall_ms",
     "checkpoint/write_s": "checkpoint_write_s",
@@ -135,6 +147,13 @@ def check_scalars(acc, metrics):
     if len(steps) != 8 or not evals or len(saves) < 3:
         fail("the metrics file lacks records: %d steps, %d evals, %d saves"
              % (len(steps), len(evals), len(saves)))
+    # Every number of a step's record is a chart: a field added to the metrics without a
+    # TensorBoard tag (or without a row above) fails here.
+    keys = {k for m in steps for k, v in m.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)} - NOT_SCALARS
+    missing = keys - set(STEP_SCALARS.values())
+    if missing:
+        fail("numbers of the metrics record with no TensorBoard tag: %s" % sorted(missing))
     checked = 0
     for table, records in ((STEP_SCALARS, steps), (CHECKPOINT_SCALARS, saves),
                            ({"eval/loss": "val_loss"}, evals)):
