@@ -1,6 +1,6 @@
 // sentencepiece_api(): loads libetr_sentencepiece.so (sentencepiece_backend.h) once, with
-// RTLD_DEEPBIND: from the build tree, or installed (PREFIX/lib beside PREFIX/bin, or the
-// dynamic linker's search path).
+// RTLD_DEEPBIND: installed beside the program (PREFIX/lib beside PREFIX/bin), else from
+// the build tree, else from the dynamic linker's search path.
 #include <dlfcn.h>
 
 #include <filesystem>
@@ -17,9 +17,10 @@ using NewModel = std::unique_ptr<SentencePieceModel> (*)();
 using Train = std::string (*)(const std::unordered_map<std::string, std::string>&, std::string_view,
                               uint32_t, std::string*);
 
-// The build tree's library, then an installed one beside the program (PREFIX/bin/../lib),
-// then the dynamic linker's search path.
-void* open_shim(std::string& tried) {
+// The library installed beside the program (PREFIX/bin/../lib: an installed etr-train
+// takes its own, never a build tree's of another version), then the build tree's, then
+// the dynamic linker's search path. `loaded` is the one opened.
+void* open_shim(std::string& tried, std::string& loaded) {
   const int mode = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -27,9 +28,12 @@ void* open_shim(std::string& tried) {
       ec ? std::string()
          : (exe.parent_path().parent_path() / "lib" / ETR_SENTENCEPIECE_SHIM_NAME).string();
   for (const std::string& path :
-       {std::string(ETR_SENTENCEPIECE_SHIM), beside, std::string(ETR_SENTENCEPIECE_SHIM_NAME)}) {
+       {beside, std::string(ETR_SENTENCEPIECE_SHIM), std::string(ETR_SENTENCEPIECE_SHIM_NAME)}) {
     if (path.empty()) continue;
-    if (void* h = dlopen(path.c_str(), mode)) return h;
+    if (void* h = dlopen(path.c_str(), mode)) {
+      loaded = path;
+      return h;
+    }
     const char* why = dlerror();
     tried += (tried.empty() ? "" : "; ") + std::string(why ? why : path);
   }
@@ -43,8 +47,8 @@ SentencePieceApi load() {
       "must be loaded with RTLD_DEEPBIND, which the sanitizer runtimes refuse; "
       "use a build without ETR_SANITIZE");
 #endif
-  std::string tried;
-  void* h = open_shim(tried);
+  std::string tried, loaded;
+  void* h = open_shim(tried, loaded);
   if (h == nullptr) {
     throw ConfigError("cannot load etr's SentencePiece library (" + tried +
                       "); subword tokenizers need libetr_sentencepiece.so and "
@@ -54,7 +58,7 @@ SentencePieceApi load() {
   api.new_model = reinterpret_cast<NewModel>(dlsym(h, "etr_sentencepiece_new_model"));
   api.train = reinterpret_cast<Train>(dlsym(h, "etr_sentencepiece_train"));
   if (api.new_model == nullptr || api.train == nullptr) {
-    throw ConfigError("etr's SentencePiece library " + std::string(ETR_SENTENCEPIECE_SHIM) +
+    throw ConfigError("etr's SentencePiece library " + loaded +
                       " lacks its entry points; rebuild etr");
   }
   return api;  // the library stays loaded for the life of the process

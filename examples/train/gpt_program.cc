@@ -47,10 +47,11 @@ ModelSpec build_model(const SessionContext& ctx) {
   return m;
 }
 
-std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSizes* given) {
+std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSizes* given,
+                                      TokenizerCache& tokenizer) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   if (ctx.leader) {
-    const TrainingTokenizer t = TrainingTokenizer::from(ctx.config);
+    const TrainingTokenizer& t = tokenizer.get(ctx.config);
     if (t.is_bytes()) {
       ctx.log.info("tokenizer: bytes (vocabulary 256)");
     } else {
@@ -63,8 +64,9 @@ std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSize
                                                  given ? given->vocab_size : std::nullopt);
 }
 
-// Before presets fill the model sizes in: records model.vocab_size if the user set it,
-// and refuses a nanoGPT file without it (its vocabulary is nowhere else).
+// Before presets fill the model sizes in: model.vocab_size as the user set it or, when
+// unset, as the tokenizer sets it (resolve_training_tokenizer); a nanoGPT file has its
+// vocabulary nowhere else, so without either it is refused.
 void record_given_sizes(const TrainConfig& config, GivenSizes* given) {
   const config::ModelConfig& m = config.model();
   const bool vocab_set = m.has_vocab_size();
@@ -75,10 +77,9 @@ void record_given_sizes(const TrainConfig& config, GivenSizes* given) {
   }
   const config::DataConfig& d = config.data();
   if (d.format() == "nanogpt" && !d.train_file().empty() && !vocab_set) {
-    throw ConfigError(
-        "data.format = nanogpt but model.vocab_size is not set; a nanoGPT .bin "
-        "records no vocabulary, so set model.vocab_size to its tokenizer's "
-        "(50257 for GPT-2's).");
+    throw ConfigError(std::string("data.format = nanogpt but model.vocab_size is not set; a "
+                                  "nanoGPT .bin records no vocabulary, so ") +
+                      data::kSetVocabSize + ".");
   }
 }
 
@@ -119,26 +120,28 @@ std::string generate(LayerStack<float>& stack, const GptConfig& c,
 
 TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
   TrainProgram p;
+  auto tokenizer = std::make_shared<TokenizerCache>();
   p.model = build_model;
-  p.data = [given](const SessionContext& ctx) { return load_data(ctx, given.get()); };
-  p.sample = [](TrainSession& s) {
-    const auto& lg = s.config().log();
-    return generate(s.stack(), GptConfig::from(s.config().model()),
-                    TrainingTokenizer::from(s.config()), lg.sample_prompt(), lg.sample_tokens(),
-                    s.config().model().init_seed());
+  p.data = [given, tokenizer](const SessionContext& ctx) {
+    return load_data(ctx, given.get(), *tokenizer);
   };
-  p.export_weights = [](TrainSession& s) {
+  p.sample = [tokenizer](TrainSession& s) {
+    const auto& lg = s.config().log();
+    return generate(s.stack(), GptConfig::from(s.config().model()), tokenizer->get(s.config()),
+                    lg.sample_prompt(), lg.sample_tokens(), s.config().model().init_seed());
+  };
+  p.export_weights = [tokenizer](TrainSession& s) {
     const std::string& path = s.config().output().export_safetensors();
     const GptConfig g = GptConfig::from(s.config().model());
     export_hf(g, s.stack().layout(), s.engine().parameters(), path);
-    const TrainingTokenizer t = TrainingTokenizer::from(s.config());
+    const TrainingTokenizer& t = tokenizer->get(s.config());
     if (!t.is_bytes()) data::write_hf_tokenizer(path, *t.subword(), g.seq_len);
     s.log().info("exported weights", t.is_bytes() ? "" : " and the tokenizer", " to ", path);
   };
   // The tokenizer's model travels with every checkpoint (etr-ckpt export writes it out).
-  p.attachments = [](const TrainConfig& config) {
+  p.attachments = [tokenizer](const TrainConfig& config) {
     std::vector<ckpt::Attachment> files;
-    const std::string bytes = TrainingTokenizer::from(config).model_bytes();
+    const std::string bytes = tokenizer->get(config).model_bytes();
     if (bytes.empty()) return files;
     ckpt::Attachment& a = files.emplace_back();
     a.set_name(data::kTokenizerModelFile);
@@ -150,10 +153,10 @@ TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
 
 ProgramInfo training_program_info(std::shared_ptr<GivenSizes> given) {
   ProgramInfo info;
-  // First what the user gave (before the tokenizer or a preset fills model.vocab_size in).
+  // What the user gave or the tokenizer implies, before a preset fills model.vocab_size in.
   info.complete_config = [given](TrainConfig& config) {
-    record_given_sizes(config, given.get());
     resolve_training_tokenizer(config);
+    record_given_sizes(config, given.get());
   };
   info.name = "etr-train";
   info.description = "etr-train: trains the example GPT-2 on a token file or a synthetic corpus.";

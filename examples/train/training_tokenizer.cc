@@ -11,10 +11,6 @@ namespace etr::gpt {
 namespace fs = std::filesystem;
 namespace {
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
-
 // The configured model must be the sidecar's, byte for byte, when the token file has one.
 void check_against_sidecar(const std::string& model_path, const data::SubwordTokenizer& model,
                            const fs::path& sidecar, const std::string& train_file) {
@@ -91,6 +87,15 @@ TrainingTokenizer TrainingTokenizer::from(const TrainConfig& config) {
   const std::string& path = config.data().tokenizer_model();
   if (!path.empty()) t.subword_.emplace(data::SubwordTokenizer::load(path));
   return t;
+}
+
+const TrainingTokenizer& TokenizerCache::get(const TrainConfig& config) {
+  const std::string& path = config.data().tokenizer_model();
+  if (!tokenizer_ || path != path_) {
+    tokenizer_ = TrainingTokenizer::from(config);
+    path_ = path;
+  }
+  return *tokenizer_;
 }
 
 std::string TrainingTokenizer::model_bytes() const {

@@ -48,4 +48,17 @@ class TrainingTokenizer {
   std::optional<data::SubwordTokenizer> subword_;
 };
 
+// A run's tokenizer, read from disk at the first use and shared by everything that needs
+// it (the data's log line, the sample, the export, the checkpoints' attachment), so that
+// they all use the same model. Read again only if data.tokenizer_model changes. Not
+// thread-safe: the training thread uses it.
+class TokenizerCache {
+ public:
+  const TrainingTokenizer& get(const TrainConfig& config);
+
+ private:
+  std::string path_;
+  std::optional<TrainingTokenizer> tokenizer_;
+};
+
 }  // namespace etr::gpt

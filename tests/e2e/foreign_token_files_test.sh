@@ -2,7 +2,9 @@
 # etr-train on llm.c's and nanoGPT's token files without conversion: the same tokens in
 # an etr token file (the reference), an llm.c file (256 int32 header, uint16 tokens, as
 # llm.c's write_datafile writes it) and a nanoGPT .bin (raw uint16, as np.tofile writes
-# it) give bitwise the same losses, step by step; etr-tokenize --show describes all three.
+# it) give bitwise the same losses, step by step; etr-tokenize --show describes all three;
+# a nanoGPT file with its SentencePiece model (data.tokenizer_model, no model.vocab_size)
+# trains as the etr file it came from.
 # Usage: foreign_token_files_test.sh ETR_MPIRUN ETR_TRAIN ETR_TOKENIZE TINY_CONFIG
 set -u
 mpirun=$1 train=$2 tokenize=$3 tiny=$4
@@ -63,4 +65,22 @@ train_on other --set data.train_file="$work/other.bin" --set data.format=nanogpt
   --set model.vocab_size=256
 ! cmp -s "$work/other.losses" "$work/etr.losses" || fail "other tokens gave the same losses"
 grep -q 'llm.c token file' "$work/llmc.log" || fail "the log does not name the llm.c format"
+
+# A nanoGPT file made with a SentencePiece tokenizer: data.tokenizer_model gives its
+# vocabulary (no model.vocab_size), and it trains as the etr file with its sidecar does.
+# Not in sanitizer builds (no SentencePiece there: examples/data/sentencepiece_backend.h).
+if [ -z "${ETR_TEST_NO_SUBWORD:-}" ]; then
+  for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog"; done >"$work/text.txt"
+  "$tokenize" "$work/text.txt" --train-tokenizer bpe --vocab-size 300 -o "$work/sub.model" >/dev/null &&
+    "$tokenize" "$work/text.txt" --tokenizer "$work/sub.model" -o "$work/sub.tok" >/dev/null ||
+    fail "etr-tokenize could not make the subword files"
+  nanogpt_from_etr "$work/sub.tok" "$work/sub_nanogpt.bin"
+  train_on sub --set data.train_file="$work/sub.tok"
+  train_on sub_nanogpt --set data.train_file="$work/sub_nanogpt.bin" --set data.format=nanogpt \
+    --set data.tokenizer_model="$work/sub.model"
+  cmp -s "$work/sub_nanogpt.losses" "$work/sub.losses" ||
+    fail "nanoGPT + tokenizer losses differ: $(paste "$work/sub_nanogpt.losses" "$work/sub.losses")"
+  ! cmp -s "$work/sub.losses" "$work/etr.losses" || fail "the subword tokens gave the byte losses"
+  echo "ok: a nanoGPT file with its SentencePiece model trains as its etr file: $(tr '\n' ' ' <"$work/sub.losses")"
+fi
 echo "ok: etr, llm.c and nanoGPT files give the same losses: $(tr '\n' ' ' <"$work/etr.losses")"
