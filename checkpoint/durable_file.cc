@@ -21,10 +21,6 @@ namespace etr {
 
 namespace {
 
-std::string quoted(const std::filesystem::path& p) {
-  return "'" + p.string() + "'";
-}
-
 std::filesystem::path directory_of(const std::filesystem::path& p) {
   std::filesystem::path dir = p.parent_path();
   return dir.empty() ? std::filesystem::path(".") : dir;
@@ -44,8 +40,8 @@ DurableFile::DurableFile(std::filesystem::path path, bool direct_io)
     temp_exists_ = true;
   } else {
     int err = errno;
-    throw IoError("cannot create the temporary file " + quoted(temp_path_) + " for " +
-                  quoted(path_) + ": " + std::strerror(err) +
+    throw IoError("cannot create the temporary file " + in_quotes(temp_path_) + " for " +
+                  in_quotes(path_) + ": " + std::strerror(err) +
                   "; check that the directory exists and is writable");
   }
 }
@@ -56,18 +52,18 @@ DurableFile::~DurableFile() {
 
 void DurableFile::fail(const std::string& what, int error_number) {
   discard();
-  throw IoError("cannot " + what + " " + quoted(path_) + " (temporary file " + quoted(temp_path_) +
+  throw IoError("cannot " + what + " " + in_quotes(path_) + " (temporary file " + in_quotes(temp_path_) +
                 "): " + std::strerror(error_number) +
                 "; check free space, quotas and file size limits of the file system");
 }
 
 void DurableFile::write(const void* data, size_t size) {
   if (committed_) {
-    throw InvalidArgument("DurableFile for " + quoted(path_) +
+    throw InvalidArgument("DurableFile for " + in_quotes(path_) +
                           " was already committed; create a new one to write the file again");
   }
   if (fd_ < 0) {
-    throw InvalidArgument("DurableFile for " + quoted(path_) +
+    throw InvalidArgument("DurableFile for " + in_quotes(path_) +
                           " failed earlier and has no file left; create a new one");
   }
   const char* p = static_cast<const char*>(data);
@@ -131,7 +127,7 @@ void DurableFile::close_fd() {
 void DurableFile::commit() {
   if (committed_) return;
   if (fd_ < 0) {
-    throw InvalidArgument("DurableFile for " + quoted(path_) +
+    throw InvalidArgument("DurableFile for " + in_quotes(path_) +
                           " failed earlier and has nothing to commit; create a new one");
   }
   while (::fsync(fd_) != 0) {
@@ -146,7 +142,7 @@ void DurableFile::commit() {
   try {
     fsync_directory(directory_of(path_));
   } catch (const IoError& e) {
-    throw IoError("wrote " + quoted(path_) + " but " + e.what() +
+    throw IoError("wrote " + in_quotes(path_) + " but " + e.what() +
                   "; the file may not survive a crash, check the file system");
   }
 }
@@ -166,7 +162,7 @@ void fsync_directory(const std::filesystem::path& dir) {
     ::close(dfd);
   }
   if (err != 0) {
-    throw IoError("cannot flush the directory " + quoted(dir) + ": " + std::strerror(err));
+    throw IoError("cannot flush the directory " + in_quotes(dir) + ": " + std::strerror(err));
   }
 }
 

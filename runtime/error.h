@@ -4,10 +4,23 @@
 // that says what is wrong and, where it can, what to do about it.
 #pragma once
 
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 namespace etr {
+
+// 'text' for a message: in_quotes("a b") is "'a b'" (as is, not escaped).
+inline std::string in_quotes(const std::string& text) {
+  std::string s = "'";  // appended, not "'" + ...: GCC 12's -Wrestrict misfires on that at -O3
+  s += text;
+  s += '\'';
+  return s;
+}
+inline std::string in_quotes(const std::filesystem::path& path) {
+  return in_quotes(path.string());
+}
+inline std::string in_quotes(const char* text) { return in_quotes(std::string(text)); }
 
 // Base of everything etr throws on purpose.
 class Error : public std::runtime_error {

@@ -17,10 +17,6 @@ namespace {
 // Text is encoded in pieces of about this many bytes (cut after a newline).
 constexpr size_t kEncodeChunkBytes = size_t{1} << 20;
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
-
 }  // namespace
 
 std::string sentencepiece_reason(const std::string& text) {

@@ -24,9 +24,8 @@ TokenFile open_train_file(const config::DataConfig& d, std::optional<uint32_t> g
 void check_vocabulary(const TokenFile& file, int64_t vocab_size) {
   const std::string title(token_file_format_title(file.format()));
   if (file.vocab_size() == 0) {
-    throw ConfigError("'" + file.path().string() + "' is a " + title +
-                      ", which records no vocabulary; set model.vocab_size to its tokenizer's "
-                      "(50257 for GPT-2's).");
+    throw ConfigError(in_quotes(file.path()) + " is a " + title + ", which records no vocabulary; " +
+                      kSetVocabSize + ".");
   }
   if (file.vocab_size() > static_cast<uint32_t>(vocab_size)) {
     const bool gpt2 = file.format() == TokenFileFormat::kLlmc && !file.layout().vocab_given;

@@ -35,10 +35,6 @@ constexpr size_t kReservedCAt = 40;  // 24 bytes, to the end of the header
 
 constexpr const char* kRewrite = "write it again with etr-tokenize";
 
-std::string quoted(const std::filesystem::path& p) {
-  return "'" + p.string() + "'";
-}
-
 template <typename T>
 void put_le(std::byte* at, T value) {
   for (size_t i = 0; i < sizeof(T); ++i) at[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
@@ -53,7 +49,7 @@ T get_le(const std::byte* at) {
 
 // The error for a file that does not start with the magic.
 ConfigError not_a_token_file(const std::filesystem::path& path, const std::byte* start, size_t n) {
-  return ConfigError(quoted(path) + " is not an etr token file: it starts with \"" +
+  return ConfigError(in_quotes(path) + " is not an etr token file: it starts with \"" +
                      printable_prefix({start, n}, n) +
                      "\" instead of \"ETRTOKEN\"; convert text to tokens with etr-tokenize");
 }
@@ -66,7 +62,7 @@ TokenFileHeader decode_header(const std::filesystem::path& path, const std::byte
   TokenFileHeader header;
   header.version = get_le<uint32_t>(h + kVersionAt);
   if (header.version != kTokenFileVersion) {
-    throw ConfigError("token file " + quoted(path) + " has format version " +
+    throw ConfigError("token file " + in_quotes(path) + " has format version " +
                       std::to_string(header.version) + " but this build of etr reads version " +
                       std::to_string(kTokenFileVersion) +
                       " only; use the etr that wrote it or convert the text again with this "
@@ -74,7 +70,7 @@ TokenFileHeader decode_header(const std::filesystem::path& path, const std::byte
   }
   header.dtype = get_le<uint16_t>(h + kDtypeAt);
   if (header.dtype != kTokenDtypeUint16) {
-    throw ConfigError("token file " + quoted(path) + " has token dtype code " +
+    throw ConfigError("token file " + in_quotes(path) + " has token dtype code " +
                       std::to_string(header.dtype) + " but this build of etr reads code " +
                       std::to_string(kTokenDtypeUint16) + " (uint16) only; " + kRewrite);
   }
@@ -82,7 +78,7 @@ TokenFileHeader decode_header(const std::filesystem::path& path, const std::byte
   header.vocab_size = get_le<uint32_t>(h + kVocabAt);
   header.checksum = get_le<uint64_t>(h + kChecksumAt);
   if (header.vocab_size == 0 || header.vocab_size > kTokenFileMaxVocab) {
-    throw ConfigError("token file " + quoted(path) + " has vocabulary size " +
+    throw ConfigError("token file " + in_quotes(path) + " has vocabulary size " +
                       std::to_string(header.vocab_size) + ", which uint16 tokens cannot have (1.." +
                       std::to_string(kTokenFileMaxVocab) + "); " + kRewrite);
   }
@@ -91,7 +87,7 @@ TokenFileHeader decode_header(const std::filesystem::path& path, const std::byte
   for (size_t i = kReservedCAt; i < kTokenFileHeaderBytes; ++i)
     reserved_zero = reserved_zero && h[i] == std::byte{0};
   if (!reserved_zero) {
-    throw ConfigError("token file " + quoted(path) +
+    throw ConfigError("token file " + in_quotes(path) +
                       " has non-zero reserved header bytes, so it is damaged or written by a "
                       "newer etr with the same version number; " +
                       std::string(kRewrite));
@@ -116,13 +112,13 @@ void encode_token_file_header(const TokenFileHeader& header,
 TokenFileHeader write_token_file(const std::filesystem::path& path,
                                  std::span<const uint16_t> tokens, uint32_t vocab_size) {
   if (vocab_size == 0 || vocab_size > kTokenFileMaxVocab) {
-    throw InvalidArgument("cannot write token file " + quoted(path) + " with vocabulary size " +
+    throw InvalidArgument("cannot write token file " + in_quotes(path) + " with vocabulary size " +
                           std::to_string(vocab_size) + "; uint16 tokens need 1.." +
                           std::to_string(kTokenFileMaxVocab));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab_size) {
-      throw InvalidArgument("cannot write token file " + quoted(path) + ": token " +
+      throw InvalidArgument("cannot write token file " + in_quotes(path) + ": token " +
                             std::to_string(tokens[i]) + " at position " + std::to_string(i) +
                             " is not below the vocabulary size " + std::to_string(vocab_size));
     }
@@ -154,7 +150,7 @@ TokenLayout read_etr_layout(const std::filesystem::path& path, std::span<const s
     if (n > 0 && std::memcmp(file.data(), kTokenFileMagic, n) != 0) {
       throw not_a_token_file(path, file.data(), n);
     }
-    throw IoError("token file " + quoted(path) + " has " + std::to_string(file_bytes) +
+    throw IoError("token file " + in_quotes(path) + " has " + std::to_string(file_bytes) +
                   " bytes, too few for the " + std::to_string(kTokenFileHeaderBytes) +
                   "-byte header, so it is truncated or not a token file; " + kRewrite);
   }
@@ -162,17 +158,17 @@ TokenLayout read_etr_layout(const std::filesystem::path& path, std::span<const s
   const uint64_t max_count = (std::numeric_limits<uint64_t>::max() - kTokenFileHeaderBytes) / 2;
   const uint64_t count = header.token_count;
   if (count > max_count) {
-    throw IoError("token file " + quoted(path) + " has a corrupt header: it says " +
+    throw IoError("token file " + in_quotes(path) + " has a corrupt header: it says " +
                   std::to_string(count) + " tokens, more than any file can hold; " + kRewrite);
   }
   const uint64_t expected = kTokenFileHeaderBytes + 2 * count;
   if (file_bytes < expected) {
-    throw IoError("token file " + quoted(path) + " is truncated: its header says " +
+    throw IoError("token file " + in_quotes(path) + " is truncated: its header says " +
                   std::to_string(count) + " tokens, which need " + std::to_string(expected) +
                   " bytes, but the file has " + std::to_string(file_bytes) + " bytes; " + kRewrite);
   }
   if (file_bytes > expected) {
-    throw IoError("token file " + quoted(path) + " has " + std::to_string(file_bytes) +
+    throw IoError("token file " + in_quotes(path) + " has " + std::to_string(file_bytes) +
                   " bytes but its header says " + std::to_string(count) + " tokens, which need " +
                   std::to_string(expected) + " bytes, so the header or the file is damaged; " +
                   kRewrite);
@@ -193,7 +189,7 @@ TokenFile::TokenFile(std::filesystem::path path, TokenFileOptions options)
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    throw IoError("cannot open token file " + quoted(path_) + ": " + std::strerror(err) +
+    throw IoError("cannot open token file " + in_quotes(path_) + ": " + std::strerror(err) +
                   "; check that the file exists and is readable");
   }
   struct Closer {
@@ -214,10 +210,10 @@ void TokenFile::map(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
-    throw IoError("cannot stat token file " + quoted(path_) + ": " + std::strerror(err));
+    throw IoError("cannot stat token file " + in_quotes(path_) + ": " + std::strerror(err));
   }
   if (!S_ISREG(st.st_mode)) {
-    throw IoError("token file " + quoted(path_) +
+    throw IoError("token file " + in_quotes(path_) +
                   " is not a regular file; give the path of a file written by etr-tokenize");
   }
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
@@ -228,7 +224,7 @@ void TokenFile::map(int fd) {
     int err = errno;
     map_ = nullptr;
     map_bytes_ = 0;
-    throw IoError("cannot map token file " + quoted(path_) + " (" + std::to_string(file_bytes) +
+    throw IoError("cannot map token file " + in_quotes(path_) + " (" + std::to_string(file_bytes) +
                   " bytes) into memory: " + std::strerror(err));
   }
 }
@@ -305,7 +301,7 @@ void TokenFile::verify_checksum() const {
   const std::span<const uint16_t> t = tokens();
   const uint64_t actual = Checksum::of(t.data(), t.size_bytes());
   if (actual != header_.checksum) {
-    throw IoError("token file " + quoted(path_) + " is corrupt: the checksum of its " +
+    throw IoError("token file " + in_quotes(path_) + " is corrupt: the checksum of its " +
                   std::to_string(t.size()) + " tokens is " + format_checksum(actual) +
                   " but its header says " + format_checksum(header_.checksum) + "; " + kRewrite);
   }
@@ -320,12 +316,12 @@ void TokenFile::verify_tokens() const {
   const std::string where = " token " + std::to_string(*bad) + " at position " +
                             std::to_string(bad - t.begin()) + " is not below ";
   if (layout_.format == TokenFileFormat::kEtr) {
-    throw IoError("token file " + quoted(path_) + " is corrupt:" + where + "its vocabulary size " +
+    throw IoError("token file " + in_quotes(path_) + " is corrupt:" + where + "its vocabulary size " +
                   std::to_string(vocab) + "; " + kRewrite);
   }
   const std::string title(token_file_format_title(layout_.format));
   throw ConfigError(
-      title + " " + quoted(path_) + ":" + where + "the vocabulary size " + std::to_string(vocab) +
+      title + " " + in_quotes(path_) + ":" + where + "the vocabulary size " + std::to_string(vocab) +
       (layout_.vocab_given ? " (model.vocab_size); set model.vocab_size to its tokenizer's"
                            : " (GPT-2's, llm.c's version 1); set model.vocab_size to its "
                              "tokenizer's") +

@@ -50,7 +50,6 @@ namespace etr::data {
 static_assert(std::endian::native == std::endian::little,
               "token files are mapped in place and need a little-endian host");
 
-inline constexpr char kTokenFileMagic[8] = {'E', 'T', 'R', 'T', 'O', 'K', 'E', 'N'};
 inline constexpr uint32_t kTokenFileVersion = 1;  // the version this build writes and reads
 inline constexpr uint16_t kTokenDtypeUint16 = 1;  // the dtype code of uint16 tokens
 inline constexpr size_t kTokenFileHeaderBytes = 64;

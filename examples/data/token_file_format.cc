@@ -16,14 +16,6 @@ namespace {
 constexpr std::array<std::string_view, 4> kNames = {"auto", "etr", "llmc", "nanogpt"};
 constexpr std::array<std::string_view, 4> kTitles = {"token file", "etr token file",
                                                      "llm.c token file", "nanoGPT .bin"};
-constexpr char kEtrMagic[8] = {'E', 'T', 'R', 'T', 'O', 'K', 'E', 'N'};
-
-std::string quoted(const std::filesystem::path& p) {
-  std::string s = "'";  // appended, not "'" + ...: GCC 12's -Wrestrict misfires on that at -O3
-  s += p.string();
-  s += '\'';
-  return s;
-}
 
 int32_t int32_at(std::span<const std::byte> file, size_t index) {
   uint32_t v = 0;
@@ -32,7 +24,8 @@ int32_t int32_at(std::span<const std::byte> file, size_t index) {
 }
 
 bool starts_with_etr_magic(std::span<const std::byte> file) {
-  return file.size() >= sizeof kEtrMagic && std::memcmp(file.data(), kEtrMagic, 8) == 0;
+  return file.size() >= sizeof kTokenFileMagic &&
+         std::memcmp(file.data(), kTokenFileMagic, sizeof kTokenFileMagic) == 0;
 }
 
 bool starts_with_llmc_magic(std::span<const std::byte> file) {
@@ -83,11 +76,11 @@ std::string printable_prefix(std::span<const std::byte> file, size_t n) {
 
 TokenFileFormat detect_token_file_format(const std::filesystem::path& path,
                                          std::span<const std::byte> file) {
-  const size_t n = std::min(file.size(), sizeof kEtrMagic);
-  if (n > 0 && std::memcmp(file.data(), kEtrMagic, n) == 0) return TokenFileFormat::kEtr;
+  const size_t n = std::min(file.size(), sizeof kTokenFileMagic);
+  if (n > 0 && std::memcmp(file.data(), kTokenFileMagic, n) == 0) return TokenFileFormat::kEtr;
   if (starts_with_llmc_magic(file)) return TokenFileFormat::kLlmc;
   if (file.empty()) return TokenFileFormat::kEtr;  // its reader says "0 bytes, truncated"
-  throw ConfigError(quoted(path) + " is not an etr token file nor an llm.c one: it starts with \"" +
+  throw ConfigError(in_quotes(path) + " is not an etr token file nor an llm.c one: it starts with \"" +
                     printable_prefix(file, 8) + "\", not \"ETRTOKEN\" nor llm.c's int32 magic " +
                     std::to_string(kLlmcMagic) +
                     "; for a headerless nanoGPT .bin of uint16 tokens set data.format=nanogpt "
@@ -97,14 +90,14 @@ TokenFileFormat detect_token_file_format(const std::filesystem::path& path,
 
 TokenLayout read_llmc_layout(const std::filesystem::path& path, std::span<const std::byte> file,
                              std::optional<uint32_t> vocab) {
-  const std::string name = "llm.c token file " + quoted(path);
+  const std::string name = "llm.c token file " + in_quotes(path);
   if (!starts_with_llmc_magic(file)) {
-    throw ConfigError(quoted(path) + " is not an llm.c token file: it starts with \"" +
+    throw ConfigError(in_quotes(path) + " is not an llm.c token file: it starts with \"" +
                       printable_prefix(file, 8) + "\", not the int32 magic " +
                       std::to_string(kLlmcMagic) + "; set data.format=auto to recognise it.");
   }
   if (int32_at(file, 0) == kLlmcLlama3Magic) {
-    throw ConfigError(quoted(path) + " is an llm.c LLaMA-3 token file (magic " +
+    throw ConfigError(in_quotes(path) + " is an llm.c LLaMA-3 token file (magic " +
                       std::to_string(kLlmcLlama3Magic) +
                       "), whose tokens are uint32, but etr's tokens are uint16; etr reads llm.c's "
                       "GPT-2 files (magic " +
@@ -144,13 +137,13 @@ TokenLayout read_llmc_layout(const std::filesystem::path& path, std::span<const 
 TokenLayout read_nanogpt_layout(const std::filesystem::path& path, std::span<const std::byte> file,
                                 std::optional<uint32_t> vocab) {
   if (starts_with_etr_magic(file) || starts_with_llmc_magic(file)) {
-    throw ConfigError("data.format is nanogpt, but " + quoted(path) +
+    throw ConfigError("data.format is nanogpt, but " + in_quotes(path) +
                       " starts with the header of " +
                       (starts_with_etr_magic(file) ? "an etr" : "an llm.c") +
                       " token file, which would be read as tokens; set data.format=auto.");
   }
   if (file.size() % 2 != 0) {
-    throw IoError("nanoGPT .bin " + quoted(path) + " has " + std::to_string(file.size()) +
+    throw IoError("nanoGPT .bin " + in_quotes(path) + " has " + std::to_string(file.size()) +
                   " bytes, an odd number, so it is not an array of uint16 tokens (truncated, "
                   "or another format).");
   }

@@ -71,6 +71,13 @@ TokenLayout read_llmc_layout(const std::filesystem::path& path, std::span<const 
 TokenLayout read_nanogpt_layout(const std::filesystem::path& path, std::span<const std::byte> file,
                                 std::optional<uint32_t> vocab);
 
+// The magic an etr token file starts with (token_file.h).
+inline constexpr char kTokenFileMagic[8] = {'E', 'T', 'R', 'T', 'O', 'K', 'E', 'N'};
+
+// What a message about a file without a vocabulary (a nanoGPT .bin) tells the user.
+inline constexpr const char* kSetVocabSize =
+    "set model.vocab_size to its tokenizer's (50257 for GPT-2's)";
+
 // The first `n` bytes of `file` as printable text for a message: "PK\x03\x04".
 std::string printable_prefix(std::span<const std::byte> file, size_t n);
 

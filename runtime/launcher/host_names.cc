@@ -18,7 +18,7 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-std::string quoted(std::string_view s) {
+std::string quote_printable(std::string_view s) {
   std::string out = printable(s);
   out.insert(out.begin(), '\'');
   out.push_back('\'');
@@ -44,7 +44,7 @@ int parse_slots(std::string_view text) {
   int n = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec != std::errc() || p != text.data() + text.size() || n < 1 || n > kMaxSlotsPerHost) {
-    throw ConfigError("the slot count " + quoted(text) + " is not a whole number from 1 to " +
+    throw ConfigError("the slot count " + quote_printable(text) + " is not a whole number from 1 to " +
                       std::to_string(kMaxSlotsPerHost));
   }
   return n;
@@ -58,7 +58,7 @@ class HostAccumulator {
     if (fresh) hosts_.push_back({h.host, 0});
     HostSlots& mine = hosts_[it->second];
     if (mine.slots + h.slots > kMaxSlotsPerHost) {
-      throw ConfigError("host " + quoted(h.host) + " is given more than " +
+      throw ConfigError("host " + quote_printable(h.host) + " is given more than " +
                         std::to_string(kMaxSlotsPerHost) + " slots in all");
     }
     if (total_ + h.slots > kMaxTotalSlots) {
@@ -102,28 +102,28 @@ std::string host_name_problem(std::string_view host) {
   if (is_ipv4(host) || is_ipv6(host)) return "";
   for (char c : host) {
     if (!name_char(c) && c != '.') {
-      return quoted(host) + " is not a host name: " + quoted(std::string_view(&c, 1)) +
+      return quote_printable(host) + " is not a host name: " + quote_printable(std::string_view(&c, 1)) +
              " is not a letter, digit, '-' or '.'";
     }
   }
-  if (host.size() > 253) return quoted(host) + " is not a host name: longer than 253 characters";
+  if (host.size() > 253) return quote_printable(host) + " is not a host name: longer than 253 characters";
   bool all_digits = true;
   size_t begin = 0;
   for (;;) {
     const size_t dot = std::min(host.find('.', begin), host.size());
     const std::string_view label = host.substr(begin, dot - begin);
-    if (label.empty()) return quoted(host) + " is not a host name: it has an empty label";
+    if (label.empty()) return quote_printable(host) + " is not a host name: it has an empty label";
     if (label.size() > 63) {
-      return quoted(host) + " is not a host name: a label is longer than 63 characters";
+      return quote_printable(host) + " is not a host name: a label is longer than 63 characters";
     }
     if (label.front() == '-' || label.back() == '-') {
-      return quoted(host) + " is not a host name: a label starts or ends with '-'";
+      return quote_printable(host) + " is not a host name: a label starts or ends with '-'";
     }
     all_digits = all_digits && label.find_first_not_of("0123456789") == std::string_view::npos;
     if (dot == host.size()) break;
     begin = dot + 1;
   }
-  if (all_digits) return quoted(host) + " is not an IPv4 address";
+  if (all_digits) return quote_printable(host) + " is not an IPv4 address";
   return "";
 }
 
@@ -139,7 +139,7 @@ HostSlots parse_host_item(std::string_view item) {
       if (rest.front() != ':') throw ConfigError("expected ':SLOTS' after the ']'");
       out.slots = parse_slots(rest.substr(1));
     }
-    if (!is_ipv6(host)) throw ConfigError(quoted(host) + " in brackets is not an IPv6 address");
+    if (!is_ipv6(host)) throw ConfigError(quote_printable(host) + " in brackets is not an IPv6 address");
   } else if (is_ipv6(item)) {  // a bare IPv6 address: one slot
     host = item;
   } else if (const size_t colon = item.rfind(':'); colon != std::string_view::npos) {
@@ -162,7 +162,7 @@ std::vector<HostSlots> parse_host_list(const std::string& text) {
       try {
         out.add(parse_host_item(item));
       } catch (const ConfigError& e) {
-        throw ConfigError("--hosts item " + quoted(item) + ": " + e.what() +
+        throw ConfigError("--hosts item " + quote_printable(item) + ": " + e.what() +
                           "; write HOST or HOST:SLOTS, e.g. node1:2");
       }
     }
@@ -197,7 +197,7 @@ std::vector<HostSlots> parse_host_lines(const std::string& text, const std::stri
       out.add({std::string(host), parse_slots(rest.substr(6))});
     } catch (const ConfigError& e) {
       throw ConfigError(printable(source, 200) + ", line " + std::to_string(number) + " (" +
-                        quoted(line) + "): " + e.what() +
+                        quote_printable(line) + "): " + e.what() +
                         "; write HOST, HOST:SLOTS or HOST slots=SLOTS");
     }
   }

@@ -88,7 +88,7 @@ bool is_loopback(const Ip& ip) {
   return ip == one;
 }
 
-std::string quoted(std::string_view s) {
+std::string quote_printable(std::string_view s) {
   std::string out(1, '\'');  // (not "'" + ...: GCC 12's -Wrestrict misfires on it)
   out += printable(s, 200);
   out += '\'';
@@ -110,7 +110,7 @@ std::string interface_list() {
 // on that network.
 bool check_iface_item(std::string_view item, const std::string& origin,
                       const std::vector<InterfaceAddress>& mine) {
-  const std::string what = origin + " item " + quoted(item);
+  const std::string what = origin + " item " + quote_printable(item);
   if (const size_t slash = item.find('/'); slash != std::string_view::npos) {
     const auto net = parse_ip(item.substr(0, slash));
     const std::string_view bits = item.substr(slash + 1);
@@ -178,7 +178,7 @@ std::vector<std::string> resolve_host(const std::string& host) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
   if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
-    throw ConfigError("the host " + quoted(host) + " does not resolve to an address (" +
+    throw ConfigError("the host " + quote_printable(host) + " does not resolve to an address (" +
                       gai_strerror(rc) + "); check its name or give its address");
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> owner(res, freeaddrinfo);
@@ -189,7 +189,7 @@ std::vector<std::string> resolve_host(const std::string& host) {
     const std::string text = ip_text(*ip);
     if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(text);
   }
-  if (out.empty()) throw ConfigError("the host " + quoted(host) + " resolves to no IP address");
+  if (out.empty()) throw ConfigError("the host " + quote_printable(host) + " resolves to no IP address");
   return out;
 }
 
@@ -214,7 +214,7 @@ bool resolves_to_this_machine(const std::string& host) {
 
 InterfaceAddress route_to(const std::string& address) {
   const auto ip = parse_ip(address);
-  if (!ip) throw ConfigError(quoted(address) + " is not a numeric address");
+  if (!ip) throw ConfigError(quote_printable(address) + " is not a numeric address");
   sockaddr_storage to = {};
   socklen_t len = 0;
   if (ip->family == AF_INET) {
@@ -260,7 +260,7 @@ void check_iface(const std::string& value, const std::string& origin) {
     begin = comma + 1;
   }
   if (!here) {
-    throw ConfigError(origin + " " + quoted(value) + " matches none of this machine's interfaces (" +
+    throw ConfigError(origin + " " + quote_printable(value) + " matches none of this machine's interfaces (" +
                       interface_list() + "); name a network or an interface the hosts share");
   }
 }
