@@ -17,6 +17,7 @@
 #include "examples/data/sampler.h"
 #include "examples/data/token_file.h"
 #include "examples/data/window_space.h"
+#include "examples/data/byte_tokenizer.h"
 #include "parallel/data_source.h"
 #include "runtime/config/train_config.h"
 #include "runtime/host_allocator.h"
@@ -46,6 +47,9 @@ class TokenDataSource final : public DataSource {
                    std::span<int32_t> targets) const override;
 
   std::span<const uint16_t> tokens() const { return tokens_; }
+  // The vocabulary of the data's tokens: 256 for the synthetic corpus (bytes), else the
+  // token file's (its header's, or the given one).
+  uint32_t vocab_size() const { return file_ ? file_->vocab_size() : ByteTokenizer::kVocabSize; }
 
  private:
   int64_t seq_len_;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "examples/data/byte_tokenizer.h"
 #include "examples/data/hf_tokenizer_files.h"
 #include "examples/data/token_data_source.h"
 #include "examples/gpt/gpt_model.h"
@@ -48,7 +49,7 @@ ModelSpec build_model(const SessionContext& ctx) {
 }
 
 std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSizes* given,
-                                      TokenizerCache& tokenizer) {
+                                      TokenizerCache& tokenizer, uint32_t& data_vocab) {
   const GptConfig g = GptConfig::from(ctx.config.model());
   if (ctx.leader) {
     const TrainingTokenizer& t = tokenizer.get(ctx.config);
@@ -59,9 +60,11 @@ std::unique_ptr<DataSource> load_data(const SessionContext& ctx, const GivenSize
                    t.subword()->describe());
     }
   }
-  return std::make_unique<data::TokenDataSource>(ctx.config, g.seq_len, g.vocab_size, ctx.alloc,
-                                                 ctx.log, ctx.leader,
-                                                 given ? given->vocab_size : std::nullopt);
+  auto source = std::make_unique<data::TokenDataSource>(
+      ctx.config, g.seq_len, g.vocab_size, ctx.alloc, ctx.log, ctx.leader,
+      given ? given->vocab_size : std::nullopt);
+  data_vocab = source->vocab_size();
+  return source;
 }
 
 // Before presets fill the model sizes in: model.vocab_size as the user set it or, when
@@ -81,6 +84,24 @@ void record_given_sizes(const TrainConfig& config, GivenSizes* given) {
                                   "nanoGPT .bin records no vocabulary, so ") +
                       data::kSetVocabSize + ".");
   }
+}
+
+// Data of more than 256 token ids without a tokenizer etr can read (an llm.c GPT-2 file:
+// GPT-2's BPE is not SentencePiece): no text can be encoded or shown, so the sample starts
+// from GPT-2's end-of-text token (50256, as llm.c samples) or token 0, and is shown as ids.
+std::string generate_ids(LayerStack<float>& stack, const GptConfig& c, uint32_t data_vocab,
+                         int count, uint64_t seed) {
+  constexpr uint32_t kGpt2Vocab = 50257, kGpt2EndOfText = 50256;
+  const auto start = static_cast<uint16_t>(data_vocab == kGpt2Vocab ? kGpt2EndOfText : 0);
+  const std::vector<uint16_t> tokens = generate_tokens(stack, c, {start}, count, seed);
+  std::string out = "(token ids: no tokenizer for the data's vocabulary of " +
+                    std::to_string(data_vocab) +
+                    "; data.tokenizer_model names a SentencePiece one)\n";
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) out += ' ';
+    out += std::to_string(tokens[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -121,14 +142,21 @@ std::string generate(LayerStack<float>& stack, const GptConfig& c,
 TrainProgram training_program(std::shared_ptr<const GivenSizes> given) {
   TrainProgram p;
   auto tokenizer = std::make_shared<TokenizerCache>();
+  auto data_vocab = std::make_shared<uint32_t>(data::ByteTokenizer::kVocabSize);
   p.model = build_model;
-  p.data = [given, tokenizer](const SessionContext& ctx) {
-    return load_data(ctx, given.get(), *tokenizer);
+  p.data = [given, tokenizer, data_vocab](const SessionContext& ctx) {
+    return load_data(ctx, given.get(), *tokenizer, *data_vocab);
   };
-  p.sample = [tokenizer](TrainSession& s) {
+  p.sample = [tokenizer, data_vocab](TrainSession& s) {
     const auto& lg = s.config().log();
-    return generate(s.stack(), GptConfig::from(s.config().model()), tokenizer->get(s.config()),
-                    lg.sample_prompt(), lg.sample_tokens(), s.config().model().init_seed());
+    const GptConfig g = GptConfig::from(s.config().model());
+    const TrainingTokenizer& t = tokenizer->get(s.config());
+    if (t.is_bytes() && *data_vocab > data::ByteTokenizer::kVocabSize) {
+      return generate_ids(s.stack(), g, *data_vocab, lg.sample_tokens(),
+                          s.config().model().init_seed());
+    }
+    return generate(s.stack(), g, t, lg.sample_prompt(), lg.sample_tokens(),
+                    s.config().model().init_seed());
   };
   p.export_weights = [tokenizer](TrainSession& s) {
     const std::string& path = s.config().output().export_safetensors();

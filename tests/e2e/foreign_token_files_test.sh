@@ -4,7 +4,7 @@
 # llm.c's write_datafile writes it) and a nanoGPT .bin (raw uint16, as np.tofile writes
 # it) give bitwise the same losses, step by step; etr-tokenize --show describes all three;
 # a nanoGPT file with its SentencePiece model (data.tokenizer_model, no model.vocab_size)
-# trains as the etr file it came from.
+# trains as the etr file it came from; a model of an llm.c GPT-2 file samples token ids.
 # Usage: foreign_token_files_test.sh ETR_MPIRUN ETR_TRAIN ETR_TOKENIZE TINY_CONFIG
 set -u
 mpirun=$1 train=$2 tokenize=$3 tiny=$4
@@ -65,6 +65,11 @@ train_on other --set data.train_file="$work/other.bin" --set data.format=nanogpt
   --set model.vocab_size=256
 ! cmp -s "$work/other.losses" "$work/etr.losses" || fail "other tokens gave the same losses"
 grep -q 'llm.c token file' "$work/llmc.log" || fail "the log does not name the llm.c format"
+# An llm.c GPT-2 file without a tokenizer: the sample is token ids, from end-of-text.
+train_on gpt2_ids --set data.train_file="$work/ref_llmc.bin" --set model.vocab_size=50257 \
+  --set log.sample_tokens=8 --set schedule.max_steps=2
+grep -A1 "(token ids: no tokenizer for the data's vocabulary of 50257" "$work/gpt2_ids.log" |
+  grep -Eq '^50256( [0-9]+){8}$' || fail "no sample as token ids: $(tail -4 "$work/gpt2_ids.log")"
 
 # A nanoGPT file made with a SentencePiece tokenizer: data.tokenizer_model gives its
 # vocabulary (no model.vocab_size), and it trains as the etr file with its sidecar does.
