@@ -17,11 +17,11 @@
 // is done; hosts need not wait for each other. Every phase runs the chunked and
 // pipelined ring steps (ring_step.h), each over its own transport.
 //
-// Two hosts (two_host_allreduce): there the host ring of phase 2 is a pair, and each pair
-// of ranks would send both ways over one connection at once. Over Open MPI's TCP
-// transport that ran at 50-65 % of the link (2 hosts x 2 ranks, 1 Gbit/s), against 85-90 %
-// when each direction had a connection of its own (docs/architecture.md, "Measured
-// across simulated hosts"). So with H = 2 and L >= 2 every cross-host pair carries data
+// Two hosts (two_host_allreduce): there the host ring of phase 2 is a pair, whose ranks
+// send both ways at once. Open MPI's TCP transport may put both directions on one of its
+// connections; then the op ran at 45-55 % of the link (2 hosts x 2 ranks, 1 Gbit/s),
+// against 86-88 % when each direction had a connection of its own (docs/architecture.md,
+// "Measured across simulated hosts"). So with H = 2 and L >= 2 every cross-host pair carries data
 // one way only: the ranks form the alternating ring A_0 -> B_0 -> A_1 -> B_1 -> ... ->
 // B_{L-1} -> A_0 (`alternating`: ring index 2l + host), and the buffer is cut into 2L
 // blocks X_0..X_{L-1}, Y_0..Y_{L-1} (ring_segments, aligned):
