@@ -11,7 +11,8 @@
 #     rank; the topology from the hosts, not from the test hook); the ranks of both hosts
 #     count as one machine's (runtime/cpu_affinity.h: they share its cores);
 #  c. etr-run --hosts h1:2,h2:2 trains etr-train (tiny) across 2 hosts: it says which
-#     network it chose, the job completes, and its parameters equal a 4-rank run on one
+#     network it chose, the gradient buckets take the hierarchical allreduce, the job
+#     completes, and its parameters equal a 4-rank run on one
 #     host's shared memory within 1e-5 (the same global batch; the hierarchical sum adds
 #     in another order than the ring).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
@@ -80,6 +81,8 @@ job=("$build/examples/train/etr-train" --config "$config" --set schedule.max_ste
 grep "hosts span 2 machines: shared memory within a host, TCP between them on 198.18.0.0/24" "$work/c.out" ||
   { cat "$work/c.out"; fail "c: etr-run did not say which network it chose"; }
 grep -q "the job completed" "$work/c.out" || { cat "$work/c.out"; fail "c: no completion"; }
+grep -q "allreduce hier on 2 hosts x 2 ranks" "$work/c.out" ||
+  { cat "$work/c.out"; fail "c: the gradient buckets do not say they take the hierarchical allreduce"; }
 "$build/etr-mpirun" -np 4 --bind-to none "${job[@]}" --set checkpoint.dir="$work/ref.ck" >"$work/ref.out" 2>&1 ||
   { cat "$work/ref.out"; fail "c: the 4-rank run on one host failed"; }
 "$compare" "$work/ref.ck/step-000000020" "$work/c.ck/step-000000020" 1e-5 ||
