@@ -59,13 +59,8 @@ void alternating_step(const AlgoParams& p, char* out, Block send, Block recv, in
   }
   step.depth = p.depth;
   step.slots = p.scratch.get(p.scratch.slots, static_cast<size_t>(chunk) * es * p.depth);
-  const bool divide = op == ReduceOp::kAvg && avg_divisor > 0;
   step.consume = [&](int64_t o, const void* piece, int64_t c) {
-    if (divide) {
-      reduce_avg_last(p.dtype, dst + o * es, dst + o * es, piece, c, avg_divisor);
-    } else {
-      reduce(p.dtype, op, dst + o * es, dst + o * es, piece, c);
-    }
+    reduce_hop(p.dtype, op, dst + o * es, dst + o * es, piece, c, avg_divisor);
   };
   run_ring_step(p.transport, p.ctx, step);
 }

@@ -113,6 +113,14 @@ void reduce_avg_last(DType dtype, void* dst, const void* a, const void* b, size_
   combine(dtype, dst, a, b, n, SumDiv{static_cast<double>(divisor)});
 }
 
+void reduce_hop(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n,
+                int avg_divisor) {
+  if (op == ReduceOp::kAvg && avg_divisor > 0) {
+    return reduce_avg_last(dtype, dst, a, b, n, avg_divisor);
+  }
+  reduce(dtype, op, dst, a, b, n);
+}
+
 void divide(DType dtype, void* data, size_t n, int divisor) {
   switch (dtype) {
     case DType::kF32: {

@@ -19,6 +19,11 @@ void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, s
 // dst[i] = (a[i] + b[i]) / divisor: the final hop of an average.
 void reduce_avg_last(DType dtype, void* dst, const void* a, const void* b, size_t n, int divisor);
 
+// One hop of a ring's reduction: reduce(), or for kAvg with avg_divisor > 0 (the last
+// hop) reduce_avg_last().
+void reduce_hop(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t n,
+                int avg_divisor);
+
 // data[i] /= divisor.
 void divide(DType dtype, void* data, size_t n, int divisor);
 

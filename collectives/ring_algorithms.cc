@@ -26,7 +26,7 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
   for (int s = 0; s <= n - 2; ++s) {
     const int send_seg = ring_mod(v - 1 - s, n);
     const int recv_seg = ring_mod(v - 2 - s, n);
-    const bool divide_here = s == n - 2 && op == ReduceOp::kAvg && avg_divisor > 0;
+    const int divisor = s == n - 2 ? avg_divisor : 0;  // an average divides on the last hop
     char* recv_dst = dst(s, recv_seg);
     const char* recv_in = in + off[recv_seg] * es;
     RingStep step;
@@ -41,11 +41,7 @@ void reduce_scatter_phase(const AlgoParams& p, const char* in, const std::vector
     step.depth = p.depth;
     step.slots = slots;
     step.consume = [&](int64_t o, const void* piece, int64_t c) {
-      if (divide_here) {
-        reduce_avg_last(p.dtype, recv_dst + o * es, recv_in + o * es, piece, c, avg_divisor);
-      } else {
-        reduce(p.dtype, op, recv_dst + o * es, recv_in + o * es, piece, c);
-      }
+      reduce_hop(p.dtype, op, recv_dst + o * es, recv_in + o * es, piece, c, divisor);
     };
     run_ring_step(p.transport, p.ctx, step);
   }

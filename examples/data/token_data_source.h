@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "examples/data/byte_tokenizer.h"
 #include "examples/data/sampler.h"
 #include "examples/data/token_file.h"
 #include "examples/data/window_space.h"
-#include "examples/data/byte_tokenizer.h"
 #include "parallel/data_source.h"
 #include "runtime/config/train_config.h"
 #include "runtime/host_allocator.h"
