@@ -19,6 +19,9 @@
 #include "bench/pipeline_bench.h"
 #include "bench/zero_bench.h"
 #include "bench/elastic_bench.h"
+#ifdef ETR_HAVE_CUDA
+#include "bench/gpu_bench.h"
+#endif
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
 #include "bench/train_bench.h"
@@ -41,6 +44,9 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_pipeline_subcommand,          // pipeline
     etr::bench::add_batch_subcommand,             // batch
     etr::bench::add_zero_subcommand,              // zero
+#ifdef ETR_HAVE_CUDA
+    etr::bench::add_gpu_subcommands,  // gpu-alloc, gpu-cast
+#endif
 };
 
 }  // namespace

@@ -4,7 +4,7 @@
 # build does nothing. Sourced by quickstart.sh and test.sh; usable on its own:
 #   scripts/setup.sh            # install + configure + build (build/)
 # Environment: ETR_BUILD_DIR (default build), ETR_JOBS (default: all cores),
-#              ETR_CMAKE_ARGS (extra configure arguments).
+#              ETR_CMAKE_ARGS (extra configure arguments), ETR_SETUP_BUILD=0 (install only).
 set -euo pipefail
 
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,5 +68,8 @@ etr_build() {
 
 etr_install_packages
 etr_find_cuda
-mkdir -p "$(dirname "$ETR_BUILD_DIR")"
-etr_build "$ETR_BUILD_DIR"
+# ETR_SETUP_BUILD=0: install only (scripts/device_bundle.sh builds its own tree).
+if [[ "${ETR_SETUP_BUILD:-1}" != 0 ]]; then
+  mkdir -p "$(dirname "$ETR_BUILD_DIR")"
+  etr_build "$ETR_BUILD_DIR"
+fi

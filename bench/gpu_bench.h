@@ -1,0 +1,22 @@
+// GPU benchmarks (built with CUDA only; each rank uses GPU local_rank % devices):
+//
+//   etr-bench gpu-alloc: CudaCachingAllocator's allocate + deallocate beside cudaMalloc +
+//       cudaFree of the same size (the reference: what a step would pay without the cache),
+//       microseconds per pair, at sizes from 4 KiB to 1 GiB.
+//   etr-bench gpu-cast: cuda_cast f32 -> bf16, bf16 -> f32 and cuda_scale f32 beside
+//       cudaMemcpyAsync device to device (the reference: the copy engine's and the
+//       memory's ceiling for a kernel that reads and writes once), GB/s counting bytes
+//       read + written, timed with CUDA events.
+//
+// A machine without a visible GPU gets one sentence and exit status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "bench/subcommand.h"
+
+namespace etr::bench {
+
+void add_gpu_subcommands(CLI::App& app, SubcommandList& list);
+
+}  // namespace etr::bench

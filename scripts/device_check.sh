@@ -1,0 +1,307 @@
+#!/usr/bin/env bash
+# The GPU machine's one command (docs/gpu.md, "The device check"): unpacks the bundle that
+# scripts/device_bundle.sh made, and runs everything GPU that exists, each step under a
+# time limit, then writes the full log and a short table.
+#
+#   scripts/device_check.sh [--bundle FILE] [--out DIR] [--require-gpu]
+#
+#   --bundle FILE   the archive (default .device/bundle.tar.xz of this checkout)
+#   --out DIR       where device_check.log and summary.md go (default $OUT, else
+#                   .device/out)
+#   --require-gpu   no visible GPU is a failure (the device run passes it); without it a
+#                   machine with no GPU says "no GPU", runs the same steps (the gpu tests
+#                   report themselves skipped) and passes if they do
+#
+# Steps: the machine (card, driver, OS, glibc); the bundle unpacked in a temporary
+# folder; the environment (OPAL_PREFIX and PMIX_PREFIX for the relocated Open MPI and
+# PMIx, MPI singletons without a daemon, LD_LIBRARY_PATH with the bundle's libraries and
+# the machine's NVIDIA libraries from pip); every bundled object's libraries resolved;
+# every gpu test (ranks 1 as a singleton, else under the bundle's mpirun); etr-train on
+# the CPU as a singleton and on 2 ranks; the GPU benchmarks; on a GPU, two ranks on one
+# GPU with and without distinct NCCL_HOSTID (an experiment: reported, never a failure);
+# last, every library any step loaded is checked to come from the bundle, glibc/libstdc++
+# or CUDA. Exit status 1 when a step failed, 2 on a usage error.
+# Environment: ETR_CHECK_TEST_LIMIT (seconds a test may take at most, default 180).
+set -uo pipefail
+ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bundle="$ETR_ROOT/.device/bundle.tar.xz"
+out="${OUT:-$ETR_ROOT/.device/out}"
+require_gpu=0
+while (($#)); do
+  case $1 in
+    --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
+    --out) out=$(realpath -m "$2"); shift 2 ;;
+    --require-gpu) require_gpu=1; shift ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out" || exit 2
+log="$out/device_check.log"
+summary="$out/summary.md"
+exec > >(tee "$log") 2>&1
+test_limit="${ETR_CHECK_TEST_LIMIT:-180}"
+started=$SECONDS
+failures=0
+rows=()
+
+# row STEP RESULT DETAIL SECONDS: one line of the table; RESULT fail counts.
+row() {
+  rows+=("| $1 | $2 | $3 | $4 |")
+  [[ $2 == fail ]] && failures=$((failures + 1))
+  echo "device_check: [$2] $1: $3 (${4} s)"
+}
+finish() {
+  {
+    echo "| step | result | detail | s |"
+    echo "| --- | --- | --- | --- |"
+    printf '%s\n' "${rows[@]}"
+  } >"$summary"
+  echo
+  echo "== summary ($((SECONDS - started)) s) =="
+  cat "$summary"
+  if ((failures)); then
+    echo "device_check: $failures step(s) failed; the log is $log"
+    exit 1
+  fi
+  echo "device_check: every step passed"
+  exit 0
+}
+
+# --- The machine -------------------------------------------------------------------------
+echo "== machine =="
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "os: $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); kernel $(uname -r); $(ldd --version 2>&1 | head -1)"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+gpu=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null | head -1)
+fi
+if [[ -n $gpu ]]; then
+  echo "gpu: $gpu"
+  row machine pass "$gpu; $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version 2>&1 | head -1 | awk '{print "glibc " $NF}')" 0
+else
+  echo "gpu: none (no nvidia-smi, or it lists no device)"
+  if ((require_gpu)); then
+    row machine fail "no GPU visible, and --require-gpu was given" 0
+    finish
+  fi
+  row machine pass "no GPU: the gpu tests report themselves skipped; not a GPU result" 0
+fi
+
+# --- The bundle --------------------------------------------------------------------------
+echo "== bundle =="
+[[ -f $bundle ]] || { row bundle fail "$bundle not found: run scripts/device_bundle.sh first" 0; finish; }
+B=$(mktemp -d "${TMPDIR:-/tmp}/etr-device.XXXXXX")
+trap 'rm -rf "$B"' EXIT
+t0=$SECONDS
+if ! tar -C "$B" -xJf "$bundle" 2>"$out/untar.err"; then
+  # No xz program: Python's tarfile reads it too.
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$B" ||
+    { cat "$out/untar.err"; row bundle fail "could not unpack $bundle" $((SECONDS - t0)); finish; }
+fi
+cat "$B/BUNDLE"
+row bundle pass "$(sed -n 's/^commit: //p' "$B/BUNDLE"), $(($(stat -c %s "$bundle") >> 20)) MiB" $((SECONDS - t0))
+
+# --- The environment ---------------------------------------------------------------------
+echo "== environment =="
+# The machine's NVIDIA libraries: pip's (site-packages/nvidia/*/lib) where a python3 has
+# them, else the CUDA toolkit's.
+nvidia_dirs=$(python3 - 2>/dev/null <<'EOF'
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+dirs = set()
+for root in nvidia.__path__:
+    for lib in glob.glob(os.path.join(root, "**", "lib*.so*"), recursive=True):
+        dirs.add(os.path.dirname(lib))
+print(":".join(sorted(dirs)))
+EOF
+)
+nvidia_from="pip"
+if [[ -z $nvidia_dirs ]]; then
+  nvidia_from="the CUDA toolkit"
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d $d ]] && nvidia_dirs="${nvidia_dirs:+$nvidia_dirs:}$d"
+  done
+fi
+export LD_LIBRARY_PATH="$B/lib${nvidia_dirs:+:$nvidia_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$B/ompi/bin:$B/bin:$PATH"
+export OPAL_PREFIX="$B/ompi"  # Open MPI's every directory follows its prefix
+# PMIx's plugin folder follows PMIX_LIBDIR (not PMIX_PREFIX or its component path:
+# tried, its system plugins were still loaded), its help files PMIX_PKGDATADIR.
+export PMIX_PREFIX="$B/pmix" PMIX_LIBDIR="$B/pmix/lib" PMIX_PKGDATADIR="$B/pmix/share/pmix"
+[[ -f $B/ompi/etc/openmpi-mca-params.conf ]] &&
+  export OMPI_MCA_mca_base_param_files="$B/ompi/etc/openmpi-mca-params.conf"
+export HWLOC_PLUGINS_PATH="$B/lib/hwloc"  # none: the topology needs no plugin
+export OMPI_MCA_ess_singleton_isolated=1  # a singleton starts no orted
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
+export GOMP_SPINCOUNT=10000
+# Every library that etr's programs, tests and Open MPI load is logged (LD_DEBUG=libs, a
+# file per process) and checked at the end: `traced CMD` runs CMD so.
+trace="$out/ld-trace"
+rm -rf "$trace" && mkdir -p "$trace"
+traced=(env LD_DEBUG=libs LD_DEBUG_OUTPUT="$trace/ld")
+echo "NVIDIA libraries from $nvidia_from: ${nvidia_dirs:-none found}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+echo "OPAL_PREFIX=$OPAL_PREFIX PMIX_PREFIX=$PMIX_PREFIX"
+
+t0=$SECONDS
+unresolved=""
+while read -r f; do
+  [[ $(head -c4 "$f" | od -An -c | tr -d ' ') == 177ELF ]] || continue
+  miss=$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+  [[ -n $miss ]] && unresolved+="${f#"$B"/}: $miss; "
+done < <(find "$B" -type f)
+if [[ -n $unresolved ]]; then
+  row libraries fail "unresolved: $unresolved" $((SECONDS - t0))
+else
+  cudart=$(ldd "$B/tests/$(head -1 "$B/tests/tests.tsv" | cut -f4)" | awk '$1 ~ /^libcudart/ {print $3}')
+  row libraries pass "every bundled object resolves; libcudart from ${cudart:-nowhere}" $((SECONDS - t0))
+fi
+mpirun_flags=(--bind-to none)
+
+# --- GPU tests ---------------------------------------------------------------------------
+# run_gtest NAME RANKS LIMIT EXE: one GoogleTest binary; its counts into the table.
+run_gtest() {
+  local name=$1 ranks=$2 limit=$3 exe=$4 t0=$SECONDS rc
+  local cmd=("$exe" --gtest_color=no)
+  ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
+  echo "== test $name (ranks $ranks, limit ${limit} s): ${cmd[*]#"$B"/}"
+  timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" >"$out/$name.out" 2>&1
+  rc=$?
+  cat "$out/$name.out"
+  local passed skipped failed
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
+  failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
+  local detail="${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed"
+  if ((rc == 124 || rc == 137)); then
+    row "$name" fail "timed out after ${limit} s; $detail" $((SECONDS - t0))
+  elif ((rc != 0)); then
+    row "$name" fail "exit $rc; $detail" $((SECONDS - t0))
+  elif [[ -n $gpu && ${skipped:-0} -gt 0 ]]; then
+    row "$name" fail "$detail: a test skipped on a GPU machine" $((SECONDS - t0))
+  elif [[ -z $passed && -z $skipped ]]; then
+    row "$name" fail "exit 0 but no GoogleTest summary" $((SECONDS - t0))
+  else
+    row "$name" pass "$detail" $((SECONDS - t0))
+  fi
+}
+while IFS=$'\t' read -r name ranks timeout exe; do
+  ((timeout > test_limit)) && timeout=$test_limit
+  run_gtest "$name" "$ranks" "$timeout" "$B/tests/$exe"
+done <"$B/tests/tests.tsv"
+
+# --- The programs on the CPU -------------------------------------------------------------
+# etr-train as a singleton and on 2 ranks: Open MPI, OpenBLAS, protobuf and xxHash from the
+# bundle, on this machine's CPU (a checkpoint is written, so the checksums run).
+smoke() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  local ckpt="$B/ckpt-$name"
+  echo "== $name: $*"
+  timeout -k 10 120 "${traced[@]}" "$@" --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
+    --set checkpoint.dir="$ckpt" --set checkpoint.every=3 >"$out/$name.out" 2>&1
+  rc=$?
+  cat "$out/$name.out"
+  local loss
+  loss=$(grep -o 'loss [0-9.]*' "$out/$name.out" | tail -1)
+  if ((rc != 0)); then
+    row "$name" fail "exit $rc" $((SECONDS - t0))
+  elif [[ ! -d $ckpt ]] || [[ -z $(ls "$ckpt") ]]; then
+    row "$name" fail "no checkpoint written in $ckpt" $((SECONDS - t0))
+  else
+    row "$name" pass "6 steps, ${loss:-no loss line}, checkpoint $(ls "$ckpt" | tail -1)" $((SECONDS - t0))
+  fi
+}
+smoke train_np1 "$B/bin/etr-train"
+smoke train_np2 mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+# etr-tokenize trains a small BPE tokenizer: the SentencePiece shim the programs dlopen
+# from the bundle's lib/.
+t0=$SECONDS
+for i in $(seq 200); do echo "the small cat $i sat on the mat and counted $((i * 7)) apples"; done >"$B/text.txt"
+echo "== tokenizer: etr-tokenize text.txt --train-tokenizer bpe --vocab-size 300"
+if timeout -k 10 60 "${traced[@]}" "$B/bin/etr-tokenize" "$B/text.txt" --train-tokenizer bpe \
+     --vocab-size 300 -o "$B/tok.model" >"$out/tokenizer.out" 2>&1 && [[ -s $B/tok.model ]]; then
+  cat "$out/tokenizer.out"
+  row tokenizer pass "a 300-piece BPE model, $(stat -c %s "$B/tok.model") bytes" $((SECONDS - t0))
+else
+  cat "$out/tokenizer.out"
+  row tokenizer fail "etr-tokenize could not train a tokenizer" $((SECONDS - t0))
+fi
+
+# --- GPU benchmarks ----------------------------------------------------------------------
+# One line each: NAME|RANKS|LIMIT|etr-bench arguments. Later GPU issues add theirs.
+BENCHMARKS=(
+  "gpu_alloc|1|90|gpu-alloc --max-bytes 1GiB"
+  "gpu_cast|1|90|gpu-cast --bytes 256MiB"
+)
+((${#BENCHMARKS[@]})) || echo "== benchmarks: none on the GPU yet"
+[[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
+for spec in "${BENCHMARKS[@]}"; do
+  IFS='|' read -r name ranks limit args <<<"$spec"
+  t0=$SECONDS
+  echo "== benchmark $name: etr-bench $args"
+  cmd=("$B/bin/etr-bench")
+  ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
+  # shellcheck disable=SC2086  # the arguments are words
+  if timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" $args --json "$out/$name.json" 2>&1 | tee "$out/$name.out"; then
+    row "bench $name" pass "$out/$name.json" $((SECONDS - t0))
+  else
+    row "bench $name" fail "exit status ${PIPESTATUS[0]}" $((SECONDS - t0))
+  fi
+done
+
+# --- Two ranks on one GPU (an experiment) ------------------------------------------------
+# NCCL refuses two ranks on one device ("Duplicate GPU detected") when they share a host
+# hash; NCCL_HOSTID sets that hash. Reported as it happens; never a failure of the check.
+nccl_exe=$(awk -F'\t' '$1 == "nccl_communicator_test" {print $4}' "$B/tests/tests.tsv")
+if [[ -n $gpu && -n $nccl_exe ]]; then
+  for variant in same_hostid distinct_hostid; do
+    t0=$SECONDS
+    hostid='NCCL_HOSTID=etr-one-host'
+    [[ $variant == distinct_hostid ]] && hostid='NCCL_HOSTID=etr-host-$OMPI_COMM_WORLD_RANK'
+    echo "== experiment nccl_np2_$variant: 2 ranks on GPU 0, $hostid"
+    timeout -k 10 90 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" -x NCCL_DEBUG=WARN -x NCCL_SOCKET_IFNAME=lo \
+      sh -c "export $hostid; exec $B/tests/$nccl_exe --gtest_color=no" >"$out/nccl_np2_$variant.out" 2>&1
+    rc=$?
+    cat "$out/nccl_np2_$variant.out"
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out/nccl_np2_$variant.out" | tail -1)
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out/nccl_np2_$variant.out" | tail -1)
+    dup=$(grep -c 'Duplicate GPU' "$out/nccl_np2_$variant.out")
+    row "nccl_np2_$variant" "info" "exit $rc; ${passed:-0} passed, ${failed:-0} failed; 'Duplicate GPU' $dup times" $((SECONDS - t0))
+  done
+fi
+
+# --- Where every loaded library came from ------------------------------------------------
+t0=$SECONDS
+loaded=$(cat "$trace"/ld.* 2>/dev/null | sed -n 's/.*calling init: \(.*\)$/\1/p' | sort -u)
+foreign=""
+cuda_loaded=""
+for lib in $loaded; do
+  base=$(basename "$lib")
+  case $lib in "$B"/*) continue ;; esac
+  if [[ $base =~ ^(ld-linux.*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so ]]; then
+    continue
+  elif [[ $base =~ ^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia-.*|libnvrtc.*|libcudnn.*|libnvJitLink)\.so ]]; then
+    cuda_loaded+="$lib "
+  else
+    foreign+="$lib "
+  fi
+done
+echo "== loaded libraries: $(echo "$loaded" | wc -w) distinct, from $(ls "$trace" | wc -l) processes"
+echo "$loaded"
+if [[ -z $loaded ]]; then
+  row self-contained fail "no loader trace was written in $trace" $((SECONDS - t0))
+elif [[ -n $foreign ]]; then
+  row self-contained fail "loaded from outside the bundle: $foreign" $((SECONDS - t0))
+else
+  row self-contained pass "$(ls "$trace" | wc -l) processes loaded only bundled, glibc/libstdc++ and CUDA libraries (CUDA: ${cuda_loaded:-none})" $((SECONDS - t0))
+fi
+rm -rf "$trace"
+finish
