@@ -65,18 +65,20 @@ fi
 gpu_tests=$(cd "$build_dir" && ctest -N -L gpu --show-only=json-v1 | python3 -c '
 import json, os, sys
 for t in json.load(sys.stdin)["tests"]:
-    cmd = t["command"]
     props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    # An executable not built yet has no command: etr_gpu_test names it after the test,
+    # in the test folder.
+    cmd = t.get("command") or [os.path.join(props["WORKING_DIRECTORY"], t["name"])]
     ranks, exe = 1, cmd[0]
     if os.path.basename(cmd[0]) == "etr-mpirun":
         ranks = int(cmd[cmd.index("-np") + 1])
-        exe = next(c for c in cmd[1:] if os.path.isabs(c) and os.access(c, os.X_OK))
+        exe = [c for c in cmd[1:] if os.path.isabs(c)][-1]
     print(t["name"], ranks, int(props.get("TIMEOUT", 300)), exe, sep="\t")
 ')
 [[ -n $gpu_tests ]] ||
   die "$build_dir has no test labelled gpu: it was configured without CUDA (no nvcc or NCCL found)"
 if [[ $build_dir == "$ETR_ROOT/build-device" ]]; then
-  targets=("${PROGRAMS[@]}")
+  targets=("${PROGRAMS[@]}" etr_sentencepiece)
   while IFS=$'\t' read -r _ _ _ exe; do targets+=("$(basename "$exe")"); done <<<"$gpu_tests"
   echo "device_bundle: building ${targets[*]} in $build_dir"
   ninja -C "$build_dir" -j "${ETR_JOBS:-$(nproc)}" --quiet "${targets[@]}"

@@ -95,10 +95,10 @@ echo "== bundle =="
 B=$(mktemp -d "${TMPDIR:-/tmp}/etr-device.XXXXXX")
 trap 'rm -rf "$B"' EXIT
 t0=$SECONDS
-if ! tar -C "$B" -xJf "$bundle" 2>"$out/untar.err"; then
+if ! tar -C "$B" -xJf "$bundle" 2>"$B/untar.err"; then
   # No xz program: Python's tarfile reads it too.
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$B" ||
-    { cat "$out/untar.err"; row bundle fail "could not unpack $bundle" $((SECONDS - t0)); finish; }
+    { cat "$B/untar.err"; row bundle fail "could not unpack $bundle" $((SECONDS - t0)); finish; }
 fi
 cat "$B/BUNDLE"
 row bundle pass "$(sed -n 's/^commit: //p' "$B/BUNDLE"), $(($(stat -c %s "$bundle") >> 20)) MiB" $((SECONDS - t0))
@@ -143,8 +143,10 @@ export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_btl_tcp_if_include=lo
 export GOMP_SPINCOUNT=10000
 # Every library that etr's programs, tests and Open MPI load is logged (LD_DEBUG=libs, a
 # file per process) and checked at the end: `traced CMD` runs CMD so.
-trace="$out/ld-trace"
-rm -rf "$trace" && mkdir -p "$trace"
+trace="$B/ld-trace"
+mkdir -p "$trace" "$B/steps"
+steps="$B/steps"  # each step's output (also in the log; $OUT keeps only the log, the
+                  # table and the benchmarks' JSON: at most 8 files come back from it)
 traced=(env LD_DEBUG=libs LD_DEBUG_OUTPUT="$trace/ld")
 echo "NVIDIA libraries from $nvidia_from: ${nvidia_dirs:-none found}"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -172,13 +174,13 @@ run_gtest() {
   local cmd=("$exe" --gtest_color=no)
   ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
   echo "== test $name (ranks $ranks, limit ${limit} s): ${cmd[*]#"$B"/}"
-  timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" >"$out/$name.out" 2>&1
+  timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" >"$steps/$name.out" 2>&1
   rc=$?
-  cat "$out/$name.out"
+  cat "$steps/$name.out"
   local passed skipped failed
-  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
-  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
-  failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out/$name.out" | tail -1)
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$steps/$name.out" | tail -1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$steps/$name.out" | tail -1)
+  failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$steps/$name.out" | tail -1)
   local detail="${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed"
   if ((rc == 124 || rc == 137)); then
     row "$name" fail "timed out after ${limit} s; $detail" $((SECONDS - t0))
@@ -206,11 +208,11 @@ smoke() {
   local ckpt="$B/ckpt-$name"
   echo "== $name: $*"
   timeout -k 10 120 "${traced[@]}" "$@" --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
-    --set checkpoint.dir="$ckpt" --set checkpoint.every=3 >"$out/$name.out" 2>&1
+    --set checkpoint.dir="$ckpt" --set checkpoint.every=3 >"$steps/$name.out" 2>&1
   rc=$?
-  cat "$out/$name.out"
+  cat "$steps/$name.out"
   local loss
-  loss=$(grep -o 'loss [0-9.]*' "$out/$name.out" | tail -1)
+  loss=$(grep -o 'loss [0-9.]*' "$steps/$name.out" | tail -1)
   if ((rc != 0)); then
     row "$name" fail "exit $rc" $((SECONDS - t0))
   elif [[ ! -d $ckpt ]] || [[ -z $(ls "$ckpt") ]]; then
@@ -227,11 +229,11 @@ t0=$SECONDS
 for i in $(seq 200); do echo "the small cat $i sat on the mat and counted $((i * 7)) apples"; done >"$B/text.txt"
 echo "== tokenizer: etr-tokenize text.txt --train-tokenizer bpe --vocab-size 300"
 if timeout -k 10 60 "${traced[@]}" "$B/bin/etr-tokenize" "$B/text.txt" --train-tokenizer bpe \
-     --vocab-size 300 -o "$B/tok.model" >"$out/tokenizer.out" 2>&1 && [[ -s $B/tok.model ]]; then
-  cat "$out/tokenizer.out"
+     --vocab-size 300 -o "$B/tok.model" >"$steps/tokenizer.out" 2>&1 && [[ -s $B/tok.model ]]; then
+  cat "$steps/tokenizer.out"
   row tokenizer pass "a 300-piece BPE model, $(stat -c %s "$B/tok.model") bytes" $((SECONDS - t0))
 else
-  cat "$out/tokenizer.out"
+  cat "$steps/tokenizer.out"
   row tokenizer fail "etr-tokenize could not train a tokenizer" $((SECONDS - t0))
 fi
 
@@ -250,8 +252,8 @@ for spec in "${BENCHMARKS[@]}"; do
   cmd=("$B/bin/etr-bench")
   ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
   # shellcheck disable=SC2086  # the arguments are words
-  if timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" $args --json "$out/$name.json" 2>&1 | tee "$out/$name.out"; then
-    row "bench $name" pass "$out/$name.json" $((SECONDS - t0))
+  if timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" $args --json "$out/$name.json" 2>&1 | tee "$steps/$name.out"; then
+    row "bench $name" pass "table above in the log; $name.json" $((SECONDS - t0))
   else
     row "bench $name" fail "exit status ${PIPESTATUS[0]}" $((SECONDS - t0))
   fi
@@ -267,14 +269,17 @@ if [[ -n $gpu && -n $nccl_exe ]]; then
     hostid='NCCL_HOSTID=etr-one-host'
     [[ $variant == distinct_hostid ]] && hostid='NCCL_HOSTID=etr-host-$OMPI_COMM_WORLD_RANK'
     echo "== experiment nccl_np2_$variant: 2 ranks on GPU 0, $hostid"
-    timeout -k 10 90 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" -x NCCL_DEBUG=WARN -x NCCL_SOCKET_IFNAME=lo \
-      sh -c "export $hostid; exec $B/tests/$nccl_exe --gtest_color=no" >"$out/nccl_np2_$variant.out" 2>&1
+    timeout -k 10 90 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" -x NCCL_DEBUG=INFO \
+      -x NCCL_DEBUG_SUBSYS=INIT,NET -x NCCL_SOCKET_IFNAME=lo \
+      sh -c "export $hostid; exec $B/tests/$nccl_exe --gtest_color=no" >"$steps/nccl_np2_$variant.out" 2>&1
     rc=$?
-    cat "$out/nccl_np2_$variant.out"
-    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out/nccl_np2_$variant.out" | tail -1)
-    failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out/nccl_np2_$variant.out" | tail -1)
-    dup=$(grep -c 'Duplicate GPU' "$out/nccl_np2_$variant.out")
-    row "nccl_np2_$variant" "info" "exit $rc; ${passed:-0} passed, ${failed:-0} failed; 'Duplicate GPU' $dup times" $((SECONDS - t0))
+    grep -v 'NCCL INFO' "$steps/nccl_np2_$variant.out"
+    grep -E 'NCCL INFO (Channel 00|Using network|NET/|comm .* rank .* nRanks)' "$steps/nccl_np2_$variant.out" | head -12
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$steps/nccl_np2_$variant.out" | tail -1)
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$steps/nccl_np2_$variant.out" | tail -1)
+    dup=$(grep -c 'Duplicate GPU' "$steps/nccl_np2_$variant.out")
+    via=$(grep -o 'via [A-Za-z0-9/_]*' "$steps/nccl_np2_$variant.out" | sort | uniq -c | sort -rn | head -1 | awk '{print $2, $3}')
+    row "nccl_np2_$variant" "info" "exit $rc; ${passed:-0} passed, ${failed:-0} failed; 'Duplicate GPU' $dup times; ranks connected ${via:-by nothing}" $((SECONDS - t0))
   done
 fi
 
@@ -283,6 +288,7 @@ t0=$SECONDS
 loaded=$(cat "$trace"/ld.* 2>/dev/null | sed -n 's/.*calling init: \(.*\)$/\1/p' | sort -u)
 foreign=""
 cuda_loaded=""
+rdma_loaded=""
 for lib in $loaded; do
   base=$(basename "$lib")
   case $lib in "$B"/*) continue ;; esac
@@ -290,6 +296,8 @@ for lib in $loaded; do
     continue
   elif [[ $base =~ ^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia-.*|libnvrtc.*|libcudnn.*|libnvJitLink)\.so ]]; then
     cuda_loaded+="$lib "
+  elif [[ $base =~ ^(libibverbs|libmlx[45]|libnl-3|libnl-route-3|librdmacm|libefa)\.so ]]; then
+    rdma_loaded+="$base "  # NCCL's InfiniBand transport opens the machine's verbs
   else
     foreign+="$lib "
   fi
@@ -301,7 +309,6 @@ if [[ -z $loaded ]]; then
 elif [[ -n $foreign ]]; then
   row self-contained fail "loaded from outside the bundle: $foreign" $((SECONDS - t0))
 else
-  row self-contained pass "$(ls "$trace" | wc -l) processes loaded only bundled, glibc/libstdc++ and CUDA libraries (CUDA: ${cuda_loaded:-none})" $((SECONDS - t0))
+  row self-contained pass "$(ls "$trace" | wc -l) processes loaded only bundled, glibc/libstdc++ and CUDA libraries (CUDA: ${cuda_loaded:-none}${rdma_loaded:+; RDMA libraries of the machine opened by NCCL: $rdma_loaded})" $((SECONDS - t0))
 fi
-rm -rf "$trace"
 finish

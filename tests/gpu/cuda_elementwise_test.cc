@@ -72,6 +72,10 @@ Buffer upload(const std::vector<T>& host) {
   Buffer b(allocator(), host.size() * sizeof(T));
   if (!host.empty()) {
     CUDA_CHECK(cudaMemcpy(b.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy returns once the data is staged, before the DMA has
+    // landed; the kernels run on a non-blocking stream, which does not wait for it (seen
+    // on an H200: the tail of a 1000003-element input read stale).
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   return b;
 }

@@ -152,8 +152,13 @@ class NcclCommunicatorTest : public ::testing::Test {
   static Buffer upload(const std::vector<double>& v, DType t) {
     std::vector<char> bytes = encode(v, t);
     Buffer b(*alloc_, bytes.size());
-    if (!bytes.empty())
+    if (!bytes.empty()) {
       CUDA_CHECK(cudaMemcpy(b.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      // From pageable memory cudaMemcpy returns once the data is staged, before the DMA
+      // has landed; NCCL's stream does not wait for it (seen on an H200 at np 1: the tail
+      // of a 1000003-element input read stale).
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
     return b;
   }
   static std::vector<double> download(const Buffer& b, DType t) {
