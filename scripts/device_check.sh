@@ -199,6 +199,33 @@ while IFS=$'\t' read -r name ranks timeout exe; do
   run_gtest "$name" "$ranks" "$timeout" "$B/tests/$exe"
 done <"$B/tests/tests.tsv"
 
+# --- compute-sanitizer (GPU only) --------------------------------------------------------
+# memcheck over etr's own single-rank gpu tests: an out-of-bounds or misaligned access, or
+# a failed CUDA call, is a failure even when the results happened to match. Not traced
+# (the sanitizer injects its own libraries); NCCL's test is left out (NCCL's kernels, and
+# a watchdog test that stalls on purpose). ETR_CHECK_MEMCHECK=0 skips it.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [[ -n $gpu && -n $sanitizer && ${ETR_CHECK_MEMCHECK:-1} != 0 ]]; then
+  while IFS=$'\t' read -r name ranks _ exe; do
+    [[ $ranks == 1 && $name != nccl* ]] || continue
+    t0=$SECONDS
+    echo "== memcheck $name"
+    timeout -k 10 150 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
+      "$B/tests/$exe" --gtest_color=no >"$steps/memcheck_$name.out" 2>&1
+    rc=$?
+    summary_line=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$steps/memcheck_$name.out" | tail -1)
+    if ((rc == 0)); then
+      tail -3 "$steps/memcheck_$name.out"
+      row "memcheck $name" pass "${summary_line:-no summary}" $((SECONDS - t0))
+    else
+      grep -v '^\[ *\(RUN\|OK\) ' "$steps/memcheck_$name.out" | head -80
+      row "memcheck $name" fail "exit $rc; ${summary_line:-no summary}" $((SECONDS - t0))
+    fi
+  done <"$B/tests/tests.tsv"
+elif [[ -n $gpu ]]; then
+  echo "== memcheck: skipped (${sanitizer:+ETR_CHECK_MEMCHECK=0}${sanitizer:-no compute-sanitizer})"
+fi
+
 # --- The programs on the CPU -------------------------------------------------------------
 # etr-train as a singleton and on 2 ranks: Open MPI, OpenBLAS, protobuf and xxHash from the
 # bundle, on this machine's CPU (a checkpoint is written, so the checksums run).
