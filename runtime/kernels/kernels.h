@@ -11,9 +11,12 @@
 //       (`Real`, explicitly instantiated for float and double only: double is how the
 //       tests check every backward against finite differences). Threaded with OpenMP;
 //       matrix products through OpenBLAS. runtime/kernels/cpu/threads.h sets the threads.
-// CUDA: namespace etr::cuda, runtime/kernels/cuda/<family>.h (not written yet): the same
-//       function names and arguments, device pointers, plus a trailing cudaStream_t on
-//       which the kernel is enqueued. Every CUDA kernel is tested against the CPU one.
+// CUDA: namespace etr::cuda, runtime/kernels/cuda/<family>.h: the same function names and
+//       arguments (float), device pointers, plus a trailing cudaStream_t on which the
+//       kernel is enqueued; each header says where it departs (scratch sizes, what is
+//       validated, summation order). Every CUDA kernel is tested against the CPU one
+//       (tests/gpu/cuda_k_<family>_test.cc). Not yet behind the dispatch: kernels_for(cuda)
+//       throws until the layers take a stream (dispatch.h).
 //
 // Families: matmul, layernorm, gelu, attention, encoder, residual, softmax_xent.
 //
