@@ -210,7 +210,7 @@ if [[ -n $gpu && -n $sanitizer && ${ETR_CHECK_MEMCHECK:-1} != 0 ]]; then
     [[ $ranks == 1 && $name != nccl* ]] || continue
     t0=$SECONDS
     echo "== memcheck $name"
-    timeout -k 10 150 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
+    timeout -k 10 120 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
       "$B/tests/$exe" --gtest_color=no >"$steps/memcheck_$name.out" 2>&1
     rc=$?
     summary_line=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$steps/memcheck_$name.out" | tail -1)
