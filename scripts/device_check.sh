@@ -168,10 +168,11 @@ fi
 mpirun_flags=(--bind-to none)
 
 # --- GPU tests ---------------------------------------------------------------------------
-# run_gtest NAME RANKS LIMIT EXE: one GoogleTest binary; its counts into the table.
+# run_gtest NAME RANKS LIMIT EXE [FILTER]: one GoogleTest binary (the tests FILTER
+# selects); its counts into the table.
 run_gtest() {
-  local name=$1 ranks=$2 limit=$3 exe=$4 t0=$SECONDS rc
-  local cmd=("$exe" --gtest_color=no)
+  local name=$1 ranks=$2 limit=$3 exe=$4 filter=${5:-*} t0=$SECONDS rc
+  local cmd=("$exe" --gtest_color=no "--gtest_filter=$filter")
   ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
   echo "== test $name (ranks $ranks, limit ${limit} s): ${cmd[*]#"$B"/}"
   timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" >"$steps/$name.out" 2>&1
@@ -194,9 +195,23 @@ run_gtest() {
     row "$name" pass "$detail" $((SECONDS - t0))
   fi
 }
+# suites_of EXE: its GoogleTest suites ("CudaAdamW", "Counts/CudaElementwise"), a line each.
+suites_of() {
+  "$1" --gtest_list_tests 2>/dev/null | sed -n 's/^\([^ #][^ ]*\)\.\( .*\)\{0,1\}$/\1/p'
+}
+# A single-rank binary of several suites runs one suite at a time (a row each), so that a
+# crash in one suite does not hide the others' results.
 while IFS=$'\t' read -r name ranks timeout exe; do
   ((timeout > test_limit)) && timeout=$test_limit
-  run_gtest "$name" "$ranks" "$timeout" "$B/tests/$exe"
+  suites=()
+  ((ranks == 1)) && mapfile -t suites < <(suites_of "$B/tests/$exe")
+  if ((${#suites[@]} > 1)); then
+    for suite in "${suites[@]}"; do
+      run_gtest "$name:${suite//\//_}" 1 "$timeout" "$B/tests/$exe" "$suite.*"
+    done
+  else
+    run_gtest "$name" "$ranks" "$timeout" "$B/tests/$exe"
+  fi
 done <"$B/tests/tests.tsv"
 
 # --- compute-sanitizer (GPU only) --------------------------------------------------------
@@ -210,16 +225,25 @@ if [[ -n $gpu && -n $sanitizer && ${ETR_CHECK_MEMCHECK:-1} != 0 ]]; then
     [[ $ranks == 1 && $name != nccl* ]] || continue
     t0=$SECONDS
     echo "== memcheck $name"
-    timeout -k 10 120 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
-      "$B/tests/$exe" --gtest_color=no >"$steps/memcheck_$name.out" 2>&1
-    rc=$?
-    summary_line=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$steps/memcheck_$name.out" | tail -1)
-    if ((rc == 0)); then
-      tail -3 "$steps/memcheck_$name.out"
-      row "memcheck $name" pass "${summary_line:-no summary}" $((SECONDS - t0))
+    mapfile -t suites < <(suites_of "$B/tests/$exe")
+    bad=""
+    errors=0
+    for suite in "${suites[@]:-*}"; do  # a suite at a time: a crash hides nothing else
+      out_file="$steps/memcheck_${name}_${suite//\//_}.out"
+      timeout -k 10 120 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
+        "$B/tests/$exe" --gtest_color=no "--gtest_filter=$suite.*" >"$out_file" 2>&1
+      rc=$?
+      n=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out_file" | tail -1 | grep -o '[0-9]*$')
+      errors=$((errors + ${n:-0}))
+      if ((rc != 0)); then
+        grep -v '^\[ *\(RUN\|OK\) ' "$out_file" | head -60
+        bad+="$suite (exit $rc, ${n:-no} errors) "
+      fi
+    done
+    if [[ -z $bad ]]; then
+      row "memcheck $name" pass "${#suites[@]} suites, $errors errors" $((SECONDS - t0))
     else
-      grep -v '^\[ *\(RUN\|OK\) ' "$steps/memcheck_$name.out" | head -80
-      row "memcheck $name" fail "exit $rc; ${summary_line:-no summary}" $((SECONDS - t0))
+      row "memcheck $name" fail "$errors errors; failed: $bad" $((SECONDS - t0))
     fi
   done <"$B/tests/tests.tsv"
 elif [[ -n $gpu ]]; then

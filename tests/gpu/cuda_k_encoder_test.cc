@@ -149,12 +149,15 @@ TEST(CudaEncoder, IdsOutsideTheVocabularyArePoisonedAndSkipped) {
     fixed[p] = 0;
     for (int64_t c = 0; c < C; ++c) dout_valid[p * C + c] = 0.0f;
   }
-  std::vector<float> out(B * T * C), dwte = dwte0, dwpe = dwpe0, scratch = dwte0;
+  // Scratch for the gradient each reference call does not compare: [T, C] for dwpe, [Vp, C]
+  // for dwte.
+  std::vector<float> out(B * T * C), dwte = dwte0, dwpe = dwpe0;
+  std::vector<float> dwpe_scratch = dwpe0, dwte_scratch = dwte0;
   cpu::encoder_forward<float>(out.data(), fixed.data(), wte.data(), wpe.data(), B, T, C, V);
-  cpu::encoder_backward<float>(dwte.data(), scratch.data(), dout_valid.data(), fixed.data(), B, T,
+  cpu::encoder_backward<float>(dwte.data(), dwpe_scratch.data(), dout_valid.data(), fixed.data(),
+                               B, T, C, V);
+  cpu::encoder_backward<float>(dwte_scratch.data(), dwpe.data(), dout.data(), fixed.data(), B, T,
                                C, V);
-  scratch = dwte0;
-  cpu::encoder_backward<float>(scratch.data(), dwpe.data(), dout.data(), fixed.data(), B, T, C, V);
 
   DeviceArray<int32_t> d_tokens(tokens);
   DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dout(dout), d_dwte(dwte0), d_dwpe(dwpe0);
