@@ -45,7 +45,8 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_batch_subcommand,             // batch
     etr::bench::add_zero_subcommand,              // zero
 #ifdef ETR_HAVE_CUDA
-    etr::bench::add_gpu_subcommands,  // gpu-alloc, gpu-cast
+    etr::bench::add_gpu_subcommands,         // gpu-alloc, gpu-cast
+    etr::bench::add_gpu_kernels_subcommand,  // gpu-kernels
 #endif
 };
 

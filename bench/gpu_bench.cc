@@ -6,11 +6,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "bench/bench_context.h"
+#include "bench/gpu_util.h"
 #include "bench/table.h"
 #include "runtime/bytes.h"
 #include "runtime/cuda_allocator.h"
@@ -22,23 +23,6 @@
 namespace etr::bench {
 
 namespace {
-
-// Every rank agrees that this is a one-rank run on a machine with a GPU; the name of the
-// card for the header.
-std::string require_one_gpu(const BenchContext& ctx, const std::string& what) {
-  std::string error;
-  if (ctx.size() != 1) error = what + " measures one GPU: run it on one rank";
-  if (error.empty() && cuda_device_count() == 0) error = what + " needs a GPU, and none is visible";
-  ctx.agree(error);
-  CUDA_CHECK(cudaSetDevice(0));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  int driver = 0;
-  CUDA_CHECK(cudaDriverGetVersion(&driver));
-  return cell("%s, %d SMs, %s, driver API %d.%d", prop.name, prop.multiProcessorCount,
-              format_bytes(static_cast<double>(prop.totalGlobalMem)).c_str(), driver / 1000,
-              driver % 1000 / 10);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,9 +46,10 @@ double time_pairs(int reps, int pairs, Pair pair) {
 void run_gpu_alloc(BenchContext& ctx, size_t max_bytes, int pairs, const std::string& json) {
   const std::string card = require_one_gpu(ctx, "etr-bench gpu-alloc");
   ctx.print("# etr-bench gpu-alloc: " + card + "\n");
-  ctx.print(cell("# one allocate + free pair, microseconds, median of 5 loops of %d pairs;"
-                 " reference: cudaMalloc + cudaFree\n",
-                 pairs));
+  ctx.print(
+      cell("# one allocate + free pair, microseconds, median of 5 loops of %d pairs;"
+           " reference: cudaMalloc + cudaFree\n",
+           pairs));
   Table t;
   t.add_column("size", 10).add_column("us/pair", 10, "cudaMalloc");
   t.add_column("us/pair", 10, "etr cache").add_column("speed-up", 10);
@@ -77,50 +62,29 @@ void run_gpu_alloc(BenchContext& ctx, size_t max_bytes, int pairs, const std::st
       CUDA_CHECK(cudaMalloc(&p, bytes));
       CUDA_CHECK(cudaFree(p));
     });
-    double ours = time_pairs(5, pairs, [&alloc, bytes] { alloc.deallocate(alloc.allocate(bytes)); });
+    double ours =
+        time_pairs(5, pairs, [&alloc, bytes] { alloc.deallocate(alloc.allocate(bytes)); });
     ctx.print(t.row({format_bytes(static_cast<double>(bytes)), cell("%.2f", ref),
                      cell("%.3f", ours), cell("%.0fx", ref / ours)}));
     rows.push_back({{"bytes", bytes}, {"cuda_malloc_free_us", ref}, {"etr_cache_us", ours}});
   }
   if (!json.empty()) {
-    ctx.write_json(json, {{"machine", ctx.machine().to_json()}, {"gpu", card}, {"gpu_alloc", rows}});
+    ctx.write_json(json,
+                   {{"machine", ctx.machine().to_json()}, {"gpu", card}, {"gpu_alloc", rows}});
   }
 }
 
 // --- gpu-cast ----------------------------------------------------------------------------
-
-// Median over `reps` timed launches of `op` (after two untimed ones), in seconds.
-template <typename Op>
-double time_on_stream(cudaStream_t stream, int reps, Op op) {
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  op();
-  op();
-  std::vector<double> s;
-  for (int r = 0; r < reps; ++r) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    op();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    s.push_back(ms * 1e-3);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  return median(s);
-}
 
 void run_gpu_cast(BenchContext& ctx, size_t bytes, int reps, const std::string& json) {
   const std::string card = require_one_gpu(ctx, "etr-bench gpu-cast");
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   if (n < 1) throw ConfigError("--bytes must be at least 4");
   ctx.print("# etr-bench gpu-cast: " + card + "\n");
-  ctx.print(cell("# %lld elements (%s of f32), median of %d launches timed by CUDA events; GB/s"
-                 " counts bytes read + written; reference: cudaMemcpyAsync device to device\n",
-                 static_cast<long long>(n), format_bytes(static_cast<double>(n * 4)).c_str(),
-                 reps));
+  ctx.print(
+      cell("# %lld elements (%s of f32), median of %d launches timed by CUDA events; GB/s"
+           " counts bytes read + written; reference: cudaMemcpyAsync device to device\n",
+           static_cast<long long>(n), format_bytes(static_cast<double>(n * 4)).c_str(), reps));
   CudaCachingAllocator alloc(0);
   Buffer f32(alloc, static_cast<size_t>(n) * 4), f32_out(alloc, static_cast<size_t>(n) * 4);
   Buffer bf16(alloc, static_cast<size_t>(n) * 2);
@@ -159,8 +123,8 @@ void run_gpu_cast(BenchContext& ctx, size_t bytes, int reps, const std::string& 
     if (copy_gbps == 0) copy_gbps = gbps;
     ctx.print(t.row({op.name, format_bytes(op.bytes_moved), cell("%.1f", s * 1e6),
                      cell("%.0f", gbps), cell("%.0f%%", 100 * gbps / copy_gbps)}));
-    rows.push_back({{"operation", op.name}, {"bytes_moved", op.bytes_moved}, {"seconds", s},
-                    {"gbps", gbps}});
+    rows.push_back(
+        {{"operation", op.name}, {"bytes_moved", op.bytes_moved}, {"seconds", s}, {"gbps", gbps}});
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -19,4 +19,9 @@ namespace etr::bench {
 
 void add_gpu_subcommands(CLI::App& app, SubcommandList& list);
 
+// etr-bench gpu-kernels (bench/gpu_kernels_bench.cc): every CUDA kernel of the GPT at GPT-2
+// 124M's shapes, beside PyTorch's timings of the same operations (--reference, the JSON of
+// bench/pytorch_gpu_kernels.py run on the same card just before).
+void add_gpu_kernels_subcommand(CLI::App& app, SubcommandList& list);
+
 }  // namespace etr::bench

@@ -127,6 +127,7 @@ if [[ -z $nvidia_dirs ]]; then
     [[ -d $d ]] && nvidia_dirs="${nvidia_dirs:+$nvidia_dirs:}$d"
   done
 fi
+orig_ld_library_path="${LD_LIBRARY_PATH:-}"  # for Python (the reference), not the bundle's
 export LD_LIBRARY_PATH="$B/lib${nvidia_dirs:+:$nvidia_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$B/ompi/bin:$B/bin:$PATH"
 export OPAL_PREFIX="$B/ompi"  # Open MPI's every directory follows its prefix
@@ -294,6 +295,26 @@ BENCHMARKS=(
   "gpu_alloc|1|90|gpu-alloc --max-bytes 1GiB"
   "gpu_cast|1|90|gpu-cast --bytes 256MiB"
 )
+# PyTorch's timings of the kernels etr-bench gpu-kernels measures, on this card just
+# before it (its --reference), where a python3 with a CUDA torch is found; with the
+# machine's own library path, not the bundle's.
+torch_ref="$steps/torch_kernels.json"
+if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
+     'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  t0=$SECONDS
+  echo "== reference: bench/pytorch_gpu_kernels.py --device cuda"
+  if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 \
+       "$ETR_ROOT/bench/pytorch_gpu_kernels.py" --device cuda --json "$torch_ref" 2>&1; then
+    row "reference torch_kernels" pass "PyTorch's kernels timed; gpu-kernels prints them beside etr's" $((SECONDS - t0))
+    BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels --reference $torch_ref")
+  else
+    row "reference torch_kernels" fail "bench/pytorch_gpu_kernels.py failed" $((SECONDS - t0))
+    BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels")
+  fi
+elif [[ -n $gpu ]]; then
+  echo "== reference: no python3 with a CUDA torch; gpu-kernels runs without PyTorch's column"
+  BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels")
+fi
 ((${#BENCHMARKS[@]})) || echo "== benchmarks: none on the GPU yet"
 [[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
 for spec in "${BENCHMARKS[@]}"; do
