@@ -157,16 +157,6 @@ TEST(CudaAdamW, ZeroCountAndBadArguments) {
   EXPECT_THROW(cuda::clip_grad_norm(d_g.data(), -1, d_ns.data(), 1.0, stream()), InvalidArgument);
 }
 
-long double reference_sum_of_squares(const std::vector<float>& x) {
-  long double s = 0, c = 0;  // Neumaier: every term is >= 0, but keep it exact regardless
-  for (float f : x) {
-    const long double sq = static_cast<long double>(f) * f, t = s + sq;
-    c += s >= sq ? (s - t) + sq : (sq - t) + s;
-    s = t;
-  }
-  return s + c;
-}
-
 double device_norm_squared(const DeviceArray<float>& d_g, int64_t n) {
   DeviceArray<double> d_ns = DeviceArray<double>::poisoned(1);
   cuda::grad_norm_squared(d_ns.data(), d_g.data(), n, stream());
@@ -180,7 +170,7 @@ TEST(CudaAdamW, GradNormSquaredIsAccurateAndDeterministic) {
     DeviceArray<float> d_g(g);
     const std::string what = "grad_norm_squared n " + std::to_string(n);
     const double got = device_norm_squared(d_g, n);
-    const double want = static_cast<double>(reference_sum_of_squares(g));
+    const double want = static_cast<double>(testing::compensated_sum(g, /*squares=*/true));
     ASSERT_TRUE(std::isfinite(got)) << what;
     EXPECT_LE(std::fabs(got - want), 1e-12 * want) << what << ": got " << got << ", want " << want;
     const double cpu_norm = grad_norm(g.data(), n);

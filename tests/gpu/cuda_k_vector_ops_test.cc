@@ -112,17 +112,6 @@ TEST(CudaVectorOps, RejectsNegativeCounts) {
   EXPECT_THROW(cuda::sum(d_sum.data(), d.data(), -1, stream()), InvalidArgument);
 }
 
-// Neumaier-compensated long double sum: exact to far below the 1e-12 checked.
-long double reference_sum(const std::vector<float>& x) {
-  long double s = 0, c = 0;
-  for (float f : x) {
-    const long double v = f, t = s + v;
-    c += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
-    s = t;
-  }
-  return s + c;
-}
-
 double device_sum(const DeviceArray<float>& d_inp, int64_t n) {
   DeviceArray<double> d_out = DeviceArray<double>::poisoned(1);
   cuda::sum(d_out.data(), d_inp.data(), n, stream());
@@ -144,7 +133,7 @@ TEST(CudaVectorOps, SumIsAccurateAndDeterministic) {
       const std::string what = "sum n " + std::to_string(n) + (positive ? " positive" : " mixed");
       DeviceArray<float> d_x(x);
       const double got = device_sum(d_x, n);
-      const double want = static_cast<double>(reference_sum(x));
+      const double want = static_cast<double>(testing::compensated_sum(x));
       ASSERT_TRUE(std::isfinite(got)) << what;
       EXPECT_LE(std::fabs(got - want), 1e-12 * abs_sum)
           << what << ": got " << got << ", want " << want;

@@ -120,6 +120,18 @@ inline std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
   return v;
 }
 
+// Neumaier-compensated long double sum of x[i] (or of x[i]^2 with `squares`): exact far
+// below the 1e-12 the device sums are checked to.
+inline long double compensated_sum(const std::vector<float>& x, bool squares = false) {
+  long double s = 0, c = 0;
+  for (float f : x) {
+    const long double v = squares ? static_cast<long double>(f) * f : f, t = s + v;
+    c += std::fabs(s) >= std::fabs(v) ? (s - t) + v : (v - t) + s;
+    s = t;
+  }
+  return s + c;
+}
+
 // ||got - want|| / ||want|| in double (||got - want|| when want is all zeros).
 inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0;

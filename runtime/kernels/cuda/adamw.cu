@@ -1,9 +1,10 @@
 // AdamW update, gradient norm and clipping (contract in adamw.h).
 //
 // The update and the clipping are grid-stride loops with 64-bit indices (at most
-// kMaxBlocks x kThreads threads cover any n). The norm is the deterministic cluster
-// reduction of deterministic_sum.cuh over g^2 in double. Clipping reads the squared norm
-// from device memory in every thread (one cached 8-byte load), so no host ever waits on it.
+// kGridStrideBlocks x kGridStrideThreads (grid_stride.cuh) threads cover any n). The norm is the
+// deterministic cluster reduction of deterministic_sum.cuh over g^2 in double. Clipping reads the
+// squared norm from device memory in every thread (one cached 8-byte load), so no host ever waits
+// on it.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -12,23 +13,12 @@
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/adamw.h"
 #include "runtime/kernels/cuda/deterministic_sum.cuh"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 
 namespace etr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) {
-    throw InvalidArgument(std::string(what) + " got a negative element count " + std::to_string(n) +
-                          "; pass the number of elements (>= 0)");
-  }
-}
+constexpr int kThreads = detail::kGridStrideThreads;
 
 // The constants of one step, rounded to float as etr::AdamW::update_range rounds them.
 struct StepConstants {
@@ -79,7 +69,7 @@ struct Square {
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   cudaStream_t stream) {
-  check_count(n, "cuda::adamw_update");
+  detail::check_count(n, "cuda::adamw_update");
   if (t < 1) {
     throw InvalidArgument("cuda::adamw_update got optimizer step t = " + std::to_string(t) +
                           "; steps count from 1 (the bias corrections divide by 1 - beta^t)");
@@ -92,20 +82,21 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
                         static_cast<float>(eps),
                         static_cast<float>(lr),
                         static_cast<float>(weight_decay)};
-  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, m, v, n, k);
+  adamw_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(params, grads, m, v, n, k);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void grad_norm_squared(double* norm_squared, const float* grads, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda::grad_norm_squared");
+  detail::check_count(n, "cuda::grad_norm_squared");
   detail::launch_cluster_sum(norm_squared, grads, n, Square{}, stream);
 }
 
 void clip_grad_norm(float* grads, int64_t n, const double* norm_squared, double max_norm,
                     cudaStream_t stream) {
-  check_count(n, "cuda::clip_grad_norm");
+  detail::check_count(n, "cuda::clip_grad_norm");
   if (n == 0 || !(max_norm > 0)) return;  // etr::clip_grad_norm: factor 1, nothing scaled
-  clip_kernel<<<blocks_for(n), kThreads, 0, stream>>>(grads, n, norm_squared, max_norm);
+  clip_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(grads, n, norm_squared,
+                                                                      max_norm);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,8 +1,9 @@
 // Element-wise kernels: dtype casts and in-place scaling (contract in elementwise.h).
 //
 // Every kernel is a grid-stride loop over [0, n) with 64-bit indices: a launch of at
-// most kMaxBlocks x kThreads threads covers any n, each thread stepping by the grid size.
-// Conversions use the CUDA intrinsics that round to nearest even (__float2bfloat16,
+// most kGridStrideBlocks x kGridStrideThreads (grid_stride.cuh) threads covers any n, each thread
+// stepping by the grid size. Conversions use the CUDA intrinsics that round to nearest even
+// (__float2bfloat16,
 // __float2half, the f64 -> f32 cast), matching runtime/dtype.h bit for bit on finite
 // values.
 #include <cuda_bf16.h>
@@ -14,17 +15,13 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/elementwise.h"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 
 namespace etr {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
+constexpr int kThreads = cuda::detail::kGridStrideThreads;
 
 // Scalar conversions, one per supported (Out, In) pair.
 template <typename Out, typename In>
@@ -65,8 +62,8 @@ __global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, in
 
 template <typename Out, typename In>
 void launch_cast(const void* in, void* out, int64_t n, cudaStream_t stream) {
-  cast_kernel<Out, In><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const In*>(in),
-                                                               static_cast<Out*>(out), n);
+  cast_kernel<Out, In><<<cuda::detail::grid_stride_blocks(n), kThreads, 0, stream>>>(
+      static_cast<const In*>(in), static_cast<Out*>(out), n);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -95,21 +92,15 @@ __global__ void scale_kernel(T* data, int64_t n, double factor) {
 
 template <typename T>
 void launch_scale(void* data, int64_t n, double factor, cudaStream_t stream) {
-  scale_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(data), n, factor);
+  scale_kernel<T><<<cuda::detail::grid_stride_blocks(n), kThreads, 0, stream>>>(
+      static_cast<T*>(data), n, factor);
   CUDA_CHECK(cudaGetLastError());
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) {
-    throw InvalidArgument(std::string(what) + " got a negative element count " + std::to_string(n) +
-                          "; pass the number of elements (>= 0)");
-  }
 }
 
 }  // namespace
 
 void cuda_cast(const void* in, DType in_t, void* out, DType out_t, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda_cast");
+  cuda::detail::check_count(n, "cuda_cast");
   if (n == 0) return;
   if (in_t == out_t) {
     if (in != out) {
@@ -138,7 +129,7 @@ void cuda_cast(const void* in, DType in_t, void* out, DType out_t, int64_t n, cu
 }
 
 void cuda_scale(void* data, DType t, int64_t n, double factor, cudaStream_t stream) {
-  check_count(n, "cuda_scale");
+  cuda::detail::check_count(n, "cuda_scale");
   if (n == 0) return;
   switch (t) {
     case DType::kF32:

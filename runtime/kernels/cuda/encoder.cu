@@ -22,20 +22,16 @@
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/encoder.h"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 
 namespace etr::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
+constexpr int kThreads = detail::kGridStrideThreads;  // the grid-stride kernels' shape
 // (channel tile, bucket) warps of the dwte kernel: enough to fill an H100/H200 (132 SMs)
 // several times over, few enough that the ids are not re-read needlessly often.
 constexpr int64_t kTargetWarps = 4096;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
 
 __global__ void forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
                                const float* __restrict__ wte, const float* __restrict__ wpe,
@@ -114,8 +110,8 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
                      int64_t B, int64_t T, int64_t C, int64_t V, cudaStream_t stream) {
   check_sizes(B, T, C, V, "encoder_forward");
   if (B == 0 || T == 0 || C == 0) return;
-  forward_kernel<<<blocks_for(B * T * C), kThreads, 0, stream>>>(out, tokens, wte, wpe, B * T, T, C,
-                                                                 V);
+  forward_kernel<<<detail::grid_stride_blocks(B * T * C), kThreads, 0, stream>>>(
+      out, tokens, wte, wpe, B * T, T, C, V);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -137,7 +133,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   dwte_kernel<<<static_cast<unsigned>(dwte_blocks), kThreads, 0, stream>>>(
       dwte, dout, tokens, B * T, C, V, tiles, static_cast<int32_t>(buckets));
   CUDA_CHECK(cudaGetLastError());
-  dwpe_kernel<<<blocks_for(T * C), kThreads, 0, stream>>>(dwpe, dout, B, T * C);
+  dwpe_kernel<<<detail::grid_stride_blocks(T * C), kThreads, 0, stream>>>(dwpe, dout, B, T * C);
   CUDA_CHECK(cudaGetLastError());
 }
 

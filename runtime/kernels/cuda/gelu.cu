@@ -1,33 +1,22 @@
 // gelu forward/backward on the GPU (gelu.h): inp [n], out [n]; dout [n], dinp [n].
 //
-// Grid-stride loops with 64-bit indices: at most kMaxBlocks x kThreads threads cover any
-// n. The formulas are the CPU kernel's, term for term.
+// Grid-stride loops with 64-bit indices: at most kGridStrideBlocks x kGridStrideThreads
+// (grid_stride.cuh) threads cover any n. The formulas are the CPU kernel's, term for term.
 #include <algorithm>
 #include <string>
 
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/gelu.h"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 
 namespace etr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
+constexpr int kThreads = detail::kGridStrideThreads;
 
 constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
 constexpr float kCubic = 0.044715f;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) {
-    throw InvalidArgument(std::string(what) + " got a negative element count " + std::to_string(n) +
-                          "; pass the number of elements (>= 0)");
-  }
-}
 
 // No __restrict__: out may be inp (each element is read once, then written).
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
@@ -57,17 +46,17 @@ __global__ void gelu_backward_kernel(float* __restrict__ dinp, const float* __re
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
-  check_count(n, "gelu_forward");
+  detail::check_count(n, "gelu_forward");
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+  gelu_forward_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(out, inp, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
                    cudaStream_t stream) {
-  check_count(n, "gelu_backward");
+  detail::check_count(n, "gelu_backward");
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,33 +1,22 @@
 // residual forward/backward on the GPU (residual.h): inp1 [n], inp2 [n], out [n];
 // dout [n], dinp1 [n], dinp2 [n].
 //
-// Grid-stride loops with 64-bit indices: at most kMaxBlocks x kThreads threads cover any
-// n. When dinp1 == dinp2 a separate kernel adds 2 dout once: the two-buffer kernel would
-// also be right there (one thread does both read-modify-writes of an element, in order),
-// but its __restrict__ promise would be false.
+// Grid-stride loops with 64-bit indices: at most kGridStrideBlocks x kGridStrideThreads
+// (grid_stride.cuh) threads cover any n. When dinp1 == dinp2 a separate kernel adds 2 dout once:
+// the two-buffer kernel would also be right there (one thread does both read-modify-writes of an
+// element, in order), but its __restrict__ promise would be false.
 #include <algorithm>
 #include <string>
 
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 #include "runtime/kernels/cuda/residual.h"
 
 namespace etr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) {
-    throw InvalidArgument(std::string(what) + " got a negative element count " + std::to_string(n) +
-                          "; pass the number of elements (>= 0)");
-  }
-}
+constexpr int kThreads = detail::kGridStrideThreads;
 
 // No __restrict__: out may be inp1 or inp2 (same index read, then written).
 __global__ void residual_forward_kernel(float* out, const float* inp1, const float* inp2,
@@ -64,20 +53,23 @@ __global__ void residual_backward_same_kernel(float* __restrict__ dinp,
 
 void residual_forward(float* out, const float* inp1, const float* inp2, int64_t n,
                       cudaStream_t stream) {
-  check_count(n, "residual_forward");
+  detail::check_count(n, "residual_forward");
   if (n == 0) return;
-  residual_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp1, inp2, n);
+  residual_forward_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(out, inp1, inp2,
+                                                                                  n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t n,
                        cudaStream_t stream) {
-  check_count(n, "residual_backward");
+  detail::check_count(n, "residual_backward");
   if (n == 0) return;
   if (dinp1 == dinp2) {
-    residual_backward_same_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp1, dout, n);
+    residual_backward_same_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(dinp1,
+                                                                                          dout, n);
   } else {
-    residual_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp1, dinp2, dout, n);
+    residual_backward_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(dinp1, dinp2,
+                                                                                     dout, n);
   }
   CUDA_CHECK(cudaGetLastError());
 }

@@ -1,33 +1,22 @@
 // Element-wise vector kernels (contract in vector_ops.h).
 //
 // fill and add_inplace are grid-stride loops with 64-bit indices: at most
-// kMaxBlocks x kThreads threads cover any n, each stepping by the grid size. copy is a
-// device-to-device cudaMemcpyAsync. sum is the deterministic cluster reduction of
-// deterministic_sum.cuh.
+// kGridStrideBlocks x kGridStrideThreads (grid_stride.cuh) threads cover any n, each stepping by
+// the grid size. copy is a device-to-device cudaMemcpyAsync. sum is the deterministic cluster
+// reduction of deterministic_sum.cuh.
 #include <algorithm>
 #include <string>
 
 #include "runtime/cuda_check.h"
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/deterministic_sum.cuh"
+#include "runtime/kernels/cuda/grid_stride.cuh"
 #include "runtime/kernels/cuda/vector_ops.h"
 
 namespace etr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) {
-    throw InvalidArgument(std::string(what) + " got a negative element count " + std::to_string(n) +
-                          "; pass the number of elements (>= 0)");
-  }
-}
+constexpr int kThreads = detail::kGridStrideThreads;
 
 __global__ void fill_kernel(float* __restrict__ out, float value, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -53,28 +42,28 @@ struct Identity {
 }  // namespace
 
 void fill(float* out, float value, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda::fill");
+  detail::check_count(n, "cuda::fill");
   if (n == 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, value, n);
+  fill_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(out, value, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void copy(float* out, const float* inp, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda::copy");
+  detail::check_count(n, "cuda::copy");
   if (n == 0 || out == inp) return;
   CUDA_CHECK(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
                              cudaMemcpyDeviceToDevice, stream));
 }
 
 void add_inplace(float* out, const float* inp, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda::add_inplace");
+  detail::check_count(n, "cuda::add_inplace");
   if (n == 0) return;
-  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
+  add_inplace_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(out, inp, n);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void sum(double* out, const float* inp, int64_t n, cudaStream_t stream) {
-  check_count(n, "cuda::sum");
+  detail::check_count(n, "cuda::sum");
   detail::launch_cluster_sum(out, inp, n, Identity{}, stream);
 }
 
