@@ -112,8 +112,8 @@ class Layer {
   const ExecContext<Real>& context() const { return context_; }
 
  protected:
-  // The kernels of the layer's device.
-  const KernelSet<Real>& k() const { return *context_.kernels; }
+  // The kernels of the layer's device, bound to its stream (each call passes it).
+  BoundKernels<Real> k() const { return BoundKernels<Real>(*context_.kernels, context_.stream); }
 
  private:
   ExecContext<Real> context_{Device::cpu(), nullptr, nullptr, nullptr,

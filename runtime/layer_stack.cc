@@ -294,7 +294,7 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
   }
   if (!b.targets) return 0;
   const Layer<Real>& last = *layers_.back();
-  return context_.kernels->sum(in, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
+  return kernels().sum(in, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
 }
 
 template <typename Real>
@@ -330,7 +330,7 @@ const Real* LayerStack<Real>::keep_output(int i, int slot, const Batch& b) {
   Impl& m = *impl_;
   if (!m.recomputed[i]) return layers_[i]->output();
   Real* kept = m.slot(slot) + m.offsets[i];
-  context_.kernels->copy(kept, layers_[i]->output(), layers_[i]->output_numel(b.B, b.T));
+  kernels().copy(kept, layers_[i]->output(), layers_[i]->output_numel(b.B, b.T));
   return kept;
 }
 
@@ -357,7 +357,7 @@ void LayerStack<Real>::run_backward(const Batch& b, const StackHooks& hooks, int
                                     const Real* dout, Real* din_stage, bool split) {
   Impl& m = *impl_;
   Tracer* tracer = context_.tracer;
-  const KernelSet<Real>& k = *context_.kernels;
+  const BoundKernels<Real> k = kernels();
   const std::vector<std::string>& names = split ? m.input_names : m.backward_names;
   Real* scratch = static_cast<Real*>(m.scratch.data());
   Real* dcur = scratch;                // gradient of the current layer's output

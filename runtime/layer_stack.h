@@ -168,6 +168,10 @@ class LayerStack {
  private:
   struct Impl;
   void select(int slot) const;  // points the layers at slot `slot`'s activations
+  // The context's kernels bound to its stream.
+  BoundKernels<Real> kernels() const {
+    return BoundKernels<Real>(*context_.kernels, context_.stream);
+  }
   void check_fits(const Batch& batch) const;
   // Throws unless planned with split and slot `slot`'s W is (`pending`) or is not waiting.
   void check_split(int slot, bool pending, const char* call) const;

@@ -42,7 +42,7 @@ int64_t TransformerBlock<Real>::activation_numel(int64_t B, int64_t T) const {
 template <typename Real>
 int64_t TransformerBlock<Real>::scratch_numel(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = c_.d_model;
-  return 15 * N * C + this->k().attention_backward_scratch_size(T);
+  return 15 * N * C + this->k().attention_backward_scratch_size(B, T, C, c_.n_head);
 }
 
 template <typename Real>

@@ -1,5 +1,7 @@
 #include "runtime/kernels/dispatch.h"
 
+#include <type_traits>
+
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/attention.h"
 #include "runtime/kernels/cpu/elementwise.h"
@@ -10,37 +12,49 @@
 #include "runtime/kernels/cpu/residual.h"
 #include "runtime/kernels/cpu/softmax_xent.h"
 #include "runtime/kernels/cpu/threads.h"
+#ifdef ETR_HAVE_CUDA
+#include "runtime/kernels/cuda/kernel_set.h"
+#endif
 
 namespace etr {
 namespace {
 
-int64_t cpu_attention_scratch(int64_t T) {
+int64_t cpu_attention_scratch(int64_t /*B*/, int64_t T, int64_t /*C*/, int64_t /*NH*/) {
   return cpu::attention_backward_scratch_size(T, cpu::num_threads());
 }
+
+// F with a trailing stream argument that it ignores: the CPU kernels run on the calling
+// thread (and its OpenMP team) and return when done.
+template <auto F>
+struct IgnoreStream;
+template <typename R, typename... Args, R (*F)(Args...)>
+struct IgnoreStream<F> {
+  static R call(Args... args, void* /*stream*/) { return F(args...); }
+};
 
 template <typename Real>
 KernelSet<Real> make_cpu_set() {
   KernelSet<Real> k;
   k.name = "cpu";
-  k.encoder_forward = &cpu::encoder_forward<Real>;
-  k.encoder_backward = &cpu::encoder_backward<Real>;
-  k.layernorm_forward = &cpu::layernorm_forward<Real>;
-  k.layernorm_backward = &cpu::layernorm_backward<Real>;
-  k.matmul_forward = &cpu::matmul_forward<Real>;
-  k.matmul_backward = &cpu::matmul_backward<Real>;
+  k.encoder_forward = &IgnoreStream<&cpu::encoder_forward<Real>>::call;
+  k.encoder_backward = &IgnoreStream<&cpu::encoder_backward<Real>>::call;
+  k.layernorm_forward = &IgnoreStream<&cpu::layernorm_forward<Real>>::call;
+  k.layernorm_backward = &IgnoreStream<&cpu::layernorm_backward<Real>>::call;
+  k.matmul_forward = &IgnoreStream<&cpu::matmul_forward<Real>>::call;
+  k.matmul_backward = &IgnoreStream<&cpu::matmul_backward<Real>>::call;
   k.attention_backward_scratch_size = &cpu_attention_scratch;
-  k.attention_forward = &cpu::attention_forward<Real>;
-  k.attention_backward = &cpu::attention_backward<Real>;
-  k.gelu_forward = &cpu::gelu_forward<Real>;
-  k.gelu_backward = &cpu::gelu_backward<Real>;
-  k.residual_forward = &cpu::residual_forward<Real>;
-  k.residual_backward = &cpu::residual_backward<Real>;
-  k.softmax_xent_forward = &cpu::softmax_xent_forward<Real>;
-  k.softmax_xent_forward_backward = &cpu::softmax_xent_forward_backward<Real>;
-  k.fill = &cpu::fill<Real>;
-  k.copy = &cpu::copy<Real>;
-  k.add_inplace = &cpu::add_inplace<Real>;
-  k.sum = &cpu::sum<Real>;
+  k.attention_forward = &IgnoreStream<&cpu::attention_forward<Real>>::call;
+  k.attention_backward = &IgnoreStream<&cpu::attention_backward<Real>>::call;
+  k.gelu_forward = &IgnoreStream<&cpu::gelu_forward<Real>>::call;
+  k.gelu_backward = &IgnoreStream<&cpu::gelu_backward<Real>>::call;
+  k.residual_forward = &IgnoreStream<&cpu::residual_forward<Real>>::call;
+  k.residual_backward = &IgnoreStream<&cpu::residual_backward<Real>>::call;
+  k.softmax_xent_forward = &IgnoreStream<&cpu::softmax_xent_forward<Real>>::call;
+  k.softmax_xent_forward_backward = &IgnoreStream<&cpu::softmax_xent_forward_backward<Real>>::call;
+  k.fill = &IgnoreStream<&cpu::fill<Real>>::call;
+  k.copy = &IgnoreStream<&cpu::copy<Real>>::call;
+  k.add_inplace = &IgnoreStream<&cpu::add_inplace<Real>>::call;
+  k.sum = &IgnoreStream<&cpu::sum<Real>>::call;
   return k;
 }
 
@@ -50,8 +64,18 @@ template <typename Real>
 const KernelSet<Real>& kernels_for(Device device) {
   static const KernelSet<Real> cpu_set = make_cpu_set<Real>();
   if (device.is_cpu()) return cpu_set;
+#ifdef ETR_HAVE_CUDA
+  if constexpr (std::is_same_v<Real, float>) {
+    if (device.is_cuda()) return cuda::kernel_set();
+  }
+  if (device.is_cuda()) {
+    throw InvalidArgument("the CUDA kernels are float only: " + device.str() +
+                          " has no kernel set for double (the CPU's checks the gradients)");
+  }
+#endif
   throw InvalidArgument("there is no kernel set for " + device.str() +
-                        " yet: etr's layers run on the host (device cpu)");
+                        " in this build: etr's layers run on the host (device cpu)" +
+                        (device.is_cuda() ? " (built without CUDA)" : ""));
 }
 
 template const KernelSet<float>& kernels_for<float>(Device);

@@ -6,10 +6,16 @@
 //   k.matmul_forward(out, inp, w, b, N, C, OC);
 //
 // Each member has the signature of the CPU kernel of the same name
-// (runtime/kernels/cpu/<family>.h, runtime/kernels/kernels.h for the conventions).
+// (runtime/kernels/cpu/<family>.h, runtime/kernels/kernels.h for the conventions) plus a
+// trailing `void* stream`: the cudaStream_t the CUDA set enqueues on (its kernels return
+// at once, except `sum`, which waits for its result), ignored by the CPU set. A layer calls
+// them through BoundKernels (Layer::k()), which passes its ExecContext's stream:
+//
+//   this->k().matmul_forward(out, inp, w, b, N, C, OC);   // + context().stream
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "runtime/device.h"
 
@@ -20,45 +26,89 @@ struct KernelSet {
   const char* name = "";  // "cpu"
 
   void (*encoder_forward)(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe,
-                          int64_t B, int64_t T, int64_t C, int64_t V) = nullptr;
+                          int64_t B, int64_t T, int64_t C, int64_t V, void* stream) = nullptr;
   void (*encoder_backward)(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens,
-                           int64_t B, int64_t T, int64_t C, int64_t V) = nullptr;
-  void (*layernorm_forward)(Real* out, Real* mean, Real* rstd, const Real* inp,
-                            const Real* weight, const Real* bias, int64_t N, int64_t C,
-                            double eps) = nullptr;
+                           int64_t B, int64_t T, int64_t C, int64_t V, void* stream) = nullptr;
+  void (*layernorm_forward)(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
+                            const Real* bias, int64_t N, int64_t C, double eps,
+                            void* stream) = nullptr;
   void (*layernorm_backward)(Real* dinp, Real* dweight, Real* dbias, const Real* dout,
                              const Real* inp, const Real* weight, const Real* mean,
-                             const Real* rstd, int64_t N, int64_t C) = nullptr;
+                             const Real* rstd, int64_t N, int64_t C, void* stream) = nullptr;
   void (*matmul_forward)(Real* out, const Real* inp, const Real* weight, const Real* bias,
-                         int64_t N, int64_t C, int64_t OC) = nullptr;
-  void (*matmul_backward)(Real* dinp, Real* dweight, Real* dbias, const Real* dout,
-                          const Real* inp, const Real* weight, int64_t N, int64_t C,
-                          int64_t OC) = nullptr;
-  // Elements of scratch attention_backward needs for sequences of T.
-  int64_t (*attention_backward_scratch_size)(int64_t T) = nullptr;
-  void (*attention_forward)(Real* out, Real* att, const Real* qkv, int64_t B, int64_t T,
-                            int64_t C, int64_t NH) = nullptr;
+                         int64_t N, int64_t C, int64_t OC, void* stream) = nullptr;
+  void (*matmul_backward)(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                          const Real* weight, int64_t N, int64_t C, int64_t OC,
+                          void* stream) = nullptr;
+  // Elements of scratch attention_backward needs for micro-batches of B x T (C wide, NH
+  // heads): the CPU's depends on T and its threads, the GPU's is one sequence's [NH, T, T].
+  int64_t (*attention_backward_scratch_size)(int64_t B, int64_t T, int64_t C, int64_t NH) = nullptr;
+  void (*attention_forward)(Real* out, Real* att, const Real* qkv, int64_t B, int64_t T, int64_t C,
+                            int64_t NH, void* stream) = nullptr;
   void (*attention_backward)(Real* dqkv, Real* scratch, int64_t scratch_size, const Real* dout,
                              const Real* qkv, const Real* att, int64_t B, int64_t T, int64_t C,
-                             int64_t NH) = nullptr;
-  void (*gelu_forward)(Real* out, const Real* inp, int64_t n) = nullptr;
-  void (*gelu_backward)(Real* dinp, const Real* inp, const Real* dout, int64_t n) = nullptr;
-  void (*residual_forward)(Real* out, const Real* inp1, const Real* inp2, int64_t n) = nullptr;
-  void (*residual_backward)(Real* dinp1, Real* dinp2, const Real* dout, int64_t n) = nullptr;
-  void (*softmax_xent_forward)(Real* losses, const Real* logits, const int32_t* targets,
-                               int64_t N, int64_t V, int64_t Vp) = nullptr;
+                             int64_t NH, void* stream) = nullptr;
+  void (*gelu_forward)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
+  void (*gelu_backward)(Real* dinp, const Real* inp, const Real* dout, int64_t n,
+                        void* stream) = nullptr;
+  void (*residual_forward)(Real* out, const Real* inp1, const Real* inp2, int64_t n,
+                           void* stream) = nullptr;
+  void (*residual_backward)(Real* dinp1, Real* dinp2, const Real* dout, int64_t n,
+                            void* stream) = nullptr;
+  void (*softmax_xent_forward)(Real* losses, const Real* logits, const int32_t* targets, int64_t N,
+                               int64_t V, int64_t Vp, void* stream) = nullptr;
   void (*softmax_xent_forward_backward)(Real* losses, Real* dlogits, const Real* logits,
                                         const int32_t* targets, Real dloss, int64_t N, int64_t V,
-                                        int64_t Vp) = nullptr;
-  void (*fill)(Real* out, Real value, int64_t n) = nullptr;
-  void (*copy)(Real* out, const Real* inp, int64_t n) = nullptr;
-  void (*add_inplace)(Real* out, const Real* inp, int64_t n) = nullptr;
-  double (*sum)(const Real* inp, int64_t n) = nullptr;
+                                        int64_t Vp, void* stream) = nullptr;
+  void (*fill)(Real* out, Real value, int64_t n, void* stream) = nullptr;
+  void (*copy)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
+  void (*add_inplace)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
+  double (*sum)(const Real* inp, int64_t n, void* stream) = nullptr;
 };
 
-// The kernels of `device`: the CPU set, or InvalidArgument for a device that has none yet
-// (the CUDA set comes with the GPU path; the layers need no change for it).
+// The kernels of `device`: the CPU set; on a CUDA device (ETR_HAVE_CUDA builds) the CUDA
+// set for float (runtime/kernels/cuda/kernel_set.h); InvalidArgument for any other.
 template <typename Real>
 const KernelSet<Real>& kernels_for(Device device);
+
+// A KernelSet bound to one stream: every call passes `stream` as the kernel's last argument.
+template <typename Real>
+class BoundKernels {
+ public:
+  BoundKernels(const KernelSet<Real>& set, void* stream) : set_(&set), stream_(stream) {}
+  const char* name() const { return set_->name; }
+  int64_t attention_backward_scratch_size(int64_t B, int64_t T, int64_t C, int64_t NH) const {
+    return set_->attention_backward_scratch_size(B, T, C, NH);
+  }
+
+#define ETR_BOUND_KERNEL(fn)                               \
+  template <typename... Args>                              \
+  auto fn(Args&&... args) const {                          \
+    return set_->fn(std::forward<Args>(args)..., stream_); \
+  }
+  ETR_BOUND_KERNEL(encoder_forward)
+  ETR_BOUND_KERNEL(encoder_backward)
+  ETR_BOUND_KERNEL(layernorm_forward)
+  ETR_BOUND_KERNEL(layernorm_backward)
+  ETR_BOUND_KERNEL(matmul_forward)
+  ETR_BOUND_KERNEL(matmul_backward)
+  ETR_BOUND_KERNEL(attention_forward)
+  ETR_BOUND_KERNEL(attention_backward)
+  ETR_BOUND_KERNEL(gelu_forward)
+  ETR_BOUND_KERNEL(gelu_backward)
+  ETR_BOUND_KERNEL(residual_forward)
+  ETR_BOUND_KERNEL(residual_backward)
+  ETR_BOUND_KERNEL(softmax_xent_forward)
+  ETR_BOUND_KERNEL(softmax_xent_forward_backward)
+  ETR_BOUND_KERNEL(fill)
+  ETR_BOUND_KERNEL(copy)
+  ETR_BOUND_KERNEL(add_inplace)
+  ETR_BOUND_KERNEL(sum)
+#undef ETR_BOUND_KERNEL
+
+ private:
+  const KernelSet<Real>* set_;
+  void* stream_;
+};
 
 }  // namespace etr

@@ -44,22 +44,10 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
   EXPECT_EQ(bad, 0) << what << ": elements that differ";
 }
 
-// One step of the whole layout on the device: decayed tensors with weight_decay, the rest
-// (undecayed tensors and the padding between tensors) with 0, as etr::AdamW splits it.
+// One step of the whole layout on the device (the library's split into runs).
 void device_step(const ParamLayout& layout, float* p, const float* g, float* m, float* v, int64_t t,
                  double lr, const AdamWOptions& o) {
-  auto run = [&](int64_t begin, int64_t end, double decay) {
-    cuda::adamw_update(p + begin, g + begin, m + begin, v + begin, end - begin, t, lr, o.beta1,
-                       o.beta2, o.eps, decay, stream());
-  };
-  int64_t at = 0;
-  for (const TensorEntry& e : layout.entries()) {
-    if (!e.weight_decay) continue;
-    if (e.offset > at) run(at, e.offset, 0.0);
-    run(e.offset, e.offset + e.numel(), o.weight_decay);
-    at = e.offset + e.numel();
-  }
-  if (at < layout.numel()) run(at, layout.numel(), 0.0);
+  cuda::adamw_step_layout(layout, p, g, m, v, t, lr, o, stream());
 }
 
 // Random moments: m in [-0.01, 0.01), v = m'^2 >= 0.

@@ -109,9 +109,9 @@ TEST(LayerStack, HooksComeInLayerOrder) {
   const Micro m = random_micro(4, 11, 3);
   f.stack->forward(m.batch(1, 4), hooks);
   f.stack->backward(m.batch(1, 4), hooks);
-  const std::vector<std::pair<char, int>> expected = {
-      {'f', 0}, {'f', 1}, {'f', 2}, {'f', 3}, {'b', 3}, {'a', 3},
-      {'b', 2}, {'a', 2}, {'b', 1}, {'a', 1}, {'b', 0}, {'a', 0}};
+  const std::vector<std::pair<char, int>> expected = {{'f', 0}, {'f', 1}, {'f', 2}, {'f', 3},
+                                                      {'b', 3}, {'a', 3}, {'b', 2}, {'a', 2},
+                                                      {'b', 1}, {'a', 1}, {'b', 0}, {'a', 0}};
   EXPECT_EQ(calls, expected);
 }
 
@@ -137,7 +137,7 @@ TEST(LayerStack, RefusesWhatWasNotPlanned) {
   Fixture f;
   f.stack->plan(alloc, 1, 4, 2);
   const Micro m = random_micro(12, 11, 4);
-  EXPECT_THROW(f.stack->forward(m.batch(2, 4)), InvalidArgument);      // too many rows
+  EXPECT_THROW(f.stack->forward(m.batch(2, 4)), InvalidArgument);         // too many rows
   EXPECT_THROW(f.stack->forward(m.batch(1, 4), {}, 2), InvalidArgument);  // no slot 2
   EXPECT_THROW(f.stack->plan(alloc, 1, 4, 0), InvalidArgument);
 }
@@ -154,13 +154,29 @@ TEST(LayerStack, SharedParametersAreDeclaredByTheirOwner) {
   EXPECT_THROW(f.stack->share("wte.weight", 0, 0), InvalidArgument);     // not a later layer
 }
 
-TEST(KernelDispatch, OnlyTheHostHasKernelsYet) {
+TEST(KernelDispatch, CpuEverywhereCudaForFloatInCudaBuilds) {
   EXPECT_STREQ(kernels_for<float>(Device::cpu()).name, "cpu");
-  EXPECT_THROW(kernels_for<float>(Device{DeviceType::kCuda, 0}), InvalidArgument);
+  EXPECT_STREQ(kernels_for<double>(Device::cpu()).name, "cpu");
+  const Device gpu{DeviceType::kCuda, 0};
+  // The CUDA kernels are float only; double (the gradient checks) has the CPU's alone.
+  EXPECT_THROW(kernels_for<double>(gpu), InvalidArgument);
+#ifdef ETR_HAVE_CUDA
+  EXPECT_STREQ(kernels_for<float>(gpu).name, "cuda");
+#else
+  EXPECT_THROW(kernels_for<float>(gpu), InvalidArgument);
   Fixture f;
   ExecContext<float> ctx;
-  ctx.device = Device{DeviceType::kCuda, 0};
+  ctx.device = gpu;
   EXPECT_THROW(f.stack->set_context(ctx), InvalidArgument);
+#endif
+  // Every CPU kernel ignores the stream: the same call with any stream gives the same bits.
+  const KernelSet<float>& k = kernels_for<float>(Device::cpu());
+  std::vector<float> x = {1.5f, -2.0f, 0.25f}, y(3), z(3);
+  BoundKernels<float>(k, nullptr).gelu_forward(y.data(), x.data(), int64_t{3});
+  int stream_token = 0;
+  BoundKernels<float>(k, &stream_token).gelu_forward(z.data(), x.data(), int64_t{3});
+  EXPECT_EQ(y, z);
+  EXPECT_NE(y[0], 0.0f);
 }
 
 // ---- split backward ----
@@ -179,9 +195,7 @@ class UnsplitBlock final : public Layer<Real> {
   int64_t activation_numel(int64_t B, int64_t T) const override {
     return block_.activation_numel(B, T);
   }
-  int64_t scratch_numel(int64_t B, int64_t T) const override {
-    return block_.scratch_numel(B, T);
-  }
+  int64_t scratch_numel(int64_t B, int64_t T) const override { return block_.scratch_numel(B, T); }
   void plan(Real* activations, int64_t B, int64_t T) override { block_.plan(activations, B, T); }
   const Real* output() const override { return block_.output(); }
   void forward(const Real* in, const Batch& batch) override { block_.forward(in, batch); }
@@ -351,8 +365,8 @@ TEST(LayerStack, SplitBackwardNeedsASplitPlanAndItsTurn) {
   EXPECT_THROW(f.stack->backward_weight(m.batch(1, 4), {}, 0), InvalidArgument);  // no B yet
   f.stack->backward_input(m.batch(1, 4), {}, 0);
   EXPECT_THROW(f.stack->backward_input(m.batch(1, 4), {}, 0), InvalidArgument);  // W pending
-  EXPECT_THROW(f.stack->forward(m.batch(1, 4), {}, 0), InvalidArgument);  // slot held
-  EXPECT_NO_THROW(f.stack->forward(m.batch(1, 4), {}, 1));                // another slot
+  EXPECT_THROW(f.stack->forward(m.batch(1, 4), {}, 0), InvalidArgument);         // slot held
+  EXPECT_NO_THROW(f.stack->forward(m.batch(1, 4), {}, 1));                       // another slot
   EXPECT_THROW(f.stack->backward_input(m.batch(1, 4), {}, 2), InvalidArgument);  // no slot 2
   f.stack->backward_weight(m.batch(1, 4), {}, 0);
   EXPECT_NO_THROW(f.stack->forward(m.batch(1, 4), {}, 0));  // released

@@ -34,7 +34,17 @@
 
 #include <cstdint>
 
+#include "runtime/adamw.h"
+#include "runtime/param_layout.h"
+
 namespace etr::cuda {
+
+// One AdamW step of a whole layout's flat buffers, [0, layout.numel()), split into runs
+// as etr::AdamW splits it: the tensors the layout decays with o.weight_decay, everything
+// else (other tensors, the alignment padding) with 0. o.lr is ignored: `lr` is the rate.
+void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
+                       float* v, int64_t t, double lr, const AdamWOptions& o,
+                       cudaStream_t stream);
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t,
                   double lr, double beta1, double beta2, double eps, double weight_decay,

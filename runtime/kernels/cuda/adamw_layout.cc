@@ -1,0 +1,21 @@
+#include "runtime/kernels/cuda/adamw.h"
+
+namespace etr::cuda {
+
+void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
+                       float* v, int64_t t, double lr, const AdamWOptions& o, cudaStream_t stream) {
+  auto run = [&](int64_t begin, int64_t end, double decay) {
+    adamw_update(params + begin, grads + begin, m + begin, v + begin, end - begin, t, lr, o.beta1,
+                 o.beta2, o.eps, decay, stream);
+  };
+  int64_t at = 0;  // the layout's entries are in offset order
+  for (const TensorEntry& e : layout.entries()) {
+    if (!e.weight_decay) continue;
+    if (e.offset > at) run(at, e.offset, 0.0);
+    run(e.offset, e.offset + e.numel(), o.weight_decay);
+    at = e.offset + e.numel();
+  }
+  if (at < layout.numel()) run(at, layout.numel(), 0.0);
+}
+
+}  // namespace etr::cuda
