@@ -47,6 +47,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
 #ifdef ETR_HAVE_CUDA
     etr::bench::add_gpu_subcommands,         // gpu-alloc, gpu-cast
     etr::bench::add_gpu_kernels_subcommand,  // gpu-kernels
+    etr::bench::add_gpu_train_subcommand,    // gpu-train
 #endif
 };
 

@@ -24,4 +24,9 @@ void add_gpu_subcommands(CLI::App& app, SubcommandList& list);
 // bench/pytorch_gpu_kernels.py run on the same card just before).
 void add_gpu_kernels_subcommand(CLI::App& app, SubcommandList& list);
 
+// etr-bench gpu-train (bench/gpu_train_bench.cc): GPT-2 124M training steps on one GPU
+// through etr's layers, beside PyTorch's runs of the same model (--reference, the JSON of
+// bench/pytorch_gpu_train.py).
+void add_gpu_train_subcommand(CLI::App& app, SubcommandList& list);
+
 }  // namespace etr::bench

@@ -31,14 +31,13 @@ inline std::string require_one_gpu(const BenchContext& ctx, const std::string& w
               driver % 1000 / 10);
 }
 
-// Median over `reps` timed launches of `op` (after two untimed ones), in seconds.
+// Median over `reps` timed launches of `op` (after `warm` untimed ones), in seconds.
 template <typename Op>
-double time_on_stream(cudaStream_t stream, int reps, Op op) {
+double time_on_stream(cudaStream_t stream, int reps, Op op, int warm = 2) {
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
-  op();
-  op();
+  for (int w = 0; w < warm; ++w) op();
   std::vector<double> s;
   for (int r = 0; r < reps; ++r) {
     CUDA_CHECK(cudaEventRecord(start, stream));

@@ -315,6 +315,27 @@ elif [[ -n $gpu ]]; then
   echo "== reference: no python3 with a CUDA torch; gpu-kernels runs without PyTorch's column"
   BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels")
 fi
+# PyTorch training GPT-2 124M on this card (eager attention, as etr's; and its fastest,
+# SDPA), the references of etr-bench gpu-train.
+if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
+     'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  train_refs=""
+  for attention in eager sdpa; do
+    t0=$SECONDS
+    echo "== reference: bench/pytorch_gpu_train.py --device cuda --attention $attention"
+    if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 \
+         "$ETR_ROOT/bench/pytorch_gpu_train.py" --device cuda --attention "$attention" \
+         --json "$steps/torch_train_$attention.json" 2>&1; then
+      row "reference torch_train_$attention" pass "PyTorch trained GPT-2 124M" $((SECONDS - t0))
+      train_refs+=" --reference $steps/torch_train_$attention.json"
+    else
+      row "reference torch_train_$attention" fail "bench/pytorch_gpu_train.py failed" $((SECONDS - t0))
+    fi
+  done
+  BENCHMARKS+=("gpu_train|1|240|gpu-train$train_refs")
+elif [[ -n $gpu ]]; then
+  BENCHMARKS+=("gpu_train|1|240|gpu-train")
+fi
 ((${#BENCHMARKS[@]})) || echo "== benchmarks: none on the GPU yet"
 [[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
 for spec in "${BENCHMARKS[@]}"; do

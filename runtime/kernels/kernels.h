@@ -15,8 +15,8 @@
 //       arguments (float), device pointers, plus a trailing cudaStream_t on which the
 //       kernel is enqueued; each header says where it departs (scratch sizes, what is
 //       validated, summation order). Every CUDA kernel is tested against the CPU one
-//       (tests/gpu/cuda_k_<family>_test.cc). Not yet behind the dispatch: kernels_for(cuda)
-//       throws until the layers take a stream (dispatch.h).
+//       (tests/gpu/cuda_k_<family>_test.cc). Behind the dispatch as kernels_for<float> on a
+//       CUDA device (runtime/kernels/cuda/kernel_set.h; layers pass their stream).
 //
 // Families: matmul, layernorm, gelu, attention, encoder, residual, softmax_xent.
 //

@@ -1,0 +1,270 @@
+// etr-bench gpu-train: the example GPT-2 training on one GPU through etr's own layers
+// (LayerStack, the CUDA kernel set behind the dispatch, AdamW, the norm and clipping on the
+// device), beside PyTorch training the same model on the same card just before
+// (bench/pytorch_gpu_train.py, whose JSON files --reference reads).
+//
+// A step: gradients zeroed, forward (the loss read back: one synchronisation), backward,
+// the gradient norm and clipping at 1.0, AdamW; one micro-batch of B x T random tokens.
+// Reported: median ms/step over the timed steps (CUDA events), tokens/s, model TFLOP/s
+// with GptConfig::flops_per_token (6 N + 12 L C T, PaLM's count, as llm.c's), the share of
+// the card's dense TF32 peak, and memory: the allocator's peak (parameters, gradients,
+// AdamW's m and v, activations: what the plan says) and the device's used memory as the
+// driver sees it (cudaMemGetInfo: the CUDA context and cuBLAS's workspace included).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_context.h"
+#include "bench/gpu_bench.h"
+#include "bench/gpu_util.h"
+#include "bench/table.h"
+#include "examples/gpt/gpt_config.h"
+#include "examples/gpt/gpt_model.h"
+#include "runtime/adamw.h"
+#include "runtime/cuda_allocator.h"
+#include "runtime/cuda_check.h"
+#include "runtime/error.h"
+#include "runtime/kernels/cuda/adamw.h"
+#include "runtime/kernels/cuda/cublas.h"
+#include "runtime/kernels/cuda/vector_ops.h"
+#include "runtime/layer_stack.h"
+
+namespace etr::bench {
+
+namespace {
+
+struct TrainArgs {
+  int64_t B = 8, T = 1024;
+  int steps = 10, warmup = 3;
+  std::vector<std::string> references;
+  std::string json;
+};
+
+struct TrainResult {
+  double ms_per_step = 0, tokens_per_s = 0, tflops = 0, loss = 0;
+  double planned_bytes = 0, allocator_peak = 0, device_used = 0;
+};
+
+// Dense TF32 tensor-core peak of the card, from NVIDIA's datasheets (SXM parts); 0 when
+// the card is not one we know.
+double tf32_peak_tflops(const std::string& card) {
+  if (card.find("H100") != std::string::npos || card.find("H200") != std::string::npos) {
+    return 494.7;
+  }
+  return 0;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int32_t& id : ids) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(V));
+  }
+  return ids;
+}
+
+Buffer upload(CudaCachingAllocator& alloc, const void* host, size_t bytes) {
+  Buffer b(alloc, bytes);
+  CUDA_CHECK(cudaMemcpy(b.data(), host, bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+
+TrainResult train_on_gpu(const gpt::GptConfig& c, const TrainArgs& a) {
+  cuda::set_matmul_math(cuda::MatmulMath::kTF32);
+  size_t free_before = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  CudaCachingAllocator alloc(0);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto stack = gpt::build_stack<float>(c);
+  const ParamLayout& layout = stack->layout();
+  const int64_t n = layout.numel();
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  std::vector<float> host(static_cast<size_t>(n));
+  gpt::init_params<float>(c, layout, host.data(), /*seed=*/1);
+  Buffer params = upload(alloc, host.data(), bytes);
+  host.clear();
+  host.shrink_to_fit();
+  Buffer grads(alloc, bytes), m(alloc, bytes), v(alloc, bytes), norm(alloc, sizeof(double));
+  auto* p = static_cast<float*>(params.data());
+  auto* g = static_cast<float*>(grads.data());
+  auto* pm = static_cast<float*>(m.data());
+  auto* pv = static_cast<float*>(v.data());
+  cuda::fill(pm, 0.0f, n, stream);
+  cuda::fill(pv, 0.0f, n, stream);
+  ExecContext<float> ctx;
+  ctx.device = Device::cuda(0);
+  ctx.alloc = &alloc;
+  ctx.stream = stream;
+  stack->set_context(ctx);
+  stack->bind(p, g);
+  stack->plan(alloc, a.B, a.T);
+  TrainResult r;
+  r.planned_bytes =
+      4.0 * static_cast<double>(bytes) + static_cast<double>(stack->activation_bytes(a.B, a.T));
+
+  const std::vector<int32_t> tokens = random_ids(a.B * a.T, c.vocab_size, 1);
+  const std::vector<int32_t> targets = random_ids(a.B * a.T, c.vocab_size, 2);
+  Buffer d_tokens = upload(alloc, tokens.data(), tokens.size() * sizeof(int32_t));
+  Buffer d_targets = upload(alloc, targets.data(), targets.size() * sizeof(int32_t));
+  const Batch batch{static_cast<int32_t*>(d_tokens.data()), static_cast<int32_t*>(d_targets.data()),
+                    a.B, a.T, 1.0 / static_cast<double>(a.B * a.T)};
+  AdamWOptions o;
+  auto step = [&](int64_t t) {
+    cuda::fill(g, 0.0f, n, stream);
+    r.loss = stack->forward(batch);
+    stack->backward(batch);
+    cuda::grad_norm_squared(static_cast<double*>(norm.data()), g, n, stream);
+    cuda::clip_grad_norm(g, n, static_cast<double*>(norm.data()), 1.0, stream);
+    cuda::adamw_step_layout(layout, p, g, pm, pv, t, 3e-4, o, stream);
+  };
+  for (int t = 1; t <= a.warmup; ++t) step(t);
+  std::vector<double> ms;
+  for (int t = 1; t <= a.steps; ++t) {
+    ms.push_back(1e3 * time_on_stream(
+                           stream, 1, [&] { step(a.warmup + t); }, /*warm=*/0));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  size_t free_after = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  r.ms_per_step = median(ms);
+  r.tokens_per_s = static_cast<double>(a.B * a.T) / (r.ms_per_step * 1e-3);
+  r.tflops = c.flops_per_token(a.T) * r.tokens_per_s / 1e12;
+  r.allocator_peak = static_cast<double>(alloc.stats().peak);
+  r.device_used = static_cast<double>(free_before) - static_cast<double>(free_after);
+  stack.reset();
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return r;
+}
+
+// One row of the table: a run's figures.
+std::vector<std::string> train_row(const std::string& who, const TrainResult& r, double peak) {
+  return {who,
+          cell("%.1f", r.ms_per_step),
+          cell("%.0f", r.tokens_per_s),
+          cell("%.1f", r.tflops),
+          peak > 0 ? cell("%.0f%%", 100 * r.tflops / peak) : "-",
+          format_bytes(r.allocator_peak),
+          format_bytes(r.device_used),
+          cell("%.4f", r.loss)};
+}
+
+// A run of bench/pytorch_gpu_train.py; "" in *who when the file is not one.
+TrainResult read_reference(const std::string& path, std::string* who) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot read the reference " + path);
+  TrainResult r;
+  try {
+    nlohmann::json doc = nlohmann::json::parse(in);
+    *who = "PyTorch " + doc.at("torch").get<std::string>() + " " +
+           doc.at("attention").get<std::string>();
+    r.ms_per_step = doc.at("ms_per_step").get<double>();
+    r.tokens_per_s = doc.at("tokens_per_s").get<double>();
+    r.tflops = doc.at("tflops").get<double>();
+    r.loss = doc.at("loss").get<double>();
+    r.allocator_peak = doc.at("peak_allocated_bytes").get<double>();
+    r.device_used = doc.at("mem_used_bytes").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("the reference " + path + " is not the JSON of bench/pytorch_gpu_train.py (" +
+                      e.what() + ")");
+  }
+  return r;
+}
+
+void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
+  const std::string card = require_one_gpu(ctx, "etr-bench gpu-train");
+  gpt::GptConfig c;  // GPT-2 124M
+  c.n_layer = 12;
+  c.n_head = 12;
+  c.d_model = 768;
+  c.seq_len = 1024;
+  c.vocab_size = 50257;
+  if (a.T < 1 || a.T > c.seq_len) throw ConfigError("--T must be in [1, 1024]");
+  if (a.B < 1) throw ConfigError("--B must be at least 1");
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double peak = tf32_peak_tflops(prop.name);
+  ctx.print("# etr-bench gpu-train: " + card + "\n");
+  ctx.print(
+      cell("# GPT-2 124M (%lld parameters), micro-batch %lld x %lld tokens, f32 with TF32 "
+           "products, AdamW + clipping at 1.0 on the device; median of %d steps after %d\n",
+           static_cast<long long>(c.num_parameters()), static_cast<long long>(a.B),
+           static_cast<long long>(a.T), a.steps, a.warmup));
+  ctx.print(cell("# model TFLOP/s: %.3g FLOPs per token (6 N + 12 L C T); MFU against %s\n",
+                 c.flops_per_token(a.T),
+                 peak > 0 ? cell("the dense TF32 peak, %.1f TFLOP/s", peak).c_str()
+                          : "nothing (peak unknown for this card)"));
+  ctx.print(
+      "# memory: peak = the allocator's peak (torch: max_memory_allocated); device = "
+      "device memory the run took (cudaMemGetInfo before and after)\n");
+  Table t;
+  t.add_column("run", 24).add_column("ms/step", 9).add_column("tokens/s", 10);
+  t.add_column("TFLOP/s", 9).add_column("MFU", 6).add_column("peak", 11).add_column("device", 11);
+  t.add_column("loss", 9);
+  ctx.print(t.header());
+  nlohmann::json rows = nlohmann::json::array();
+  auto add = [&](const std::string& who, const TrainResult& r) {
+    ctx.print(t.row(train_row(who, r, peak)));
+    rows.push_back({{"run", who},
+                    {"ms_per_step", r.ms_per_step},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"tflops", r.tflops},
+                    {"peak_bytes", r.allocator_peak},
+                    {"device_bytes", r.device_used},
+                    {"loss", r.loss}});
+  };
+  std::vector<std::pair<std::string, TrainResult>> refs;
+  for (const std::string& path : a.references) {
+    std::string who;
+    TrainResult r = read_reference(path, &who);
+    refs.emplace_back(who, r);
+  }
+  const TrainResult ours = train_on_gpu(c, a);
+  add("etr", ours);
+  for (const auto& [who, r] : refs) add(who, r);
+  ctx.print(cell(
+      "# etr's plan: %s (parameters, gradients, m, v and the activations); the "
+      "allocator's peak is %.1f%% of it\n",
+      format_bytes(ours.planned_bytes).c_str(), 100 * ours.allocator_peak / ours.planned_bytes));
+  for (const auto& [who, r] : refs) {
+    ctx.print(
+        cell("# etr / %s: %.2fx tokens/s\n", who.c_str(), ours.tokens_per_s / r.tokens_per_s));
+  }
+  if (!a.json.empty()) {
+    ctx.write_json(a.json, {{"machine", ctx.machine().to_json()},
+                            {"gpu", card},
+                            {"planned_bytes", ours.planned_bytes},
+                            {"gpu_train", rows}});
+  }
+}
+
+}  // namespace
+
+void add_gpu_train_subcommand(CLI::App& app, SubcommandList& list) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "gpu-train", "GPT-2 124M training steps on one GPU through etr's layers, beside PyTorch's");
+  cmd->add_option("--B", a->B, "Sequences per step")->capture_default_str();
+  cmd->add_option("--T", a->T, "Tokens per sequence (at most 1024)")->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Timed steps; the median is reported")
+      ->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option(
+      "--reference", a->references,
+      "PyTorch's runs of the same model (bench/pytorch_gpu_train.py --json); repeatable");
+  cmd->add_option("--json", a->json, "Also write the figures to this JSON file");
+  list.push_back({cmd, [a](BenchContext& ctx) {
+                    if (a->steps < 1 || a->warmup < 0)
+                      throw ConfigError("--steps >= 1, --warmup >= 0");
+                    run_gpu_train(ctx, *a);
+                  }});
+}
+
+}  // namespace etr::bench

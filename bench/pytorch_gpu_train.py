@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Trains GPT-2 124M in PyTorch on one GPU: the reference printed beside `etr-bench gpu-train`.
+
+The same computation as etr's GPT-2 on the GPU, same shapes. Defaults are GPT-2 124M:
+n_layer 12, n_head 12, d_model C 768, seq_len T 1024, vocabulary V 50257 with the token
+embedding padded to Vp 50304 rows (the extra rows are parameters that get no gradient
+from the loss, as in llm.c), learned position embedding with T rows, tied LM head
+(logits = ln_f(x) @ wte^T, [B,T,Vp]), pre-LayerNorm blocks
+
+    x = x + c_proj(attention(c_attn(ln_1(x))))       c_attn Linear(C,3C), c_proj Linear(C,C)
+    x = x + mlp_proj(gelu_tanh(c_fc(ln_2(x))))       c_fc Linear(C,4C), mlp_proj Linear(4C,C)
+
+all Linear layers with bias, final LayerNorm, eps 1e-5, no dropout. Loss: mean cross
+entropy over logits[:, :, :V]. Initialisation: weights normal(0, 0.02), c_proj and
+mlp_proj normal(0, 0.02/sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0.
+Attention (--attention): "eager" materialises the scaled scores q k^T as [B,NH,T,T],
+masks the future with -inf, softmaxes and multiplies by v (the algorithm etr runs);
+"sdpa" is F.scaled_dot_product_attention(is_causal=True), PyTorch's fastest.
+Optimizer: torch.optim.AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8), weight decay 0.1 on
+the 2-D weights (wte, wpe, the Linear weights) and 0 on biases and LayerNorm parameters,
+fused=True on CUDA (the default foreach implementation on the CPU); global-norm
+gradient clipping at 1.0 (torch.nn.utils.clip_grad_norm_). Precision: fp32 parameters,
+activations, gradients and optimizer state; matmuls (and cuDNN) may use TF32 unless
+--no-tf32. No torch.compile, no CUDA graphs, no autocast.
+
+Inputs and targets: one batch of random token ids in [0, V) of shape [B,T] each, drawn
+once from a fixed seed and used by every step. A step is opt.zero_grad(set_to_none=True),
+forward, loss, backward, clip, opt.step(): one micro-batch of B x T tokens, no gradient
+accumulation.
+
+Timing: --warmup untimed steps, then --steps timed steps. On CUDA a CUDA event is
+recorded before the first timed step and after each one, with nothing in between that
+waits for the GPU (the loss is read once, at the end), then torch.cuda.synchronize(); a
+step's time is the time between consecutive events, so it includes any GPU idle time
+while Python launches kernels. On the CPU (for testing this script on small shapes)
+time.perf_counter around each step. Reported: the median ms/step, tokens/s = B*T / median
+step time, the loss of the last step, model FLOPs per token as llm.c and etr count them,
+
+    flops_per_token = 6 N + 12 n_layer C T,
+    N = 12 L C^2 + 13 L C + V C + T C + 2 C   (trainable parameters, unpadded vocabulary),
+
+checked against sum(p.numel()) less the (Vp - V) C padding rows, model TFLOP/s =
+flops_per_token * tokens/s, and on CUDA torch.cuda.max_memory_allocated() over the
+whole run and torch.cuda.mem_get_info() (free, total) before the first step (model built,
+optimizer state not yet allocated) and after the timed steps. Prints a table and writes
+a JSON file (--json).
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, attention, mask):
+        super().__init__()
+        self.NH = NH
+        self.attention = attention
+        self.mask = mask  # [T,T] bool, True above the diagonal (the future); shared
+        self.ln_1 = nn.LayerNorm(C, eps=1e-5)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C, eps=1e-5)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def attend(self, qkv):
+        B, T, C3 = qkv.shape
+        C = C3 // 3
+        hs = C // self.NH
+        q, k, v = qkv.split(C, dim=2)
+        q, k, v = (t.view(B, T, self.NH, hs).transpose(1, 2) for t in (q, k, v))
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = F.softmax(att.masked_fill(self.mask[:T, :T], float("-inf")), dim=-1)
+            y = att @ v
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+
+    def forward(self, x):
+        x = x + self.c_proj(self.attend(self.c_attn(self.ln_1(x))))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, T, V, Vp, attention):
+        super().__init__()
+        self.V = V
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+        self.wte = nn.Embedding(Vp, C)  # rows V..Vp-1: padding, never looked up or scored
+        self.wpe = nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, NH, attention, self.mask) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p.zero_()
+                elif ".ln_" in name or name.startswith("ln_"):
+                    p.fill_(1.0)  # LayerNorm weight
+                elif name.endswith("c_proj.weight") or name.endswith("mlp_proj.weight"):
+                    p.normal_(0.0, 0.02 / math.sqrt(2 * L))
+                else:
+                    p.normal_(0.0, 0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:T]
+        for block in self.h:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied LM head, [B,T,Vp]
+        return F.cross_entropy(logits[:, :, :self.V].reshape(-1, self.V), targets.reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--attention", choices=["eager", "sdpa"], default="eager")
+    p.add_argument("--B", type=int, default=8, help="micro-batch rows")
+    p.add_argument("--T", type=int, default=1024, help="sequence length (= wpe rows)")
+    p.add_argument("--n-layer", type=int, default=12)
+    p.add_argument("--n-head", type=int, default=12)
+    p.add_argument("--d-model", type=int, default=768)
+    p.add_argument("--V", type=int, default=50257, help="vocabulary")
+    p.add_argument("--Vp", type=int, default=50304, help="padded rows of wte")
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    p.add_argument("--no-tf32", action="store_true", help="plain fp32 matmuls (no TF32)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--json", help="write the figures to this JSON file")
+    a = p.parse_args()
+    L, NH, C, T, B, V, Vp = a.n_layer, a.n_head, a.d_model, a.T, a.B, a.V, a.Vp
+    if (min(L, NH, C, T, B) < 1 or C % NH != 0 or not 0 < V <= Vp or a.steps < 1
+            or a.warmup < 0):
+        raise SystemExit("need positive sizes, d_model divisible by n_head, 0 < V <= Vp, "
+                         "--steps >= 1 and --warmup >= 0.")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda was asked but CUDA is not available to this PyTorch.")
+    t_start = time.perf_counter()
+    cuda = a.device == "cuda"
+    dev = torch.device(a.device)
+
+    tf32 = not a.no_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.manual_seed(a.seed)
+
+    t0 = time.perf_counter()
+    with dev:  # parameters are created (and initialised) on the device
+        model = GPT(L, NH, C, T, V, Vp, a.attention)
+    model.train()
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    no_decay = [q for q in model.parameters() if q.dim() < 2]
+    fused = cuda
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if fused else {}))
+    gen = torch.Generator(device="cpu").manual_seed(a.seed)
+    x = torch.randint(0, V, (B, T), generator=gen).to(dev)
+    y = torch.randint(0, V, (B, T), generator=gen).to(dev)
+    if cuda:
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+
+    params_formula = 12 * L * C * C + 13 * L * C + V * C + T * C + 2 * C
+    params_allocated = sum(q.numel() for q in model.parameters())
+    params_counted = params_allocated - (Vp - V) * C
+    if params_counted != params_formula:
+        print(f"warning: the model has {params_counted} parameters without the padding rows, "
+              f"the formula says {params_formula}", file=sys.stderr)
+    flops_per_token = 6 * params_formula + 12 * L * C * T
+
+    mem_before = torch.cuda.mem_get_info(dev) if cuda else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.detach()
+
+    t0 = time.perf_counter()
+    first_loss = None
+    for i in range(a.warmup):
+        loss = step()
+        if i == 0:
+            first_loss = loss
+    if cuda:
+        torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t0
+
+    times = []
+    if cuda:
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(a.steps + 1)]
+        events[0].record()
+        for i in range(a.steps):
+            loss = step()
+            events[i + 1].record()
+        torch.cuda.synchronize()
+        times = [events[i].elapsed_time(events[i + 1]) for i in range(a.steps)]
+    else:
+        for _ in range(a.steps):
+            t0 = time.perf_counter()
+            loss = step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    last_loss = loss.item()
+    first_loss = first_loss.item() if first_loss is not None else None
+
+    ms = statistics.median(times)
+    tokens_per_s = B * T / (ms * 1e-3)
+    tflops = flops_per_token * tokens_per_s / 1e12
+    if cuda:
+        mem_after = torch.cuda.mem_get_info(dev)
+        peak_allocated = torch.cuda.max_memory_allocated(dev)
+        peak_reserved = torch.cuda.max_memory_reserved(dev)
+        device_name = torch.cuda.get_device_name(dev)
+    else:
+        mem_after = None
+        peak_allocated = peak_reserved = None
+        device_name = "cpu"
+
+    def used(m):
+        return None if m is None else m[1] - m[0]
+
+    result = {
+        "device": device_name, "torch": torch.__version__, "tf32": tf32,
+        "attention": a.attention, "fused_adamw": fused, "compile": False,
+        "B": B, "T": T, "n_layer": L, "n_head": NH, "d_model": C, "V": V, "Vp": Vp,
+        "params": params_formula, "params_counted_unpadded": params_counted,
+        "params_allocated": params_allocated,
+        "flops_per_token": flops_per_token,
+        "warmup": a.warmup, "steps": a.steps,
+        "ms_per_step": ms, "ms_per_step_mean": statistics.fmean(times),
+        "ms_per_step_min": min(times), "ms_per_step_max": max(times), "step_ms": times,
+        "tokens_per_s": tokens_per_s, "tflops": tflops,
+        "loss": last_loss, "first_loss": first_loss, "ln_V": math.log(V),
+        "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
+        "mem_used_bytes": used(mem_after), "mem_used_before_bytes": used(mem_before),
+        "mem_free_total_before": list(mem_before) if cuda else None,
+        "mem_free_total_after": list(mem_after) if cuda else None,
+        "build_s": build_s, "warmup_s": warmup_s,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+    def gib(n):
+        return "-" if n is None else f"{n / 2**30:.2f} GiB"
+
+    print(f"# PyTorch {torch.__version__} on {device_name}: GPT-2 n_layer {L}, n_head {NH}, "
+          f"d_model {C}, T {T}, V {V} (Vp {Vp}), B {B}; fp32, TF32 {'on' if tf32 else 'off'}, "
+          f"attention {a.attention}, AdamW {'fused' if fused else 'not fused'}, no "
+          f"torch.compile; median of {a.steps} steps after {a.warmup} warm-up steps")
+    rows = [
+        ("params (formula)", f"{params_formula}"),
+        ("params (counted, unpadded)", f"{params_counted}"
+         + ("" if params_counted == params_formula else "  MISMATCH")),
+        ("params (allocated, padded)", f"{params_allocated}"),
+        ("flops/token", f"{flops_per_token}"),
+        ("ms/step (median)", f"{ms:.3f}"),
+        ("ms/step (min / max)", f"{min(times):.3f} / {max(times):.3f}"),
+        ("tokens/s", f"{tokens_per_s:.0f}"),
+        ("model TFLOP/s", f"{tflops:.3f}"),
+        ("loss (first / last step)",
+         ("-" if first_loss is None else f"{first_loss:.4f}") + f" / {last_loss:.4f}"
+         + f"  (ln V {math.log(V):.4f})"),
+        ("peak allocated", gib(peak_allocated)),
+        ("peak reserved", gib(peak_reserved)),
+        ("GPU memory used before", gib(used(mem_before))
+         + ("" if not cuda else f" of {gib(mem_before[1])}")),
+        ("GPU memory used after", gib(used(mem_after))
+         + ("" if not cuda else f" of {gib(mem_after[1])}")),
+        ("build / warm-up / total s", f"{build_s:.2f} / {warmup_s:.2f} / "
+         f"{result['wall_s']:.2f}"),
+    ]
+    width = max(len(n) for n, _ in rows)
+    for n, v in rows:
+        print(f"{n:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()
