@@ -8,8 +8,9 @@
 // Reported: median ms/step over the timed steps (CUDA events), tokens/s, model TFLOP/s
 // with GptConfig::flops_per_token (6 N + 12 L C T, PaLM's count, as llm.c's), the share of
 // the card's dense TF32 peak, and memory: the allocator's peak (parameters, gradients,
-// AdamW's m and v, activations: what the plan says) and the device's used memory as the
-// driver sees it (cudaMemGetInfo: the CUDA context and cuBLAS's workspace included).
+// AdamW's m and v, activations: what the plan says) and the card's used memory after the
+// steps as the driver sees it (cudaMemGetInfo: the CUDA context, cuBLAS's workspace and
+// the allocators' cached blocks included; PyTorch's is read the same way).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -78,8 +79,6 @@ Buffer upload(CudaCachingAllocator& alloc, const void* host, size_t bytes) {
 
 TrainResult train_on_gpu(const gpt::GptConfig& c, const TrainArgs& a) {
   cuda::set_matmul_math(cuda::MatmulMath::kTF32);
-  size_t free_before = 0, total = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
   CudaCachingAllocator alloc(0);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -132,13 +131,13 @@ TrainResult train_on_gpu(const gpt::GptConfig& c, const TrainArgs& a) {
                            stream, 1, [&] { step(a.warmup + t); }, /*warm=*/0));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  size_t free_after = 0;
+  size_t free_after = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
   r.ms_per_step = median(ms);
   r.tokens_per_s = static_cast<double>(a.B * a.T) / (r.ms_per_step * 1e-3);
   r.tflops = c.flops_per_token(a.T) * r.tokens_per_s / 1e12;
   r.allocator_peak = static_cast<double>(alloc.stats().peak);
-  r.device_used = static_cast<double>(free_before) - static_cast<double>(free_after);
+  r.device_used = static_cast<double>(total - free_after);
   stack.reset();
   CUDA_CHECK(cudaStreamDestroy(stream));
   return r;

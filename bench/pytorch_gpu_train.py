@@ -2,9 +2,10 @@
 """Trains GPT-2 124M in PyTorch on one GPU: the reference printed beside `etr-bench gpu-train`.
 
 The same computation as etr's GPT-2 on the GPU, same shapes. Defaults are GPT-2 124M:
-n_layer 12, n_head 12, d_model C 768, seq_len T 1024, vocabulary V 50257 with the token
-embedding padded to Vp 50304 rows (the extra rows are parameters that get no gradient
-from the loss, as in llm.c), learned position embedding with T rows, tied LM head
+n_layer L 12, n_head 12, d_model C 768, seq_len 1024 (the rows of the learned position
+embedding wpe; a micro-batch has --T <= seq_len tokens a row, 1024 by default), vocabulary
+V 50257 with the token embedding wte padded to Vp 50304 rows (the extra rows are
+parameters that get no gradient from the loss, as in llm.c), tied LM head
 (logits = ln_f(x) @ wte^T, [B,T,Vp]), pre-LayerNorm blocks
 
     x = x + c_proj(attention(c_attn(ln_1(x))))       c_attn Linear(C,3C), c_proj Linear(C,C)
@@ -37,7 +38,7 @@ time.perf_counter around each step. Reported: the median ms/step, tokens/s = B*T
 step time, the loss of the last step, model FLOPs per token as llm.c and etr count them,
 
     flops_per_token = 6 N + 12 n_layer C T,
-    N = 12 L C^2 + 13 L C + V C + T C + 2 C   (trainable parameters, unpadded vocabulary),
+    N = 12 L C^2 + 13 L C + V C + seq_len C + 2 C   (parameters, unpadded vocabulary),
 
 checked against sum(p.numel()) less the (Vp - V) C padding rows, model TFLOP/s =
 flops_per_token * tokens/s, and on CUDA torch.cuda.max_memory_allocated() over the
@@ -90,13 +91,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, NH, C, T, V, Vp, attention):
+    def __init__(self, L, NH, C, seq_len, V, Vp, attention):
         super().__init__()
         self.V = V
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)
         self.register_buffer("mask", mask, persistent=False)
         self.wte = nn.Embedding(Vp, C)  # rows V..Vp-1: padding, never looked up or scored
-        self.wpe = nn.Embedding(T, C)
+        self.wpe = nn.Embedding(seq_len, C)
         self.h = nn.ModuleList(Block(C, NH, attention, self.mask) for _ in range(L))
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
         with torch.no_grad():
@@ -125,7 +126,9 @@ def main():
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--attention", choices=["eager", "sdpa"], default="eager")
     p.add_argument("--B", type=int, default=8, help="micro-batch rows")
-    p.add_argument("--T", type=int, default=1024, help="sequence length (= wpe rows)")
+    p.add_argument("--T", type=int, default=1024, help="tokens a row of the micro-batch")
+    p.add_argument("--seq-len", type=int, default=1024,
+                   help="the model's seq_len: rows of wpe, at least --T")
     p.add_argument("--n-layer", type=int, default=12)
     p.add_argument("--n-head", type=int, default=12)
     p.add_argument("--d-model", type=int, default=768)
@@ -138,10 +141,11 @@ def main():
     p.add_argument("--json", help="write the figures to this JSON file")
     a = p.parse_args()
     L, NH, C, T, B, V, Vp = a.n_layer, a.n_head, a.d_model, a.T, a.B, a.V, a.Vp
-    if (min(L, NH, C, T, B) < 1 or C % NH != 0 or not 0 < V <= Vp or a.steps < 1
+    S = a.seq_len
+    if (min(L, NH, C, T, B) < 1 or C % NH != 0 or not 0 < V <= Vp or T > S or a.steps < 1
             or a.warmup < 0):
         raise SystemExit("need positive sizes, d_model divisible by n_head, 0 < V <= Vp, "
-                         "--steps >= 1 and --warmup >= 0.")
+                         "T <= seq_len, --steps >= 1 and --warmup >= 0.")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked but CUDA is not available to this PyTorch.")
     t_start = time.perf_counter()
@@ -155,7 +159,7 @@ def main():
 
     t0 = time.perf_counter()
     with dev:  # parameters are created (and initialised) on the device
-        model = GPT(L, NH, C, T, V, Vp, a.attention)
+        model = GPT(L, NH, C, S, V, Vp, a.attention)
     model.train()
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
@@ -171,7 +175,7 @@ def main():
         torch.cuda.synchronize()
     build_s = time.perf_counter() - t0
 
-    params_formula = 12 * L * C * C + 13 * L * C + V * C + T * C + 2 * C
+    params_formula = 12 * L * C * C + 13 * L * C + V * C + S * C + 2 * C
     params_allocated = sum(q.numel() for q in model.parameters())
     params_counted = params_allocated - (Vp - V) * C
     if params_counted != params_formula:
@@ -235,7 +239,8 @@ def main():
     result = {
         "device": device_name, "torch": torch.__version__, "tf32": tf32,
         "attention": a.attention, "fused_adamw": fused, "compile": False,
-        "B": B, "T": T, "n_layer": L, "n_head": NH, "d_model": C, "V": V, "Vp": Vp,
+        "B": B, "T": T, "seq_len": S, "n_layer": L, "n_head": NH, "d_model": C,
+        "V": V, "Vp": Vp,
         "params": params_formula, "params_counted_unpadded": params_counted,
         "params_allocated": params_allocated,
         "flops_per_token": flops_per_token,
@@ -260,7 +265,8 @@ def main():
         return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
     print(f"# PyTorch {torch.__version__} on {device_name}: GPT-2 n_layer {L}, n_head {NH}, "
-          f"d_model {C}, T {T}, V {V} (Vp {Vp}), B {B}; fp32, TF32 {'on' if tf32 else 'off'}, "
+          f"d_model {C}, seq_len {S}, V {V} (Vp {Vp}), B {B} x T {T}; fp32, "
+          f"TF32 {'on' if tf32 else 'off'}, "
           f"attention {a.attention}, AdamW {'fused' if fused else 'not fused'}, no "
           f"torch.compile; median of {a.steps} steps after {a.warmup} warm-up steps")
     rows = [
