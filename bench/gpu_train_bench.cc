@@ -201,8 +201,8 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
                  peak > 0 ? cell("the dense TF32 peak, %.1f TFLOP/s", peak).c_str()
                           : "nothing (peak unknown for this card)"));
   ctx.print(
-      "# memory: peak = the allocator's peak (torch: max_memory_allocated); device = "
-      "device memory the run took (cudaMemGetInfo before and after)\n");
+      "# memory: peak = the allocator's peak (torch: max_memory_allocated); device = the card's "
+      "used memory after the steps (cudaMemGetInfo: CUDA context, cuBLAS workspace, cache)\n");
   Table t;
   t.add_column("run", 24).add_column("ms/step", 9).add_column("tokens/s", 10);
   t.add_column("TFLOP/s", 9).add_column("MFU", 6).add_column("peak", 11).add_column("device", 11);
