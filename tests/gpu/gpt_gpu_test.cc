@@ -42,6 +42,46 @@ gpt::GptConfig small_odd_config() {
   return c;
 }
 
+// The model on the CPU from `params` (copied), planned for B x T.
+struct CpuModel {
+  CpuModel(const gpt::GptConfig& c, const std::vector<float>& init, int64_t B, int64_t T)
+      : stack(gpt::build_stack<float>(c)), params(init), grads(init.size()) {
+    stack->bind(params.data(), grads.data());
+    stack->plan(alloc, B, T);
+  }
+  HostAllocator alloc;
+  std::unique_ptr<LayerStack<float>> stack;
+  std::vector<float> params, grads;
+};
+
+// The same model on GPU 0 from the same parameters: the CUDA kernel set (the dispatch's for
+// a CUDA device), the test stream, parameters, gradients and activations in device memory.
+struct GpuModel {
+  GpuModel(const gpt::GptConfig& c, const std::vector<float>& init, int64_t B, int64_t T)
+      : alloc(0),
+        stack(gpt::build_stack<float>(c)),
+        params(init),
+        grads(static_cast<int64_t>(init.size())) {
+    ExecContext<float> ctx;
+    ctx.device = Device::cuda(0);
+    ctx.alloc = &alloc;
+    ctx.stream = stream();
+    stack->set_context(ctx);
+    stack->bind(params.data(), grads.data());
+    stack->plan(alloc, B, T);
+  }
+  CudaCachingAllocator alloc;
+  std::unique_ptr<LayerStack<float>> stack;
+  DeviceArray<float> params, grads;
+};
+
+std::vector<float> initial_params(const gpt::GptConfig& c, uint64_t seed) {
+  auto stack = gpt::build_stack<float>(c);
+  std::vector<float> params(static_cast<size_t>(stack->layout().numel()));
+  gpt::init_params<float>(c, stack->layout(), params.data(), seed);
+  return params;
+}
+
 TEST(GptOnGpu, KernelSetIsTheCudaOneForFloat) {
   ETR_REQUIRE_GPU();
   EXPECT_STREQ(kernels_for<float>(Device::cuda(0)).name, "cuda");
@@ -56,32 +96,16 @@ TEST(GptOnGpu, FiveAdamWStepsMatchTheCpu) {
   o.weight_decay = 0.1;
   const double lr = 1e-3;
 
-  // The CPU model.
-  HostAllocator host_alloc;
-  auto cpu = gpt::build_stack<float>(c);
-  const ParamLayout& layout = cpu->layout();
+  CpuModel cpu(c, initial_params(c, /*seed=*/7), B, T);
+  GpuModel gpu(c, cpu.params, B, T);
+  const ParamLayout& layout = cpu.stack->layout();
   const int64_t n = layout.numel();
-  std::vector<float> params(static_cast<size_t>(n)), grads(params.size()), m(params.size()),
-      v(params.size());
-  gpt::init_params<float>(c, layout, params.data(), /*seed=*/7);
-  cpu->bind(params.data(), grads.data());
-  cpu->plan(host_alloc, B, T);
+  std::vector<float> m(static_cast<size_t>(n)), v(m.size());
   AdamW adamw(layout);
-
-  // The same model on the GPU, from the same parameters.
-  CudaCachingAllocator gpu_alloc(0);
-  auto gpu = gpt::build_stack<float>(c);
-  ExecContext<float> ctx;
-  ctx.device = Device::cuda(0);
-  ctx.alloc = &gpu_alloc;
-  ctx.stream = stream();
-  gpu->set_context(ctx);
-  DeviceArray<float> d_params(params), d_grads(n), d_m(n), d_v(n);
+  DeviceArray<float> d_m(n), d_v(n);
   DeviceArray<double> d_norm(1);
   cuda::fill(d_m.data(), 0.0f, n, stream());
   cuda::fill(d_v.data(), 0.0f, n, stream());
-  gpu->bind(d_params.data(), d_grads.data());
-  gpu->plan(gpu_alloc, B, T);
 
   for (int64_t t = 1; t <= steps; ++t) {
     SCOPED_TRACE("step " + std::to_string(t));
@@ -91,25 +115,26 @@ TEST(GptOnGpu, FiveAdamWStepsMatchTheCpu) {
     Batch hb{tokens.data(), targets.data(), B, T, 1.0 / static_cast<double>(B * T)};
     Batch db{d_tokens.data(), d_targets.data(), B, T, hb.dloss};
 
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    cuda::fill(d_grads.data(), 0.0f, n, stream());
-    const double cpu_loss = cpu->forward(hb);
-    cpu->backward(hb);
-    const double gpu_loss = gpu->forward(db);
-    gpu->backward(db);
+    std::fill(cpu.grads.begin(), cpu.grads.end(), 0.0f);
+    cuda::fill(gpu.grads.data(), 0.0f, n, stream());
+    const double cpu_loss = cpu.stack->forward(hb);
+    cpu.stack->backward(hb);
+    const double gpu_loss = gpu.stack->forward(db);
+    gpu.stack->backward(db);
     ASSERT_TRUE(std::isfinite(gpu_loss));
     EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss)) << "the loss";
-    expect_close(d_grads.download(), grads, 1e-4, "gradients");
+    expect_close(gpu.grads.download(), cpu.grads, 1e-4, "gradients");
 
-    cuda::grad_norm_squared(d_norm.data(), d_grads.data(), n, stream());
-    const double gpu_norm = std::sqrt(d_norm.download()[0]), cpu_norm = grad_norm(grads.data(), n);
+    cuda::grad_norm_squared(d_norm.data(), gpu.grads.data(), n, stream());
+    const double gpu_norm = std::sqrt(d_norm.download()[0]);
+    const double cpu_norm = grad_norm(cpu.grads.data(), n);
     EXPECT_NEAR(gpu_norm, cpu_norm, 1e-5 * cpu_norm) << "the gradient norm";
 
-    adamw.step(params.data(), grads.data(), m.data(), v.data(), 0, n, t, lr, o);
-    cuda::adamw_step_layout(layout, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), t, lr,
-                            o, stream());
+    adamw.step(cpu.params.data(), cpu.grads.data(), m.data(), v.data(), 0, n, t, lr, o);
+    cuda::adamw_step_layout(layout, gpu.params.data(), gpu.grads.data(), d_m.data(), d_v.data(), t,
+                            lr, o, stream());
   }
-  expect_close(d_params.download(), params, 1e-4, "parameters after 5 steps");
+  expect_close(gpu.params.download(), cpu.params, 1e-4, "parameters after 5 steps");
   expect_close(d_m.download(), m, 1e-4, "AdamW's m after 5 steps");
 }
 
@@ -119,44 +144,30 @@ TEST(GptOnGpu, EvaluationAndLogitsMatchTheCpu) {
   ETR_REQUIRE_GPU();
   const gpt::GptConfig c = small_odd_config();
   const int64_t B = 2, T = 37;
-  HostAllocator host_alloc;
-  auto cpu = gpt::build_stack<float>(c);
-  const int64_t n = cpu->layout().numel();
-  std::vector<float> params(static_cast<size_t>(n)), grads(params.size());
-  gpt::init_params<float>(c, cpu->layout(), params.data(), /*seed=*/11);
-  cpu->bind(params.data(), grads.data());
-  cpu->plan(host_alloc, B, T);
-
-  CudaCachingAllocator gpu_alloc(0);
-  auto gpu = gpt::build_stack<float>(c);
-  ExecContext<float> ctx;
-  ctx.device = Device::cuda(0);
-  ctx.alloc = &gpu_alloc;
-  ctx.stream = stream();
-  gpu->set_context(ctx);
-  DeviceArray<float> d_params(params), d_grads(n);
-  gpu->bind(d_params.data(), d_grads.data());
-  gpu->plan(gpu_alloc, B, T);
+  CpuModel cpu(c, initial_params(c, /*seed=*/11), B, T);
+  GpuModel gpu(c, cpu.params, B, T);
+  LayerStack<float>& cpu_stack = *cpu.stack;
+  LayerStack<float>& gpu_stack = *gpu.stack;
 
   std::vector<int32_t> tokens = random_tokens(B * T, c.vocab_size, 5);
   std::vector<int32_t> targets = random_tokens(B * T, c.vocab_size, 6);
   DeviceArray<int32_t> d_tokens(tokens), d_targets(targets);
-  const double cpu_loss = cpu->forward(Batch{tokens.data(), targets.data(), B, T, 0.0});
-  const double gpu_loss = gpu->forward(Batch{d_tokens.data(), d_targets.data(), B, T, 0.0});
+  const double cpu_loss = cpu_stack.forward(Batch{tokens.data(), targets.data(), B, T, 0.0});
+  const double gpu_loss = gpu_stack.forward(Batch{d_tokens.data(), d_targets.data(), B, T, 0.0});
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss));
 
   // Logits [B, T, Vp] without targets: the head's product, before any loss.
-  cpu->forward(Batch{tokens.data(), nullptr, B, T, 0.0});
-  gpu->forward(Batch{d_tokens.data(), nullptr, B, T, 0.0});
+  cpu_stack.forward(Batch{tokens.data(), nullptr, B, T, 0.0});
+  gpu_stack.forward(Batch{d_tokens.data(), nullptr, B, T, 0.0});
   auto logits_of = [](LayerStack<float>& s) {
     return dynamic_cast<gpt::HeadLayer<float>&>(s.layer(s.size() - 1)).logits();
   };
   const int64_t logits_n = B * T * c.padded_vocab();
-  std::vector<float> want(logits_of(*cpu), logits_of(*cpu) + logits_n);
+  std::vector<float> want(logits_of(cpu_stack), logits_of(cpu_stack) + logits_n);
   std::vector<float> got(static_cast<size_t>(logits_n));
   testing::sync();
-  CUDA_CHECK(
-      cudaMemcpy(got.data(), logits_of(*gpu), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(got.data(), logits_of(gpu_stack), got.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
   expect_close(got, want, 1e-5, "logits");
 }
 
