@@ -32,7 +32,7 @@ while (($#)); do
   case $1 in
     --build-dir) build_dir=$(realpath "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_bundle: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

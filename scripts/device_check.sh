@@ -13,14 +13,18 @@
 #                   report themselves skipped) and passes if they do
 #
 # Steps: the machine (card, driver, OS, glibc); the bundle unpacked in a temporary
-# folder; the environment (OPAL_PREFIX and PMIX_PREFIX for the relocated Open MPI and
-# PMIx, MPI singletons without a daemon, LD_LIBRARY_PATH with the bundle's libraries and
-# the machine's NVIDIA libraries from pip); every bundled object's libraries resolved;
-# every gpu test (ranks 1 as a singleton, else under the bundle's mpirun); etr-train on
-# the CPU as a singleton and on 2 ranks; the GPU benchmarks; on a GPU, two ranks on one
-# GPU with and without distinct NCCL_HOSTID (an experiment: reported, never a failure);
-# last, every library any step loaded is checked to come from the bundle, glibc/libstdc++
-# or CUDA. Exit status 1 when a step failed, 2 on a usage error.
+# folder; the environment (OPAL_PREFIX, PMIX_LIBDIR and PMIX_PKGDATADIR for the relocated
+# Open MPI and PMIx, MPI singletons without a daemon, LD_LIBRARY_PATH with the bundle's
+# libraries and the machine's NVIDIA libraries from pip); every bundled object's
+# libraries resolved; every gpu test (ranks 1 as a singleton, a suite at a time; else
+# under the bundle's mpirun); on a GPU, compute-sanitizer's memcheck over them; etr-train
+# on the CPU as a singleton and on 2 ranks, etr-tokenize; on a GPU, the benchmarks
+# (gpu-alloc, gpu-cast, and gpu-kernels and gpu-train beside PyTorch's runs of the same
+# work, bench/pytorch_gpu_*.py, when the machine's python3 has a CUDA torch) and two ranks
+# on one GPU with one and with distinct NCCL_HOSTIDs (an experiment: reported, never a
+# failure); last, every library any step loaded is checked to come from the bundle,
+# glibc/libstdc++, CUDA or the RDMA libraries NCCL opens. Exit status 1 when a step
+# failed, 2 on a usage error.
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test may take at most, default 180).
 set -uo pipefail
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +36,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
