@@ -1,4 +1,4 @@
-// GPU benchmarks (built with CUDA only; each rank uses GPU local_rank % devices):
+// GPU benchmarks (built with CUDA only; one rank, GPU 0; more ranks are refused):
 //
 //   etr-bench gpu-alloc: CudaCachingAllocator's allocate + deallocate beside cudaMalloc +
 //       cudaFree of the same size (the reference: what a step would pay without the cache),

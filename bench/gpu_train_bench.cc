@@ -52,13 +52,14 @@ struct TrainResult {
   double planned_bytes = 0, allocator_peak = 0, device_used = 0;
 };
 
-// Dense TF32 tensor-core peak of the card, from NVIDIA's datasheets (SXM parts); 0 when
-// the card is not one we know.
+// Dense TF32 tensor-core peak of the card, from NVIDIA's datasheets: the SXM parts of the
+// H100 ("H100 80GB HBM3") and the H200 ("H200", not "H200 NVL"); 0 (no MFU) for any other,
+// PCIe and NVL parts included (their clocks and peaks are lower).
 double tf32_peak_tflops(const std::string& card) {
-  if (card.find("H100") != std::string::npos || card.find("H200") != std::string::npos) {
-    return 494.7;
-  }
-  return 0;
+  const bool h100_sxm = card.find("H100 80GB HBM3") != std::string::npos;
+  const bool h200_sxm =
+      card.find("H200") != std::string::npos && card.find("NVL") == std::string::npos;
+  return h100_sxm || h200_sxm ? 494.7 : 0;
 }
 
 std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
@@ -71,9 +72,12 @@ std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
   return ids;
 }
 
+// From pageable memory: cudaMemcpy returns before the DMA lands, and the steps run on a
+// non-blocking stream, so the device is synchronised before returning.
 Buffer upload(CudaCachingAllocator& alloc, const void* host, size_t bytes) {
   Buffer b(alloc, bytes);
   CUDA_CHECK(cudaMemcpy(b.data(), host, bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());
   return b;
 }
 

@@ -53,4 +53,29 @@ double time_on_stream(cudaStream_t stream, int reps, Op op, int warm = 2) {
   return median(s);
 }
 
+// Median over 3 rounds of the mean time of `reps` launches of `op` enqueued back to back
+// between two events (after `warm` untimed ones), in seconds: the queue stays full, so
+// the host's launch cost is hidden as it is in a training step (a kernel of a few
+// microseconds timed alone, from an idle GPU, would carry its launch latency).
+template <typename Op>
+double time_back_to_back(cudaStream_t stream, int reps, Op op, int warm = 2) {
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int w = 0; w < warm; ++w) op();
+  std::vector<double> s;
+  for (int round = 0; round < 3; ++round) {
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < reps; ++r) op();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    s.push_back(ms * 1e-3 / reps);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  return median(s);
+}
+
 }  // namespace etr::bench

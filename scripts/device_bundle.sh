@@ -39,12 +39,9 @@ done
 die() { echo "device_bundle: error: $*" >&2; exit 1; }
 
 PROGRAMS=(etr-train etr-run etr-ckpt etr-tokenize etr-bench)
-# Libraries the GPU machine brings itself: glibc's, the C++ runtime (newer there, and
-# backward compatible) and CUDA's (its driver, and the pip copies of the toolkit's).
-SYSTEM_LIBS='^(ld-linux.*|linux-vdso.*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so'
-CUDA_LIBS='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia-.*|libnvrtc.*|libcudnn.*|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver)\.so'
-# Open MPI plugins that need one of these are left out: networks a single host lacks.
-NETWORK_LIBS='^(libucp|libuct|libucs|libucm|libfabric|libibverbs|librdmacm|libpsm2|libpsm_infinipath|libinfinipath|libefa|libnl-3|libnl-route-3|liboshmem)\.so'
+# DEVICE_SYSTEM_LIBS, DEVICE_CUDA_LIBS (not packed: the GPU machine brings them),
+# DEVICE_NETWORK_LIBS (the Open MPI plugins that need them stay home), is_elf.
+source "$ETR_ROOT/scripts/device_libs.sh"
 
 # --- Build -------------------------------------------------------------------------------
 if [[ -z $build_dir ]]; then
@@ -135,10 +132,9 @@ fi
 needed() {
   ldd "$1" 2>/dev/null | awk '/=>/ { if ($3 == "not") print $1 "\tnot found"; else print $1 "\t" $3 }'
 }
-is_elf() { [[ $(head -c4 "$1" | od -An -c | tr -d ' ') == '177ELF' ]]; }
 kept=0 dropped=()
 for plugin in "$ompi_pkglibdir"/*.so; do
-  if needed "$plugin" | cut -f1 | grep -Eq "$NETWORK_LIBS"; then
+  if needed "$plugin" | cut -f1 | grep -Eq "$DEVICE_NETWORK_LIBS"; then
     dropped+=("$(basename "$plugin" .so)")
   else
     cp "$plugin" "$ompi${ompi_pkglibdir#"$ompi_prefix"}/"
@@ -153,7 +149,7 @@ missing=()
 while IFS=$'\t' read -r soname path; do
   [[ -n ${have[$soname]:-} ]] && continue
   have[$soname]=1
-  if [[ $soname =~ $SYSTEM_LIBS || $soname =~ $CUDA_LIBS ]]; then continue; fi
+  if [[ $soname =~ $DEVICE_SYSTEM_LIBS || $soname =~ $DEVICE_CUDA_LIBS ]]; then continue; fi
   [[ $path == "not found" ]] && { missing+=("$soname"); continue; }
   cp -L "$path" "$stage/lib/$soname"
   echo -e "$soname\t$(realpath "$path")" >>"$stage/lib/SOURCES.tsv"
@@ -177,8 +173,10 @@ strip --strip-unneeded "$stage"/bin/* "$stage"/tests/*_test* "$stage/lib/libetr_
 } >"$stage/BUNDLE"
 
 mkdir -p "$(dirname "$out")"
+trap 'rm -rf "$stage" "$out.tmp"' EXIT
 XZ_OPT="-6 -T0" tar -C "$stage" -cJf "$out.tmp" .
+size=$(stat -c %s "$out.tmp")
+# Refused before it replaces the last good bundle: at most 64 MiB travel with a device call.
+((size < 60 * 1024 * 1024)) || die "the bundle would be $((size >> 20)) MiB; at most 60 MiB may travel to the GPU machine"
 mv "$out.tmp" "$out"
-size=$(stat -c %s "$out")
-((size < 60 * 1024 * 1024)) || die "$out is $((size >> 20)) MiB; at most 60 MiB may travel to the GPU machine"
 echo "device_bundle: wrote $out ($((size >> 20)) MiB; $(du -sh "$stage" | cut -f1) unpacked): ${#PROGRAMS[@]} programs, $(wc -l <"$stage/tests/tests.tsv") gpu tests, $(ls "$stage/lib" | grep -vc SOURCES) libraries"

@@ -25,9 +25,11 @@
 # failure); last, every library any step loaded is checked to come from the bundle,
 # glibc/libstdc++, CUDA or the RDMA libraries NCCL opens. Exit status 1 when a step
 # failed, 2 on a usage error.
-# Environment: ETR_CHECK_TEST_LIMIT (seconds a test may take at most, default 180).
+# Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
+# at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs), TMPDIR.
 set -uo pipefail
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ETR_ROOT/scripts/device_libs.sh"  # the libraries the machine may supply; is_elf
 bundle="$ETR_ROOT/.device/bundle.tar.xz"
 out="${OUT:-$ETR_ROOT/.device/out}"
 require_gpu=0
@@ -36,7 +38,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +46,7 @@ mkdir -p "$out" || exit 2
 log="$out/device_check.log"
 summary="$out/summary.md"
 exec > >(tee "$log") 2>&1
+tee_pid=$!
 test_limit="${ETR_CHECK_TEST_LIMIT:-180}"
 started=$SECONDS
 failures=0
@@ -64,12 +67,16 @@ finish() {
   echo
   echo "== summary ($((SECONDS - started)) s) =="
   cat "$summary"
+  local status=0
   if ((failures)); then
     echo "device_check: $failures step(s) failed; the log is $log"
-    exit 1
+    status=1
+  else
+    echo "device_check: every step passed"
   fi
-  echo "device_check: every step passed"
-  exit 0
+  exec >&- 2>&-        # tee sees the end of its input,
+  wait "$tee_pid"      # and the log is complete before $OUT is collected
+  exit "$status"
 }
 
 # --- The machine -------------------------------------------------------------------------
@@ -97,6 +104,11 @@ fi
 echo "== bundle =="
 [[ -f $bundle ]] || { row bundle fail "$bundle not found: run scripts/device_bundle.sh first" 0; finish; }
 B=$(mktemp -d "${TMPDIR:-/tmp}/etr-device.XXXXXX")
+if [[ $B =~ [[:space:]] ]]; then
+  rm -rf "$B"
+  row bundle fail "the temporary folder '$B' has white space in its path: set TMPDIR to one without" 0
+  finish
+fi
 trap 'rm -rf "$B"' EXIT
 t0=$SECONDS
 if ! tar -C "$B" -xJf "$bundle" 2>"$B/untar.err"; then
@@ -160,7 +172,7 @@ echo "OPAL_PREFIX=$OPAL_PREFIX PMIX_PREFIX=$PMIX_PREFIX"
 t0=$SECONDS
 unresolved=""
 while read -r f; do
-  [[ $(head -c4 "$f" | od -An -c | tr -d ' ') == 177ELF ]] || continue
+  is_elf "$f" || continue
   miss=$(ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
   [[ -n $miss ]] && unresolved+="${f#"$B"/}: $miss; "
 done < <(find "$B" -type f)
@@ -180,7 +192,7 @@ run_gtest() {
   local cmd=("$exe" --gtest_color=no "--gtest_filter=$filter")
   ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
   echo "== test $name (ranks $ranks, limit ${limit} s): ${cmd[*]#"$B"/}"
-  timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" >"$steps/$name.out" 2>&1
+  timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" </dev/null >"$steps/$name.out" 2>&1
   rc=$?
   cat "$steps/$name.out"
   local passed skipped failed
@@ -202,7 +214,7 @@ run_gtest() {
 }
 # suites_of EXE: its GoogleTest suites ("CudaAdamW", "Counts/CudaElementwise"), a line each.
 suites_of() {
-  "$1" --gtest_list_tests 2>/dev/null | sed -n 's/^\([^ #][^ ]*\)\.\( .*\)\{0,1\}$/\1/p'
+  timeout -k 5 30 "$1" --gtest_list_tests </dev/null 2>/dev/null | sed -n 's/^\([^ #][^ ]*\)\.\( .*\)\{0,1\}$/\1/p'
 }
 # A single-rank binary of several suites runs one suite at a time (a row each), so that a
 # crash in one suite does not hide the others' results.
@@ -235,7 +247,7 @@ if [[ -n $gpu && -n $sanitizer && ${ETR_CHECK_MEMCHECK:-1} != 0 ]]; then
     errors=0
     for suite in "${suites[@]:-*}"; do  # a suite at a time: a crash hides nothing else
       out_file="$steps/memcheck_${name}_${suite//\//_}.out"
-      timeout -k 10 120 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no \
+      timeout -k 10 120 "$sanitizer" --tool memcheck --error-exitcode 99 --leak-check no </dev/null \
         "$B/tests/$exe" --gtest_color=no "--gtest_filter=$suite.*" >"$out_file" 2>&1
       rc=$?
       n=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out_file" | tail -1 | grep -o '[0-9]*$')
@@ -263,7 +275,7 @@ smoke() {
   shift
   local ckpt="$B/ckpt-$name"
   echo "== $name: $*"
-  timeout -k 10 120 "${traced[@]}" "$@" --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
+  timeout -k 10 120 "${traced[@]}" "$@" </dev/null --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
     --set checkpoint.dir="$ckpt" --set checkpoint.every=3 >"$steps/$name.out" 2>&1
   rc=$?
   cat "$steps/$name.out"
@@ -349,7 +361,7 @@ for spec in "${BENCHMARKS[@]}"; do
   cmd=("$B/bin/etr-bench")
   ((ranks > 1)) && cmd=(mpirun -np "$ranks" "${mpirun_flags[@]}" "${cmd[@]}")
   # shellcheck disable=SC2086  # the arguments are words
-  if timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" $args --json "$out/$name.json" 2>&1 | tee "$steps/$name.out"; then
+  if timeout -k 10 "$limit" "${traced[@]}" "${cmd[@]}" $args --json "$out/$name.json" </dev/null 2>&1 | tee "$steps/$name.out"; then
     row "bench $name" pass "table above in the log; $name.json" $((SECONDS - t0))
   else
     row "bench $name" fail "exit status ${PIPESTATUS[0]}" $((SECONDS - t0))
@@ -366,9 +378,9 @@ if [[ -n $gpu && -n $nccl_exe ]]; then
     hostid='NCCL_HOSTID=etr-one-host'
     [[ $variant == distinct_hostid ]] && hostid='NCCL_HOSTID=etr-host-$OMPI_COMM_WORLD_RANK'
     echo "== experiment nccl_np2_$variant: 2 ranks on GPU 0, $hostid"
-    timeout -k 10 90 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" -x NCCL_DEBUG=INFO \
+    timeout -k 10 90 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" -x NCCL_DEBUG=INFO </dev/null \
       -x NCCL_DEBUG_SUBSYS=INIT,NET -x NCCL_SOCKET_IFNAME=lo \
-      sh -c "export $hostid; exec $B/tests/$nccl_exe --gtest_color=no" >"$steps/nccl_np2_$variant.out" 2>&1
+      sh -c "export $hostid; exec $(printf %q "$B/tests/$nccl_exe") --gtest_color=no" >"$steps/nccl_np2_$variant.out" 2>&1
     rc=$?
     grep -v 'NCCL INFO' "$steps/nccl_np2_$variant.out"
     grep -E 'NCCL INFO (Channel 00|Using network|NET/|comm .* rank .* nRanks)' "$steps/nccl_np2_$variant.out" | head -12
@@ -386,19 +398,20 @@ loaded=$(cat "$trace"/ld.* 2>/dev/null | sed -n 's/.*calling init: \(.*\)$/\1/p'
 foreign=""
 cuda_loaded=""
 rdma_loaded=""
-for lib in $loaded; do
+while read -r lib; do
+  [[ -n $lib ]] || continue
   base=$(basename "$lib")
   case $lib in "$B"/*) continue ;; esac
-  if [[ $base =~ ^(ld-linux.*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s)\.so ]]; then
+  if [[ $base =~ $DEVICE_SYSTEM_LIBS ]]; then
     continue
-  elif [[ $base =~ ^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia-.*|libnvrtc.*|libcudnn.*|libnvJitLink)\.so ]]; then
+  elif [[ $base =~ $DEVICE_CUDA_LIBS ]]; then
     cuda_loaded+="$lib "
-  elif [[ $base =~ ^(libibverbs|libmlx[45]|libnl-3|libnl-route-3|librdmacm|libefa)\.so ]]; then
+  elif [[ $base =~ $DEVICE_RDMA_LIBS ]]; then
     rdma_loaded+="$base "  # NCCL's InfiniBand transport opens the machine's verbs
   else
     foreign+="$lib "
   fi
-done
+done <<<"$loaded"
 echo "== loaded libraries: $(echo "$loaded" | wc -w) distinct, from $(ls "$trace" | wc -l) processes"
 echo "$loaded"
 if [[ -z $loaded ]]; then

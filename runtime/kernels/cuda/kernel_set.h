@@ -1,10 +1,15 @@
 // The CUDA kernel set behind the dispatch (runtime/kernels/dispatch.h): kernels_for<float>
-// on a CUDA device returns it. Each member calls the etr::cuda kernel of its name on the
-// stream it is given (a cudaStream_t as void*), on the calling thread's current device.
+// on a CUDA device returns it, the same set for every device index. Each member calls the
+// etr::cuda kernel of its name on the stream it is given (a cudaStream_t as void*), on the
+// calling thread's CURRENT device: whoever runs a stack placed on Device::cuda(i) makes
+// device i current first (cudaSetDevice, CudaDeviceGuard), as the allocator's and the
+// stream's device must be that one too.
 //
 // `sum` is the one member that waits: it sums into a small device scratch (one double per
-// device and thread, made on first use and kept) and copies the result back, synchronising
-// the stream, because the dispatch's sum returns a host double (a micro-batch's loss).
+// device and thread, cudaMalloc'd on first use, outside the caching allocator, and kept for
+// the process's life) and copies the result back, synchronising the stream, because the
+// dispatch's sum returns a host double (a micro-batch's loss). Reading the loss once per
+// step from a device buffer instead is the next issue's.
 #pragma once
 
 #include "runtime/kernels/dispatch.h"
