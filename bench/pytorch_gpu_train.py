@@ -120,7 +120,8 @@ class GPT(nn.Module):
         return F.cross_entropy(logits[:, :, :self.V].reshape(-1, self.V), targets.reshape(-1))
 
 
-def main():
+def parse_args():
+    """The command line, checked: sizes positive and consistent, CUDA there if asked for."""
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -148,43 +149,41 @@ def main():
                          "T <= seq_len, --steps >= 1 and --warmup >= 0.")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked but CUDA is not available to this PyTorch.")
-    t_start = time.perf_counter()
-    cuda = a.device == "cuda"
-    dev = torch.device(a.device)
+    return a
 
-    tf32 = not a.no_tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.manual_seed(a.seed)
 
-    t0 = time.perf_counter()
+def build(a, dev, fused):
+    """The model (created and initialised on dev), its AdamW, and the one batch (x, y)."""
     with dev:  # parameters are created (and initialised) on the device
-        model = GPT(L, NH, C, S, V, Vp, a.attention)
+        model = GPT(a.n_layer, a.n_head, a.d_model, a.seq_len, a.V, a.Vp, a.attention)
     model.train()
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
-    fused = cuda
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if fused else {}))
     gen = torch.Generator(device="cpu").manual_seed(a.seed)
-    x = torch.randint(0, V, (B, T), generator=gen).to(dev)
-    y = torch.randint(0, V, (B, T), generator=gen).to(dev)
-    if cuda:
-        torch.cuda.synchronize()
-    build_s = time.perf_counter() - t0
+    x = torch.randint(0, a.V, (a.B, a.T), generator=gen).to(dev)
+    y = torch.randint(0, a.V, (a.B, a.T), generator=gen).to(dev)
+    return model, opt, x, y
 
+
+def count_params(model, a):
+    """(formula, counted without the padding rows, allocated) parameters; warns on a mismatch."""
+    L, C, V, Vp, S = a.n_layer, a.d_model, a.V, a.Vp, a.seq_len
     params_formula = 12 * L * C * C + 13 * L * C + V * C + S * C + 2 * C
     params_allocated = sum(q.numel() for q in model.parameters())
     params_counted = params_allocated - (Vp - V) * C
     if params_counted != params_formula:
         print(f"warning: the model has {params_counted} parameters without the padding rows, "
               f"the formula says {params_formula}", file=sys.stderr)
-    flops_per_token = 6 * params_formula + 12 * L * C * T
+    return params_formula, params_counted, params_allocated
 
-    mem_before = torch.cuda.mem_get_info(dev) if cuda else None
 
+def train(model, opt, x, y, a, cuda):
+    """--warmup untimed steps, then --steps timed ones: (step ms, first loss, last loss,
+    warm-up s). The first loss is None without warm-up steps."""
     def step():
         opt.zero_grad(set_to_none=True)
         loss = model(x, y)
@@ -219,9 +218,21 @@ def main():
             times.append((time.perf_counter() - t0) * 1e3)
     last_loss = loss.item()
     first_loss = first_loss.item() if first_loss is not None else None
+    return times, first_loss, last_loss, warmup_s
 
+
+def used(m):
+    """Bytes in use from torch.cuda.mem_get_info's (free, total); None stays None."""
+    return None if m is None else m[1] - m[0]
+
+
+def make_result(a, tf32, fused, params, flops_per_token, times, first_loss, last_loss,
+                mem_before, build_s, warmup_s, t_start, dev):
+    """The figures of the run, as written to --json (wall_s measured now)."""
+    cuda = dev.type == "cuda"
+    params_formula, params_counted, params_allocated = params
     ms = statistics.median(times)
-    tokens_per_s = B * T / (ms * 1e-3)
+    tokens_per_s = a.B * a.T / (ms * 1e-3)
     tflops = flops_per_token * tokens_per_s / 1e12
     if cuda:
         mem_after = torch.cuda.mem_get_info(dev)
@@ -232,15 +243,11 @@ def main():
         mem_after = None
         peak_allocated = peak_reserved = None
         device_name = "cpu"
-
-    def used(m):
-        return None if m is None else m[1] - m[0]
-
-    result = {
+    return {
         "device": device_name, "torch": torch.__version__, "tf32": tf32,
         "attention": a.attention, "fused_adamw": fused, "compile": False,
-        "B": B, "T": T, "seq_len": S, "n_layer": L, "n_head": NH, "d_model": C,
-        "V": V, "Vp": Vp,
+        "B": a.B, "T": a.T, "seq_len": a.seq_len, "n_layer": a.n_layer, "n_head": a.n_head,
+        "d_model": a.d_model, "V": a.V, "Vp": a.Vp,
         "params": params_formula, "params_counted_unpadded": params_counted,
         "params_allocated": params_allocated,
         "flops_per_token": flops_per_token,
@@ -248,7 +255,7 @@ def main():
         "ms_per_step": ms, "ms_per_step_mean": statistics.fmean(times),
         "ms_per_step_min": min(times), "ms_per_step_max": max(times), "step_ms": times,
         "tokens_per_s": tokens_per_s, "tflops": tflops,
-        "loss": last_loss, "first_loss": first_loss, "ln_V": math.log(V),
+        "loss": last_loss, "first_loss": first_loss, "ln_V": math.log(a.V),
         "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
         "mem_used_bytes": used(mem_after), "mem_used_before_bytes": used(mem_before),
         "mem_free_total_before": list(mem_before) if cuda else None,
@@ -256,44 +263,82 @@ def main():
         "build_s": build_s, "warmup_s": warmup_s,
         "wall_s": time.perf_counter() - t_start,
     }
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+
+
+def print_report(r):
+    """The table of the figures in r (make_result's dict)."""
+    cuda = r["mem_free_total_before"] is not None
+    mem_before, mem_after = r["mem_free_total_before"], r["mem_free_total_after"]
+    times_min, times_max = r["ms_per_step_min"], r["ms_per_step_max"]
+    first_loss, last_loss = r["first_loss"], r["loss"]
+    params_formula, params_counted = r["params"], r["params_counted_unpadded"]
 
     def gib(n):
         return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
-    print(f"# PyTorch {torch.__version__} on {device_name}: GPT-2 n_layer {L}, n_head {NH}, "
-          f"d_model {C}, seq_len {S}, V {V} (Vp {Vp}), B {B} x T {T}; fp32, "
-          f"TF32 {'on' if tf32 else 'off'}, "
-          f"attention {a.attention}, AdamW {'fused' if fused else 'not fused'}, no "
-          f"torch.compile; median of {a.steps} steps after {a.warmup} warm-up steps")
+    print(f"# PyTorch {r['torch']} on {r['device']}: GPT-2 n_layer {r['n_layer']}, "
+          f"n_head {r['n_head']}, d_model {r['d_model']}, seq_len {r['seq_len']}, "
+          f"V {r['V']} (Vp {r['Vp']}), B {r['B']} x T {r['T']}; fp32, "
+          f"TF32 {'on' if r['tf32'] else 'off'}, "
+          f"attention {r['attention']}, AdamW {'fused' if r['fused_adamw'] else 'not fused'}, no "
+          f"torch.compile; median of {r['steps']} steps after {r['warmup']} warm-up steps")
     rows = [
         ("params (formula)", f"{params_formula}"),
         ("params (counted, unpadded)", f"{params_counted}"
          + ("" if params_counted == params_formula else "  MISMATCH")),
-        ("params (allocated, padded)", f"{params_allocated}"),
-        ("flops/token", f"{flops_per_token}"),
-        ("ms/step (median)", f"{ms:.3f}"),
-        ("ms/step (min / max)", f"{min(times):.3f} / {max(times):.3f}"),
-        ("tokens/s", f"{tokens_per_s:.0f}"),
-        ("model TFLOP/s", f"{tflops:.3f}"),
+        ("params (allocated, padded)", f"{r['params_allocated']}"),
+        ("flops/token", f"{r['flops_per_token']}"),
+        ("ms/step (median)", f"{r['ms_per_step']:.3f}"),
+        ("ms/step (min / max)", f"{times_min:.3f} / {times_max:.3f}"),
+        ("tokens/s", f"{r['tokens_per_s']:.0f}"),
+        ("model TFLOP/s", f"{r['tflops']:.3f}"),
         ("loss (first / last step)",
          ("-" if first_loss is None else f"{first_loss:.4f}") + f" / {last_loss:.4f}"
-         + f"  (ln V {math.log(V):.4f})"),
-        ("peak allocated", gib(peak_allocated)),
-        ("peak reserved", gib(peak_reserved)),
-        ("GPU memory used before", gib(used(mem_before))
+         + f"  (ln V {r['ln_V']:.4f})"),
+        ("peak allocated", gib(r["peak_allocated_bytes"])),
+        ("peak reserved", gib(r["peak_reserved_bytes"])),
+        ("GPU memory used before", gib(r["mem_used_before_bytes"])
          + ("" if not cuda else f" of {gib(mem_before[1])}")),
-        ("GPU memory used after", gib(used(mem_after))
+        ("GPU memory used after", gib(r["mem_used_bytes"])
          + ("" if not cuda else f" of {gib(mem_after[1])}")),
-        ("build / warm-up / total s", f"{build_s:.2f} / {warmup_s:.2f} / "
-         f"{result['wall_s']:.2f}"),
+        ("build / warm-up / total s", f"{r['build_s']:.2f} / {r['warmup_s']:.2f} / "
+         f"{r['wall_s']:.2f}"),
     ]
     width = max(len(n) for n, _ in rows)
     for n, v in rows:
         print(f"{n:<{width}}  {v}")
+
+
+def main():
+    a = parse_args()
+    t_start = time.perf_counter()
+    cuda = a.device == "cuda"
+    dev = torch.device(a.device)
+
+    tf32 = not a.no_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.manual_seed(a.seed)
+
+    t0 = time.perf_counter()
+    fused = cuda
+    model, opt, x, y = build(a, dev, fused)
+    if cuda:
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+
+    params = count_params(model, a)
+    flops_per_token = 6 * params[0] + 12 * a.n_layer * a.d_model * a.T
+    mem_before = torch.cuda.mem_get_info(dev) if cuda else None
+    times, first_loss, last_loss, warmup_s = train(model, opt, x, y, a, cuda)
+
+    result = make_result(a, tf32, fused, params, flops_per_token, times, first_loss, last_loss,
+                         mem_before, build_s, warmup_s, t_start, dev)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    print_report(result)
 
 
 if __name__ == "__main__":

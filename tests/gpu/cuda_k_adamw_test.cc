@@ -28,21 +28,9 @@ namespace {
 
 using testing::DeviceArray;
 using testing::expect_close;
+using testing::expect_same_bits;
 using testing::random_floats;
 using testing::stream;
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
-    if (bad++ < 5) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": elements that differ";
-}
 
 // One step of the whole layout on the device (the library's split into runs).
 void device_step(const ParamLayout& layout, float* p, const float* g, float* m, float* v, int64_t t,

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@ namespace {
 
 using etr::testing::DeviceArray;
 using etr::testing::expect_close;
+using etr::testing::expect_same_bits;
 using etr::testing::random_floats;
 using etr::testing::random_tokens;
 using etr::testing::stream;
@@ -54,13 +54,6 @@ std::vector<int32_t> make_tokens(const Shape& s, uint64_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(s.B * s.T));
   for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i / 5 % s.V);
   return t;
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  if (a.empty()) return;  // memcmp's pointers must not be null, even for 0 bytes
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
 TEST(CudaEncoder, ForwardMatchesCpu) {
@@ -154,10 +147,10 @@ TEST(CudaEncoder, IdsOutsideTheVocabularyArePoisonedAndSkipped) {
   std::vector<float> out(B * T * C), dwte = dwte0, dwpe = dwpe0;
   std::vector<float> dwpe_scratch = dwpe0, dwte_scratch = dwte0;
   cpu::encoder_forward<float>(out.data(), fixed.data(), wte.data(), wpe.data(), B, T, C, V);
-  cpu::encoder_backward<float>(dwte.data(), dwpe_scratch.data(), dout_valid.data(), fixed.data(),
-                               B, T, C, V);
-  cpu::encoder_backward<float>(dwte_scratch.data(), dwpe.data(), dout.data(), fixed.data(), B, T,
-                               C, V);
+  cpu::encoder_backward<float>(dwte.data(), dwpe_scratch.data(), dout_valid.data(), fixed.data(), B,
+                               T, C, V);
+  cpu::encoder_backward<float>(dwte_scratch.data(), dwpe.data(), dout.data(), fixed.data(), B, T, C,
+                               V);
 
   DeviceArray<int32_t> d_tokens(tokens);
   DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dout(dout), d_dwte(dwte0), d_dwpe(dwpe0);

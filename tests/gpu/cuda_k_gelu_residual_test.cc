@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -23,18 +22,11 @@ namespace {
 
 using testing::DeviceArray;
 using testing::expect_close;
+using testing::expect_same_bits;
 using testing::random_floats;
 using testing::stream;
 
 const int64_t kCounts[] = {1, 7, 3 * 37 * 72, 4 * 128 * 256 * 4, 8192 * 256 + 13};
-
-void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (got.empty()) return;
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-      << what << ": not bitwise identical";
-}
 
 // ---- gelu ----
 
@@ -52,15 +44,15 @@ TEST(CudaGelu, ForwardMatchesCpu) {
     cuda::gelu_forward(d_out.data(), d_x.data(), n, stream());
     std::vector<float> got = d_out.download();
     expect_close(got, want, 1e-5, "gelu forward");
-    expect_bitwise(d_x.download(), x, "gelu forward input");
+    expect_same_bits(d_x.download(), x, "gelu forward input");
 
     auto d_again = DeviceArray<float>::poisoned(n);
     cuda::gelu_forward(d_again.data(), d_x.data(), n, stream());
-    expect_bitwise(d_again.download(), got, "gelu forward rerun");
+    expect_same_bits(d_again.download(), got, "gelu forward rerun");
 
     // In place: out is inp.
     cuda::gelu_forward(d_x.data(), d_x.data(), n, stream());
-    expect_bitwise(d_x.download(), got, "gelu forward in place");
+    expect_same_bits(d_x.download(), got, "gelu forward in place");
   }
 }
 
@@ -81,7 +73,7 @@ TEST(CudaGelu, BackwardMatchesCpuAndAccumulates) {
 
     DeviceArray<float> d_again(dinp0);
     cuda::gelu_backward(d_again.data(), d_x.data(), d_dout.data(), n, stream());
-    expect_bitwise(d_again.download(), got, "gelu backward rerun");
+    expect_same_bits(d_again.download(), got, "gelu backward rerun");
   }
 }
 
@@ -91,7 +83,7 @@ TEST(CudaGelu, EmptyAndNegativeCounts) {
   DeviceArray<float> a(fill), b(random_floats(16, 5001)), c(random_floats(16, 5002));
   cuda::gelu_forward(a.data(), b.data(), 0, stream());
   cuda::gelu_backward(a.data(), b.data(), c.data(), 0, stream());
-  expect_bitwise(a.download(), fill, "gelu with n 0");
+  expect_same_bits(a.download(), fill, "gelu with n 0");
   EXPECT_THROW(cuda::gelu_forward(a.data(), b.data(), -1, stream()), InvalidArgument);
   EXPECT_THROW(cuda::gelu_backward(a.data(), b.data(), c.data(), -1, stream()), InvalidArgument);
 }
@@ -111,14 +103,14 @@ TEST(CudaResidual, ForwardMatchesCpuAndRunsInPlace) {
     cuda::residual_forward(d_out.data(), d_x1.data(), d_x2.data(), n, stream());
     std::vector<float> got = d_out.download();
     expect_close(got, want, 1e-5, "residual forward");
-    expect_bitwise(got, want, "residual forward against the CPU");
+    expect_same_bits(got, want, "residual forward against the CPU");
 
     // In place into either input.
     cuda::residual_forward(d_x1.data(), d_x1.data(), d_x2.data(), n, stream());
-    expect_bitwise(d_x1.download(), want, "residual forward into inp1");
+    expect_same_bits(d_x1.download(), want, "residual forward into inp1");
     d_x1.upload(x1);
     cuda::residual_forward(d_x2.data(), d_x1.data(), d_x2.data(), n, stream());
-    expect_bitwise(d_x2.download(), want, "residual forward into inp2");
+    expect_same_bits(d_x2.download(), want, "residual forward into inp2");
   }
 }
 
@@ -136,15 +128,15 @@ TEST(CudaResidual, BackwardMatchesCpuAndAccumulates) {
     std::vector<float> got1 = d_d1.download(), got2 = d_d2.download();
     expect_close(got1, want1, 1e-5, "residual dinp1");
     expect_close(got2, want2, 1e-5, "residual dinp2");
-    expect_bitwise(got1, want1, "residual dinp1 against the CPU");
-    expect_bitwise(got2, want2, "residual dinp2 against the CPU");
-    expect_bitwise(d_dout.download(), dout, "residual dout unchanged");
+    expect_same_bits(got1, want1, "residual dinp1 against the CPU");
+    expect_same_bits(got2, want2, "residual dinp2 against the CPU");
+    expect_same_bits(d_dout.download(), dout, "residual dout unchanged");
 
     d_d1.upload(d1);
     d_d2.upload(d2);
     cuda::residual_backward(d_d1.data(), d_d2.data(), d_dout.data(), n, stream());
-    expect_bitwise(d_d1.download(), got1, "residual dinp1 rerun");
-    expect_bitwise(d_d2.download(), got2, "residual dinp2 rerun");
+    expect_same_bits(d_d1.download(), got1, "residual dinp1 rerun");
+    expect_same_bits(d_d2.download(), got2, "residual dinp2 rerun");
   }
 }
 
@@ -162,7 +154,7 @@ TEST(CudaResidual, BackwardIntoOneBufferAddsTwice) {
     cuda::residual_backward(d_d.data(), d_d.data(), d_dout.data(), n, stream());
     std::vector<float> got = d_d.download();
     expect_close(got, want, 1e-5, "residual aliased dinp");
-    expect_bitwise(got, want, "residual aliased dinp against the CPU");
+    expect_same_bits(got, want, "residual aliased dinp against the CPU");
   }
 }
 
@@ -173,8 +165,8 @@ TEST(CudaResidual, EmptyAndNegativeCounts) {
   cuda::residual_forward(a.data(), c.data(), c.data(), 0, stream());
   cuda::residual_backward(a.data(), b.data(), c.data(), 0, stream());
   cuda::residual_backward(a.data(), a.data(), c.data(), 0, stream());
-  expect_bitwise(a.download(), fill, "residual with n 0 (a)");
-  expect_bitwise(b.download(), fill, "residual with n 0 (b)");
+  expect_same_bits(a.download(), fill, "residual with n 0 (a)");
+  expect_same_bits(b.download(), fill, "residual with n 0 (b)");
   EXPECT_THROW(cuda::residual_forward(a.data(), b.data(), c.data(), -1, stream()), InvalidArgument);
   EXPECT_THROW(cuda::residual_backward(a.data(), b.data(), c.data(), -1, stream()),
                InvalidArgument);

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@ namespace {
 
 using etr::testing::DeviceArray;
 using etr::testing::expect_close;
+using etr::testing::expect_same_bits;
 using etr::testing::random_floats;
 using etr::testing::stream;
 
@@ -38,13 +38,6 @@ const Shape kShapes[] = {{3 * 37, 72}, {4 * 128, 256}, {7, 100},   {2 * 5, 1600}
 
 std::string name(const Shape& s) {
   return "N " + std::to_string(s.N) + ", C " + std::to_string(s.C);
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  if (a.empty()) return;  // memcmp's pointers must not be null, even for 0 bytes
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
 // Inputs of one shape; the rows get different offsets so that mean and rstd vary.

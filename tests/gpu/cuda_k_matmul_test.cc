@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::expect_close;
+using testing::expect_same_bits;
 using testing::random_floats;
 using testing::stream;
 
@@ -34,14 +34,6 @@ const Shape kShapes[] = {{111, 72, 216}, {5, 13, 7}, {130, 96, 1003}, {512, 256,
 
 std::string name(const Shape& s) {
   return "N " + std::to_string(s.N) + " C " + std::to_string(s.C) + " OC " + std::to_string(s.OC);
-}
-
-void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  if (got.empty()) return;
-  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-      << what << ": not bitwise identical";
 }
 
 struct Inputs {
@@ -93,7 +85,7 @@ TEST(CudaMatmul, ForwardMatchesCpu) {
                                  with_bias ? in.bias.data() : nullptr, s.N, s.C, s.OC);
       std::vector<float> got = gpu_forward(in, s, with_bias);
       expect_close(got, want, 1e-5, "matmul forward");
-      expect_bitwise(gpu_forward(in, s, with_bias), got, "matmul forward rerun");
+      expect_same_bits(gpu_forward(in, s, with_bias), got, "matmul forward rerun");
     }
   }
 }
@@ -113,9 +105,9 @@ TEST(CudaMatmul, BackwardMatchesCpuAndAccumulates) {
     expect_close(got.dbias, dbias, 1e-5, "matmul dbias");
 
     Grads again = gpu_backward(in, s, true, true, true);
-    expect_bitwise(again.dinp, got.dinp, "matmul dinp rerun");
-    expect_bitwise(again.dweight, got.dweight, "matmul dweight rerun");
-    expect_bitwise(again.dbias, got.dbias, "matmul dbias rerun");
+    expect_same_bits(again.dinp, got.dinp, "matmul dinp rerun");
+    expect_same_bits(again.dweight, got.dweight, "matmul dweight rerun");
+    expect_same_bits(again.dbias, got.dbias, "matmul dbias rerun");
   }
 }
 
@@ -131,13 +123,13 @@ TEST(CudaMatmul, EachGradientAloneIsBitwiseTheFullCall) {
     Grads only_dinp = gpu_backward(in, s, true, false, false);
     Grads only_dweight = gpu_backward(in, s, false, true, false);
     Grads only_dbias = gpu_backward(in, s, false, false, true);
-    expect_bitwise(only_dinp.dinp, all.dinp, "dinp alone");
-    expect_bitwise(only_dweight.dweight, all.dweight, "dweight alone");
-    expect_bitwise(only_dbias.dbias, all.dbias, "dbias alone");
+    expect_same_bits(only_dinp.dinp, all.dinp, "dinp alone");
+    expect_same_bits(only_dweight.dweight, all.dweight, "dweight alone");
+    expect_same_bits(only_dbias.dbias, all.dbias, "dbias alone");
     // The buffers passed as nullptr keep their pre-filled values.
-    expect_bitwise(only_dinp.dweight, in.dweight0, "dweight untouched");
-    expect_bitwise(only_dweight.dbias, in.dbias0, "dbias untouched");
-    expect_bitwise(only_dbias.dinp, in.dinp0, "dinp untouched");
+    expect_same_bits(only_dinp.dweight, in.dweight0, "dweight untouched");
+    expect_same_bits(only_dweight.dbias, in.dbias0, "dbias untouched");
+    expect_same_bits(only_dbias.dinp, in.dinp0, "dinp untouched");
   }
 }
 
@@ -152,7 +144,7 @@ TEST(CudaMatmul, EmptySizes) {
   DeviceArray<float> out(fill), dinp(fill), dweight(fill), dbias(fill);
   auto all_untouched = [&](const std::string& what) {
     for (DeviceArray<float>* a : {&out, &dinp, &dweight, &dbias}) {
-      expect_bitwise(a->download(), fill, what);
+      expect_same_bits(a->download(), fill, what);
     }
   };
   for (Shape s : {Shape{0, 5, 3}, Shape{4, 5, 0}}) {
@@ -175,7 +167,7 @@ TEST(CudaMatmul, EmptySizes) {
                                s.N, s.C, s.OC);
     cuda::matmul_forward(d_out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr,
                          s.N, s.C, s.OC, stream());
-    expect_bitwise(d_out.download(), want, "matmul forward with C 0");
+    expect_same_bits(d_out.download(), want, "matmul forward with C 0");
   }
   std::vector<float> want_dbias = fill;
   cpu::matmul_backward<float>(nullptr, nullptr, want_dbias.data(), h_dout.data(), nullptr, nullptr,
@@ -185,9 +177,9 @@ TEST(CudaMatmul, EmptySizes) {
   std::vector<float> got_dbias = dbias.download();
   expect_close(got_dbias, want_dbias, 1e-5, "dbias with C 0");
   std::vector<float> rest(got_dbias.begin() + s.OC, got_dbias.end());
-  expect_bitwise(rest, std::vector<float>(fill.begin() + s.OC, fill.end()), "dbias past OC");
-  expect_bitwise(dinp.download(), fill, "dinp with C 0");
-  expect_bitwise(dweight.download(), fill, "dweight with C 0");
+  expect_same_bits(rest, std::vector<float>(fill.begin() + s.OC, fill.end()), "dbias past OC");
+  expect_same_bits(dinp.download(), fill, "dinp with C 0");
+  expect_same_bits(dweight.download(), fill, "dweight with C 0");
 }
 
 TEST(CudaMatmul, NegativeSizesThrow) {
@@ -234,7 +226,7 @@ TEST(CudaMatmul, Tf32DefaultIsUsedAndClose) {
   const double tf32_error = testing::rel_l2(tf32, want);
   EXPECT_GT(tf32_error, 1e-5) << "the TF32 mode agrees with the CPU as closely as pedantic f32 "
                                  "does: cuBLAS did not use TF32 tensor cores";
-  expect_bitwise(gpu_forward(in, s, true), tf32, "TF32 forward rerun");
+  expect_same_bits(gpu_forward(in, s, true), tf32, "TF32 forward rerun");
 }
 
 }  // namespace

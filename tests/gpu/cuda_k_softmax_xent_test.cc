@@ -9,7 +9,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -24,6 +23,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::expect_close;
+using testing::expect_same_bits;
 using testing::random_floats;
 using testing::random_tokens;
 using testing::stream;
@@ -85,12 +85,6 @@ void expect_zeros(const std::vector<float>& losses, const std::vector<float>& dl
     }
   }
   EXPECT_EQ(bad, 0) << what << ": dlogits elements that should be exactly +0";
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b,
-                      const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
 }
 
 const XentCase kCases[] = {

@@ -22,23 +22,12 @@ namespace etr {
 namespace {
 
 using testing::DeviceArray;
+using testing::expect_same_bits;
 using testing::random_floats;
 using testing::stream;
 
 constexpr int64_t kGuard = 5;  // poisoned elements after the n a kernel may write
 const int64_t kCounts[] = {1, 7, 1000, 3000017};
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
-                      const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
-    if (bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": elements that differ";
-}
 
 // `host` followed by kGuard NaNs (all bits set, as DeviceArray::poisoned writes).
 std::vector<float> with_guard(std::vector<float> host) {

@@ -1,6 +1,6 @@
 // What the CUDA kernel tests (cuda_k_<family>_test.cc) share: device arrays that upload
-// and download host vectors, random inputs, NaN poison, and the comparison with the CPU
-// kernel (relative L2 in double, no NaN or Inf anywhere).
+// and download host vectors, random inputs, NaN poison, the comparison with the CPU
+// kernel (relative L2 in double, no NaN or Inf anywhere) and the bitwise one.
 //
 //   ETR_REQUIRE_GPU();                                   // first line of every test
 //   std::vector<float> x = random_floats(n, /*seed=*/1);
@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -25,12 +26,12 @@
 #include "runtime/cuda_check.h"
 #include "runtime/kernels/cuda/cublas.h"
 
-#define ETR_REQUIRE_GPU()                                                            \
-  do {                                                                               \
-    if (::etr::cuda_device_count() == 0)                                             \
-      GTEST_SKIP() << "no CUDA device visible; GPU tests need one";                  \
-    CUDA_CHECK(cudaSetDevice(0));                                                    \
-    ::etr::cuda::set_matmul_math(::etr::cuda::MatmulMath::kPedantic);                \
+#define ETR_REQUIRE_GPU()                                             \
+  do {                                                                \
+    if (::etr::cuda_device_count() == 0)                              \
+      GTEST_SKIP() << "no CUDA device visible; GPU tests need one";   \
+    CUDA_CHECK(cudaSetDevice(0));                                     \
+    ::etr::cuda::set_matmul_math(::etr::cuda::MatmulMath::kPedantic); \
   } while (0)
 
 namespace etr::testing {
@@ -45,7 +46,9 @@ inline cudaStream_t stream() {
   return s;
 }
 
-inline void sync() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+inline void sync() {
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
 
 template <typename T>
 class DeviceArray {
@@ -53,7 +56,8 @@ class DeviceArray {
   explicit DeviceArray(int64_t n) : n_(n) {
     if (n_ > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes()));
   }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(static_cast<int64_t>(host.size())) {
+  explicit DeviceArray(const std::vector<T>& host)
+      : DeviceArray(static_cast<int64_t>(host.size())) {
     upload(host);
   }
   // n elements, every byte 0xFF: NaN for floating types, so an output a kernel fails to
@@ -165,6 +169,31 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   EXPECT_LE(r, tol) << what << ": relative L2 " << r << "; worst element " << worst << " is "
                     << (got.empty() ? 0.0f : got[worst]) << ", CPU "
                     << (want.empty() ? 0.0f : want[worst]);
+}
+
+// A float's bits as 0x%08x: tells -0 from +0 and one NaN from another.
+inline std::string float_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  char buf[11];
+  std::snprintf(buf, sizeof(buf), "0x%08x", static_cast<unsigned>(bits));
+  return buf;
+}
+
+// Same size and every element the same bits (std::memcmp, so NaN equals the same NaN and
+// -0 differs from +0); names the first few elements that differ, with their bits.
+inline void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
+    if (bad++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " (" << float_bits(got[i])
+                    << "), want " << want[i] << " (" << float_bits(want[i]) << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": elements that differ";
 }
 
 }  // namespace etr::testing
