@@ -60,10 +60,6 @@ std::string num(int64_t v) {
   return std::to_string(v);
 }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // The small GPT-2 at `global_batch`, then `set` (after the user's --set).
 TrainConfig bench_config(const BatchArgs& a, int global_batch,
                          const std::vector<std::string>& set) {

@@ -20,10 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // 4. Noise scale (rank 0 alone).
 
 // The estimate after `steps` steps of a problem whose per-sample gradients are

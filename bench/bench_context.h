@@ -3,6 +3,7 @@
 // an error so that every rank leaves together instead of some hanging in a collective).
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -83,6 +84,11 @@ class BenchContext {
 
 // Median of `values` (mean of the middle two for an even count); 0 for none.
 double median(std::vector<double> values);
+
+// Wall seconds since `t0` (std::chrono::steady_clock).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // User + system CPU time of this process so far, all its threads, in seconds.
 double process_cpu_seconds();

@@ -24,10 +24,6 @@ namespace etr::bench {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // --- gpu-alloc ---------------------------------------------------------------------------
 
 // Median over `reps` loops of the mean time of one allocate + free pair, in microseconds.
@@ -118,7 +114,7 @@ void run_gpu_cast(BenchContext& ctx, size_t bytes, int reps, const std::string& 
   double copy_gbps = 0;
   nlohmann::json rows = nlohmann::json::array();
   for (const Op& op : ops) {
-    double s = time_on_stream(stream, reps, op.run);
+    double s = time_on_stream(stream, reps, /*per_round=*/1, op.run);
     double gbps = op.bytes_moved / s / 1e9;
     if (copy_gbps == 0) copy_gbps = gbps;
     ctx.print(t.row({op.name, format_bytes(op.bytes_moved), cell("%.1f", s * 1e6),

@@ -1,10 +1,10 @@
 // etr-bench gpu-kernels: every CUDA kernel of the GPT (runtime/kernels/cuda) at GPT-2
 // 124M's shapes (B 8, T 1024, C 768, NH 12, V 50257 padded to 50304; AdamW and the norm
 // over 124475904 parameters), timed by CUDA events around launches enqueued back to back
-// (gpu_util.h: the launch cost hidden, as PyTorch's script hides it behind a GPU sleep),
-// beside PyTorch's implementation of the
-// same operation on the same card (bench/pytorch_gpu_kernels.py, whose JSON --reference
-// reads). Matrix products in TF32 on both sides (etr's default, PyTorch's allow_tf32).
+// (gpu_util.h's time_on_stream: the launch cost hidden, as PyTorch's script hides it behind a GPU
+// sleep), beside PyTorch's implementation of the same operation on the same card
+// (bench/pytorch_gpu_kernels.py, whose JSON --reference reads). Matrix products in TF32 on both
+// sides (etr's default, PyTorch's allow_tf32).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -64,9 +64,8 @@ class DevicePool {
     }
     return p;
   }
-  int32_t* ids(int64_t n, int64_t V) {
-    std::vector<int32_t> host(static_cast<size_t>(n));
-    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int32_t>((i * 2654435761u) % V);
+  int32_t* ids(int64_t n, int64_t V, uint64_t seed) {
+    const std::vector<int32_t> host = random_ids(n, V, seed);
     buffers_.push_back(std::make_unique<Buffer>(alloc_, host.size() * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpy(buffers_.back()->data(), host.data(), host.size() * sizeof(int32_t),
                           cudaMemcpyHostToDevice));
@@ -90,7 +89,7 @@ struct KernelRow {
 std::vector<KernelRow> kernel_rows(const KernelShapes& s, DevicePool& pool, cudaStream_t st) {
   const int64_t N = s.B * s.T, C = s.C;
   std::vector<KernelRow> rows;
-  int32_t* tokens = pool.ids(N, s.V);
+  int32_t* tokens = pool.ids(N, s.V, /*seed=*/1);
   float *wte = pool.floats(s.Vp * C), *wpe = pool.floats(s.T * C), *x = pool.floats(N * C);
   float *dx = pool.floats(N * C), *dwte = pool.floats(s.Vp * C), *dwpe = pool.floats(s.T * C);
   rows.push_back(
@@ -149,7 +148,7 @@ std::vector<KernelRow> kernel_rows(const KernelShapes& s, DevicePool& pool, cuda
   rows.push_back({"gelu fwd", [=] { cuda::gelu_forward(g, h, N * 4 * C, st); }});
   rows.push_back({"gelu bwd", [=] { cuda::gelu_backward(dh, h, g, N * 4 * C, st); }});
 
-  int32_t* targets = pool.ids(N, s.V);
+  int32_t* targets = pool.ids(N, s.V, /*seed=*/2);
   float *logits = pool.floats(N * s.Vp), *dlogits = pool.floats(N * s.Vp), *losses = pool.floats(N);
   rows.push_back({"softmax xent fwd+bwd", [=] {
                     cuda::softmax_xent_forward_backward(losses, dlogits, logits, targets,
@@ -225,7 +224,7 @@ void run_gpu_kernels(BenchContext& ctx, int reps, const std::string& reference,
   // all landed before the non-blocking stream reads them.
   CUDA_CHECK(cudaDeviceSynchronize());
   for (const KernelRow& row : kernels) {
-    const double ms = time_back_to_back(stream, reps, row.run) * 1e3;
+    const double ms = time_on_stream(stream, /*rounds=*/3, reps, row.run) * 1e3;
     auto it = ref.find(row.name);
     const bool has_ref = it != ref.end();
     if (has_ref) {

@@ -62,16 +62,6 @@ double tf32_peak_tflops(const std::string& card) {
   return h100_sxm || h200_sxm ? 494.7 : 0;
 }
 
-std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int32_t& id : ids) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(V));
-  }
-  return ids;
-}
-
 // From pageable memory: cudaMemcpy returns before the DMA lands, and the steps run on a
 // non-blocking stream, so the device is synchronised before returning.
 Buffer upload(CudaCachingAllocator& alloc, const void* host, size_t bytes) {
@@ -128,16 +118,12 @@ TrainResult train_on_gpu(const gpt::GptConfig& c, const TrainArgs& a) {
     cuda::clip_grad_norm(g, n, static_cast<double*>(norm.data()), 1.0, stream);
     cuda::adamw_step_layout(layout, p, g, pm, pv, t, 3e-4, o, stream);
   };
-  for (int t = 1; t <= a.warmup; ++t) step(t);
-  std::vector<double> ms;
-  for (int t = 1; t <= a.steps; ++t) {
-    ms.push_back(1e3 * time_on_stream(
-                           stream, 1, [&] { step(a.warmup + t); }, /*warm=*/0));
-  }
+  int64_t t = 0;  // the optimizer step, 1-based, across warm-up and timed steps
+  r.ms_per_step = 1e3 * time_on_stream(
+                            stream, a.steps, /*per_round=*/1, [&] { step(++t); }, a.warmup);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   size_t free_after = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-  r.ms_per_step = median(ms);
   r.tokens_per_s = static_cast<double>(a.B * a.T) / (r.ms_per_step * 1e-3);
   r.tflops = c.flops_per_token(a.T) * r.tokens_per_s / 1e12;
   r.allocator_peak = static_cast<double>(alloc.stats().peak);

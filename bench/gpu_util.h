@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,51 +32,41 @@ inline std::string require_one_gpu(const BenchContext& ctx, const std::string& w
               driver % 1000 / 10);
 }
 
-// Median over `reps` timed launches of `op` (after `warm` untimed ones), in seconds.
+// Median over `rounds` of the mean time of `per_round` launches of `op` enqueued back to
+// back between two events, after `warm` untimed launches, in seconds. per_round 1 times
+// each launch from an idle GPU, its launch latency included (right for kernels of 100 us
+// and more, and for whole training steps); per_round > 1 keeps the queue full, so that a
+// kernel of a few microseconds is timed without its launch, as in a training step.
 template <typename Op>
-double time_on_stream(cudaStream_t stream, int reps, Op op, int warm = 2) {
+double time_on_stream(cudaStream_t stream, int rounds, int per_round, Op op, int warm = 2) {
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   for (int w = 0; w < warm; ++w) op();
   std::vector<double> s;
-  for (int r = 0; r < reps; ++r) {
+  for (int round = 0; round < rounds; ++round) {
     CUDA_CHECK(cudaEventRecord(start, stream));
-    op();
+    for (int r = 0; r < per_round; ++r) op();
     CUDA_CHECK(cudaEventRecord(stop, stream));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    s.push_back(ms * 1e-3);
+    s.push_back(ms * 1e-3 / per_round);
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
   return median(s);
 }
 
-// Median over 3 rounds of the mean time of `reps` launches of `op` enqueued back to back
-// between two events (after `warm` untimed ones), in seconds: the queue stays full, so
-// the host's launch cost is hidden as it is in a training step (a kernel of a few
-// microseconds timed alone, from an idle GPU, would carry its launch latency).
-template <typename Op>
-double time_back_to_back(cudaStream_t stream, int reps, Op op, int warm = 2) {
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  for (int w = 0; w < warm; ++w) op();
-  std::vector<double> s;
-  for (int round = 0; round < 3; ++round) {
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < reps; ++r) op();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    s.push_back(ms * 1e-3 / reps);
+// n token ids in [0, V), reproducible from the seed (a 64-bit LCG's high bits).
+inline std::vector<int32_t> random_ids(int64_t n, int64_t V, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int32_t& id : ids) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(V));
   }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  return median(s);
+  return ids;
 }
 
 }  // namespace etr::bench

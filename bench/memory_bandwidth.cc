@@ -23,10 +23,6 @@ __attribute__((noinline)) void add_arrays(float* __restrict a, const float* __re
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 std::string StreamBandwidth::str() const {

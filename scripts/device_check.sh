@@ -311,48 +311,35 @@ BENCHMARKS=(
   "gpu_alloc|1|90|gpu-alloc --max-bytes 1GiB"
   "gpu_cast|1|90|gpu-cast --bytes 256MiB"
 )
-# PyTorch's timings of the kernels etr-bench gpu-kernels measures, on this card just
-# before it (its --reference), where a python3 with a CUDA torch is found; with the
-# machine's own library path, not the bundle's.
-torch_ref="$steps/torch_kernels.json"
-if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
-     'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  t0=$SECONDS
-  echo "== reference: bench/pytorch_gpu_kernels.py --device cuda"
-  if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 \
-       "$ETR_ROOT/bench/pytorch_gpu_kernels.py" --device cuda --json "$torch_ref" 2>&1; then
-    row "reference torch_kernels" pass "PyTorch's kernels timed; gpu-kernels prints them beside etr's" $((SECONDS - t0))
-    BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels --reference $torch_ref")
+# PyTorch on this card, just before etr, as the references of gpu-kernels (each kernel)
+# and gpu-train (GPT-2 124M with eager attention, as etr's, and with SDPA, PyTorch's
+# fastest): where the machine's python3 has a CUDA torch, run with the machine's own
+# library path, not the bundle's. reference NAME SCRIPT ARGS...: one row; the JSON in
+# $steps/NAME.json; true when it was written.
+reference() {
+  local name=$1 script=$2 t0=$SECONDS
+  shift 2
+  echo "== reference $name: bench/$script $*"
+  if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 "$ETR_ROOT/bench/$script" \
+       --device cuda "$@" --json "$steps/$name.json" </dev/null 2>&1; then
+    row "reference $name" pass "PyTorch's run, printed beside etr's" $((SECONDS - t0))
   else
-    row "reference torch_kernels" fail "bench/pytorch_gpu_kernels.py failed" $((SECONDS - t0))
-    BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels")
+    row "reference $name" fail "bench/$script failed" $((SECONDS - t0))
+    return 1
   fi
-elif [[ -n $gpu ]]; then
-  echo "== reference: no python3 with a CUDA torch; gpu-kernels runs without PyTorch's column"
-  BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels")
-fi
-# PyTorch training GPT-2 124M on this card (eager attention, as etr's; and its fastest,
-# SDPA), the references of etr-bench gpu-train.
+}
+kernels_refs="" train_refs=""
 if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
      'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  train_refs=""
+  reference torch_kernels pytorch_gpu_kernels.py && kernels_refs=" --reference $steps/torch_kernels.json"
   for attention in eager sdpa; do
-    t0=$SECONDS
-    echo "== reference: bench/pytorch_gpu_train.py --device cuda --attention $attention"
-    if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 \
-         "$ETR_ROOT/bench/pytorch_gpu_train.py" --device cuda --attention "$attention" \
-         --json "$steps/torch_train_$attention.json" 2>&1; then
-      row "reference torch_train_$attention" pass "PyTorch trained GPT-2 124M" $((SECONDS - t0))
+    reference "torch_train_$attention" pytorch_gpu_train.py --attention "$attention" &&
       train_refs+=" --reference $steps/torch_train_$attention.json"
-    else
-      row "reference torch_train_$attention" fail "bench/pytorch_gpu_train.py failed" $((SECONDS - t0))
-    fi
   done
-  BENCHMARKS+=("gpu_train|1|240|gpu-train$train_refs")
 elif [[ -n $gpu ]]; then
-  BENCHMARKS+=("gpu_train|1|240|gpu-train")
+  echo "== reference: no python3 with a CUDA torch; gpu-kernels and gpu-train run without PyTorch's"
 fi
-((${#BENCHMARKS[@]})) || echo "== benchmarks: none on the GPU yet"
+BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels$kernels_refs" "gpu_train|1|240|gpu-train$train_refs")
 [[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
 for spec in "${BENCHMARKS[@]}"; do
   IFS='|' read -r name ranks limit args <<<"$spec"
