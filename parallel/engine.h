@@ -90,16 +90,19 @@ class Engine {
   // Collective: runs `init` (may be null: zeros) on a full flat parameter buffer, makes
   // every rank's parameters rank 0's, and keeps what this rank holds.
   virtual void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) = 0;
-  // All of the layout's parameters; at stage 3 only between materialize_parameters() and
-  // the next step. Waits for a parameter gather in flight.
+  // All of the layout's parameters, in host memory; at stage 3 only between
+  // materialize_parameters() and the next step. Waits for a parameter gather in flight.
   virtual float* parameters() = 0;
   // Collective: makes parameters() whole (stage 3 gathers every bucket; the others wait
   // for their gathers), e.g. before an evaluation or an export.
   virtual void materialize_parameters() {}
   // The full gradient buffer of the step in progress (between begin_step and the update).
   virtual float* gradients() = 0;
-  // The states a restore fills, with their holders.
+  // The states a restore fills, with their holders (host memory).
   virtual std::vector<HeldState> held_states() = 0;
+  // After a restore has filled held_states(): an engine whose state lives elsewhere (a
+  // GPU) takes it from there.
+  virtual void restored() {}
   // Collective: the full flat buffer of state `name` (param, adam.m, adam.v) into `out`.
   virtual void gather_state(std::string_view name, float* out) = 0;
   virtual EngineMemory memory() const = 0;

@@ -22,6 +22,7 @@ void TrainSession::resume() {
 void TrainSession::restore(const std::filesystem::path& dir) {
   const std::vector<HeldState> states = engine_->held_states();
   const Restored r = checkpoints_->restore(dir, states);
+  engine_->restored();
   const ckpt::Manifest& m = r.manifest;
   if (leader() && m.data().seed() != position_.seed) {
     log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",

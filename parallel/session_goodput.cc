@@ -87,12 +87,7 @@ double TrainSession::goodput_learning_rate() {
 // One rank: the squared norm of the gradient after the first of k >= 2 micro-batches.
 void TrainSession::goodput_first_micro_batch(uint64_t samples) {
   if (!goodput_ || grid_->dp_size() > 1) return;
-  const float* g = engine_->gradients();
-  const int64_t n = model_.stack->layout().numel();
-  double sq = 0;
-#pragma omp simd reduction(+ : sq)
-  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
-  goodput_->first_sq = sq;
+  goodput_->first_sq = gradient_sq_norm(engine_->gradients(), model_.stack->layout().numel());
   goodput_->first_samples = samples;
 }
 

@@ -97,6 +97,9 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
+  // cuBLAS's own workspace on a GPU, outside the allocator: NVIDIA's figure for Hopper
+  // (cublasSetWorkspace's documentation), taken by the handle of the training thread.
+  if (device().is_cuda()) fixed.push_back({"cuBLAS workspace", size_t{32} << 20});
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {
@@ -127,7 +130,7 @@ void TrainSession::setup_memory() {
   if (config_.batch().micro_batch() > 0 && micro_batch_ < micro_batch_cap()) {
     log_.warn("rank ", grid_->rank(), ": batch.micro_batch = ", micro_batch_cap(),
               " does not fit the memory budget of ",
-              format_bytes(static_cast<double>(alloc_.stats().budget)), " (its planned peak is ",
+              format_bytes(static_cast<double>(work_alloc().stats().budget)), " (its planned peak is ",
               format_bytes(static_cast<double>(memory_model_.peak(micro_batch_cap(), recompute_))),
               "); running micro-batches of ", micro_batch_, " instead, the global batch unchanged");
   }
@@ -142,7 +145,7 @@ uint64_t TrainSession::accumulation_for(int64_t b) const {
 // when automatic); with runtime.recompute = auto, recomputation when b = 1 does not fit
 // otherwise. 0 when nothing fits.
 int64_t TrainSession::fit_micro_batch(int64_t most) {
-  const size_t budget = alloc_.stats().budget;
+  const size_t budget = work_alloc().stats().budget;
   const bool automatic = config_.batch().micro_batch() == 0;
   const double margin = automatic ? config_.batch().memory_margin() : 0.0;
   const bool can_recompute = config_.runtime().recompute() != "off" && !pipeline_;
@@ -188,12 +191,12 @@ int64_t TrainSession::agree_micro_batch(int64_t mine) {
         (here ? ": this rank would need " +
                     format_bytes(static_cast<double>(memory_model_.peak(1, recompute_))) + " (" +
                     memory_model_.dominant(1, recompute_) + " the most) under a budget of " +
-                    format_bytes(static_cast<double>(alloc_.stats().budget))
+                    format_bytes(static_cast<double>(work_alloc().stats().budget))
               : " on another rank") +
         "; raise runtime.memory_budget (or the job's memory limit), use more ranks with a "
         "higher parallel.zero_stage, or shorten model.seq_len.",
-        here ? memory_model_.peak(1, recompute_) : 0, alloc_.stats().in_use, alloc_.stats().peak,
-        alloc_.stats().budget);
+        here ? memory_model_.peak(1, recompute_) : 0, work_alloc().stats().in_use, work_alloc().stats().peak,
+        work_alloc().stats().budget);
   }
   return pipeline_ ? lowest : mine;
 }
@@ -207,7 +210,7 @@ void TrainSession::set_micro_batch(int64_t b) {
   const bool automatic = config_.batch().micro_batch() == 0;
   const bool same_count = config_.parallel().zero_stage() == 3 && !pipeline_;
   const int64_t most = !same_count ? b : memory_model_.largest_fitting(
-      alloc_.stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
+      work_alloc().stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
       static_cast<int64_t>(rank_batch().samples()), recompute_);
   const int64_t mine[2] = {b, std::max(most, b)};
   std::vector<int64_t> both(2 * static_cast<size_t>(grid_->dp_size()));
@@ -286,7 +289,7 @@ void TrainSession::acquire_activations() {
     std::string failure;
     if (!activations_held_) {
       try {
-        model_.stack->plan(alloc_, micro_batch_, T, 1, false, recompute_);
+        model_.stack->plan(work_alloc(), micro_batch_, T, 1, false, recompute_);
         activations_held_ = true;
       } catch (const OutOfMemory& e) {
         failure = e.what();
@@ -354,7 +357,7 @@ int64_t TrainSession::wanted_micro_batch() {
   const bool automatic = config_.batch().micro_batch() == 0;
   const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;
   const bool room = static_cast<double>(memory_model_.peak(best, recompute_)) <=
-                    (1.0 - margin) * static_cast<double>(alloc_.stats().budget);
+                    (1.0 - margin) * static_cast<double>(work_alloc().stats().budget);
   return room ? best : micro_batch_;
 }
 
@@ -373,7 +376,7 @@ void TrainSession::replan() {
         to_text("step ", position_.step, ": the memory budget changed; micro-batch ", before,
                 " -> ", r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
                 format_bytes(static_cast<double>(predicted_peak())), " of ",
-                format_bytes(static_cast<double>(alloc_.stats().budget)), ")");
+                format_bytes(static_cast<double>(work_alloc().stats().budget)), ")");
     log_.info(text);
     report_decision(position_.step, "memory/decisions", text);
   }
@@ -382,15 +385,15 @@ void TrainSession::replan() {
 // The allocator's peak from here on is the new plan's (the memory model's figure); the
 // run's peak keeps the old one.
 void TrainSession::restart_peak() {
-  earlier_peak_ = std::max(earlier_peak_, alloc_.stats().peak);
-  alloc_.reset_peak();
+  earlier_peak_ = std::max(earlier_peak_, work_alloc().stats().peak);
+  work_alloc().reset_peak();
 }
 
 size_t TrainSession::predicted_peak() const { return memory_model_.peak(micro_batch_, recompute_); }
 
 std::vector<std::string> TrainSession::memory_plan() const {
   const bool automatic = config_.batch().micro_batch() == 0;
-  return memory_model_.plan_table(alloc_.stats().budget,
+  return memory_model_.plan_table(work_alloc().stats().budget,
                                   automatic ? config_.batch().memory_margin() : 0.0,
                                   micro_batch_cap(),
                                   config_.runtime().recompute() != "off" && !pipeline_);

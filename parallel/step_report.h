@@ -54,6 +54,10 @@ struct StepStats {
   int64_t accumulation = 0;
   size_t predicted_peak = 0;
   size_t peak_bytes = 0;    // the allocator's peak at the step's end (since the last re-plan)
+  // On a GPU: device memory the job holds by the driver's count (cudaMemGetInfo's used
+  // bytes now less before the session began: the allocator's blocks, cuBLAS's workspace,
+  // the kernels' modules), the most at any step's end so far. 0 on the host.
+  size_t device_peak_bytes = 0;
   bool recompute = false;   // activation recomputation in the step
   // An automatic global batch: the B the step ran with (0 otherwise), and the gradient
   // noise scale after it (NaN before the first estimate).
@@ -73,6 +77,7 @@ struct RunSummary {
   double seconds = 0;
   double tokens_per_second = 0;
   size_t peak_bytes = 0;
+  size_t device_peak_bytes = 0;  // StepStats::device_peak_bytes at the end
   int64_t oom_recoveries = 0;  // steps redone after an out-of-memory error
   int64_t memory_replans = 0;  // micro-batch changes for the memory budget
   // StepStats::comm summed over comm_steps steps (all but the first, which warms up).

@@ -25,7 +25,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.global_batch = static_cast<int64_t>(plan_->global_batch());
     c.oom_recoveries = oom_recoveries_;
     c.replans = replans_;
-    c.budget = alloc_.stats().budget;
+    c.budget = work_alloc().stats().budget;
     for (const RankBatch& r : plan_->ranks()) c.shares.push_back(r.samples());
     c.communicates = engine_->reducer() != nullptr;
     c.skipped_steps = skipped_steps_;
@@ -85,7 +85,8 @@ RunSummary TrainSession::run() {
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
                          static_cast<double>(data_->seq_len()) / sum.seconds;
-  sum.peak_bytes = std::max(earlier_peak_, alloc_.stats().peak);
+  sum.peak_bytes = std::max(earlier_peak_, work_alloc().stats().peak);
+  sum.device_peak_bytes = device_peak_;
   sum.oom_recoveries = oom_recoveries_;
   sum.memory_replans = replans_;
   write_trace();
@@ -95,7 +96,10 @@ RunSummary TrainSession::run() {
     engine_->materialize_parameters();  // collective: stage 3 gathers them
     // A pipeline gathers the whole model on world rank 0, bound to its whole stack.
     // (the activations of training went back to the allocator at the end of each step)
-    if (leader()) model_.stack->plan(alloc_, 1, data_->seq_len());
+    if (leader()) {
+      move_stack_to_host();  // a GPU run samples on the host
+      model_.stack->plan(alloc_, 1, data_->seq_len());
+    }
   }
   if (leader() && config_.log().sample_tokens() > 0 && program_.sample) {
     sum.sample = program_.sample(*this);
@@ -128,9 +132,10 @@ double TrainSession::evaluate() {
     if (m == 0) continue;  // this rank's share ran out; the others go on
     data_->gather_eval(share.first + lo, hi - lo, std::span(inputs_).first(m * T),
                        std::span(targets_).first(m * T));
-    const Batch batch{inputs_.data(), targets_.data(), m, T, 0};
+    const Batch batch = staging_->stage(Batch{inputs_.data(), targets_.data(), m, T, 0});
     const double loss = pipeline_ ? pipeline_->executor().forward_only(batch)
                                   : model_.stack->forward(batch);
+    staging_->done();
     if (!counts) continue;
     sums[0] += loss * static_cast<double>(m);
     sums[1] += static_cast<double>(m);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "parallel/device_engine.h"
 #include "parallel/pipeline_setup.h"
 #include "runtime/adamw.h"
 #include "runtime/bytes.h"
@@ -91,6 +92,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   budget_ = std::make_unique<MemoryBudget>(config_.runtime().memory_budget(),
                                            ranks_on_this_node(group));
   read_budget();
+  setup_device(group);  // runtime.device: the stream and allocator the model is built for
   // Every rank needs at least one sequence (checked alike on every rank, before anything
   // is built); the data is checked against the batch once it is loaded.
   plan_.emplace(plan_data_parallel_batch(initial_global_batch(config_, grid_->dp_size()),
@@ -111,7 +113,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
   nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
   read_budget_cut();     // (tests) from the first step on
-  alloc_.reset_peak();  // the measured peak is the training steps' (the memory model's)
+  work_alloc().reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
 
 
@@ -124,6 +126,7 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const SessionContext ctx{config_, log_, leader(), alloc_, threads, grid_->dp_size()};
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
+  place_stack(*model_.stack);
   const int64_t T = config_.model().seq_len();
   if (leader()) log_.info("model: ", model_.description);
   if (grid_->pp_size() > 1) {
@@ -143,6 +146,7 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   position_.seed = data_->seed();
   if (!pipeline_) hooks_ = engine_->hooks();
   setup_memory();  // the micro-batch, and a pipeline's plan
+  staging_ = std::make_unique<TokenStaging>(device(), work_alloc(), device_.stream(), micro_batch_ * T);
   // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
   const int64_t share = static_cast<int64_t>(rank_batch().samples());
   inputs_.resize(static_cast<size_t>((share + micro_batch_cap()) * T));
@@ -235,6 +239,7 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   const int stage = config_.parallel().zero_stage();
   DataParallelOptions dp = data_parallel_options(config_);
   dp.norm_begin = norm_begin;
+  if (device().is_cuda()) return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp);
   if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
   ZeroOptions o;
   o.stage = stage;
@@ -288,6 +293,7 @@ void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
   loss_sum += pipeline_->run_step(batches, weights);
 }
 
+// The loss of a pipeline is added to `loss_sum`; otherwise it is left on the device.
 double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
   const auto t0 = Clock::now();
   if (pipeline_) {
@@ -305,11 +311,15 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
       data_->gather(mb.first, mb.count, std::span(inputs_).first(b * T),
                     std::span(targets_).first(b * T));
     }
-    Batch batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)};
+    const Batch batch = staging_->stage(
+        Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
     const auto c0 = Clock::now();
-    loss_sum += model_.stack->forward(batch, hooks_) * static_cast<double>(b) / static_cast<double>(B);
+    // The loss stays where the model runs until the step reads it (step_loss).
+    model_.stack->forward_accumulate(batch, scalars_, static_cast<double>(b) / static_cast<double>(B),
+                                     hooks_);
     engine_->begin_backward(m + 1 == mine.accumulation);
     model_.stack->backward(batch, hooks_);
+    staging_->done();
     if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
     const double took = std::chrono::duration<double>(Clock::now() - c0).count();
     slow_down(took);
@@ -342,13 +352,16 @@ StepStats TrainSession::train_step() {
     const LayerStack<float>& last =
         pipeline_ ? pipeline_->chunk_stack(pipeline_->chunks() - 1) : *model_.stack;
     if (!pipeline_ || grid_->is_last_stage()) {
-      engine_->gradients()[last.layout().entries().back().offset] = std::nanf("");
+      poison_gradient(engine_->gradients() + last.layout().entries().back().offset);
     }
   }
   double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
+  zero_step_loss();
   const double compute_seconds = run_micro_batches(B, T, loss_sum);
+  fetch_step_loss();  // enqueued: it arrives with the norm
   st.comm = engine_->end_backward();
-  st.grad_norm = engine_->grad_norm();
+  st.grad_norm = engine_->grad_norm();  // on a GPU the step's one wait for the device
+  loss_sum += step_loss();
   // The resize flag and "my gradient norm is not finite" ride on the loss's sum: the ranks
   // agree on them at no extra cost. The summed loss is finite on every rank or on none
   // (a NaN or an infinity in any term makes every rank's sum one), so together with the
@@ -390,7 +403,9 @@ StepStats TrainSession::train_step() {
   st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
   st.accumulation = static_cast<int64_t>(rank_batch().accumulation);
   st.predicted_peak = predicted_peak();
-  st.peak_bytes = alloc_.stats().peak;
+  st.peak_bytes = work_alloc().stats().peak;
+  measure_device_peak();
+  st.device_peak_bytes = device_peak_;
   st.recompute = recompute_;
   release_activations();
   if (replan_wanted) replan();

@@ -43,7 +43,9 @@
 #include "parallel/pipeline_engine.h"
 #include "parallel/process_grid.h"
 #include "parallel/step_report.h"
+#include "parallel/token_staging.h"
 #include "runtime/config/train_config.h"
+#include "runtime/device_context.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
@@ -155,6 +157,17 @@ class TrainSession {
   bool leader() const { return grid_->rank() == 0; }
   // Null without a pipeline (parallel.pp = 1).
   PipelineEngine* pipeline() { return pipeline_; }
+  // Where the layers and the state are (runtime.device; session_device.cc), and the
+  // allocator of their memory there: alloc() on the host, the GPU's caching allocator on
+  // a GPU (the memory model and the micro-batch follow its budget).
+  Device device() const { return device_.device(); }
+  Allocator& work_alloc() { return device_alloc_ ? *device_alloc_ : static_cast<Allocator&>(alloc_); }
+  const Allocator& work_alloc() const {
+    return device_alloc_ ? *device_alloc_ : static_cast<const Allocator&>(alloc_);
+  }
+  // On a GPU, the device memory the job holds by the driver's count, the most at a step's
+  // end so far (StepStats::device_peak_bytes); 0 on the host.
+  size_t device_peak_bytes() const { return device_peak_; }
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
@@ -188,6 +201,16 @@ class TrainSession {
 
  private:
   void build(const TrainProgram& program, const Group& group);
+  // The device (session_device.cc).
+  void setup_device(const Group& group);
+  void place_stack(LayerStack<float>& stack);
+  void move_stack_to_host();
+  void zero_step_loss();
+  void fetch_step_loss();
+  double step_loss();
+  void poison_gradient(float* at);
+  double gradient_sq_norm(const float* g, int64_t n);
+  void measure_device_peak();
   std::unique_ptr<Engine> make_engine(LayerStack<float>& stack, int64_t norm_begin = 0);
   void build_pipeline(const TrainProgram& program, const SessionContext& ctx);
   void gather_stage_activation_bytes();
@@ -251,6 +274,15 @@ class TrainSession {
   Logger& log_;
   std::unique_ptr<ProcessGrid> grid_;
   HostAllocator alloc_;
+  DeviceContext device_;
+  std::unique_ptr<Allocator> device_alloc_;  // a GPU's (null on the host)
+  std::unique_ptr<TokenStaging> staging_;
+  double host_scalars_[2] = {0, 0};  // the loss sum and a scratch, on the host
+  Buffer device_scalars_;            // the same on a GPU
+  double* scalars_ = host_scalars_;
+  PinnedBuffer loss_copy_;           // the step's loss, read once
+  size_t driver_base_ = 0, device_peak_ = 0;
+  std::unique_ptr<FlatState> host_state_;  // move_stack_to_host
   ModelSpec model_;
   std::unique_ptr<DataSource> data_;
   std::optional<BatchPlan> plan_;

@@ -65,12 +65,14 @@ void AdamW::update_range(int64_t begin, int64_t end, float* params, const float*
   if (at < end) run(at, end, 0.0f);
 }
 
-double grad_norm(const float* grads, int64_t n) {
+double grad_norm_squared(const float* grads, int64_t n) {
   double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n > (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(grads[i]) * grads[i];
-  return std::sqrt(sum);
+  return sum;
 }
+
+double grad_norm(const float* grads, int64_t n) { return std::sqrt(grad_norm_squared(grads, n)); }
 
 double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm) {
   if (!(max_norm > 0) || norm <= max_norm) return 1.0;

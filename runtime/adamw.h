@@ -45,8 +45,10 @@ class AdamW {
   std::vector<std::pair<int64_t, int64_t>> decayed_;
 };
 
-// Global L2 norm of grads[0, n) (accumulated in double).
+// Global L2 norm of grads[0, n) (accumulated in double): the square root of
+// grad_norm_squared, the sum of the squares.
 double grad_norm(const float* grads, int64_t n);
+double grad_norm_squared(const float* grads, int64_t n);
 // Scales grads so that their norm is at most max_norm; returns the factor (1 if none).
 double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm);
 

@@ -95,6 +95,14 @@ int ranks_on_this_node(const Group& group) {
   return size;
 }
 
+int rank_on_this_node(const Group& group) {
+  MPI_Comm local = node_communicator(group);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(local, &rank));
+  MPI_CHECK(MPI_Comm_free(&local));
+  return rank;
+}
+
 CpuList spare_node_cpus(const Group& group) {
   MPI_Comm local = node_communicator(group);
   int local_size = 1;

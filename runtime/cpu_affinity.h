@@ -35,6 +35,9 @@ CpuList spare_node_cpus(const Group& group);
 // CPUs and memory, so they count as one node, although MPI_COMM_TYPE_SHARED (World's
 // local group) and the hierarchical allreduce see hosts of their own.
 int ranks_on_this_node(const Group& group);
+// Collective over `group`: this rank's place among them (0 .. ranks_on_this_node - 1),
+// what picks its GPU (runtime.device).
+int rank_on_this_node(const Group& group);
 // Restricts the calling thread to `cpus`; false (the affinity unchanged) when `cpus` is
 // empty or the system refuses it (a CPU outside this process's cgroup, say).
 bool bind_this_thread(const CpuList& cpus);

@@ -1,14 +1,13 @@
 #include "runtime/flat_state.h"
 
-#include <cstring>
-
 #include "runtime/error.h"
+#include "runtime/kernels/device_ops.h"
 
 namespace etr {
 
 FlatState::FlatState(const ParamLayout& layout, Allocator& alloc, std::vector<HeldRange> held,
-                     DType dtype, Device device)
-    : layout_(layout), alloc_(alloc), dtype_(dtype), device_(device), held_(std::move(held)) {
+                     DType dtype)
+    : layout_(layout), alloc_(alloc), dtype_(dtype), device_(alloc.device()), held_(std::move(held)) {
   if (held_.empty()) held_.push_back({0, layout_.numel()});
   const int64_t limit = layout_.padded_numel(1);
   int64_t prev_end = 0;
@@ -30,13 +29,10 @@ bool FlatState::holds_all() const {
 
 void FlatState::add(std::string_view name) {
   if (has(name)) throw InvalidArgument("the flat state '" + std::string(name) + "' exists already");
-  if (!device_.is_cpu()) {
-    throw InvalidArgument("FlatState keeps host memory only so far; got " + device_.str());
-  }
   const size_t bytes = static_cast<size_t>(held_numel_) * dtype_size(dtype_);
   Named n{std::string(name), Buffer(alloc_, bytes)};
-  std::memset(n.buffer.data(), 0, bytes);
   states_.push_back(std::move(n));
+  zero(name);
 }
 
 bool FlatState::has(std::string_view name) const {
@@ -65,8 +61,10 @@ void* FlatState::raw(std::string_view name, size_t element_bytes) {
 }
 
 void FlatState::zero(std::string_view name) {
-  std::memset(raw(name, dtype_size(dtype_)), 0,
-              static_cast<size_t>(held_numel_) * dtype_size(dtype_));
+  const DeviceOps& ops = device_ops(device_);
+  ops.zero(raw(name, dtype_size(dtype_)), static_cast<size_t>(held_numel_) * dtype_size(dtype_),
+           nullptr);
+  ops.synchronize(nullptr);  // done when it returns, on the host and on a GPU alike
 }
 
 size_t FlatState::bytes() const {

@@ -45,9 +45,10 @@ class FlatState {
  public:
   // Holds `held` (sorted, disjoint, non-empty ranges within [0, layout.padded_numel(1)));
   // empty `held` means all of [0, layout.numel()). InvalidArgument otherwise. The layout
-  // and the allocator must outlive the state.
+  // and the allocator must outlive the state. The storage is on the allocator's device
+  // (host memory, or a GPU's: device_ops(device()) works on it).
   FlatState(const ParamLayout& layout, Allocator& alloc, std::vector<HeldRange> held = {},
-            DType dtype = DType::kF32, Device device = Device::cpu());
+            DType dtype = DType::kF32);
   FlatState(const FlatState&) = delete;
   FlatState& operator=(const FlatState&) = delete;
 
@@ -84,7 +85,7 @@ class FlatState {
   }
   // Where held range i starts in each state's storage.
   int64_t range_offset(size_t i) const { return offsets_.at(i); }
-  // Zeroes state `name`.
+  // Zeroes state `name` (on its device; done when it returns).
   void zero(std::string_view name);
   // Bytes of every state together.
   size_t bytes() const;

@@ -274,8 +274,8 @@ void LayerStack<Real>::check_fits(const Batch& b) const {
 }
 
 template <typename Real>
-double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot,
-                                 const Real* input) {
+const Real* LayerStack<Real>::run_forward(const Batch& b, const StackHooks& hooks, int slot,
+                                          const Real* input) {
   check_fits(b);
   select(slot);
   if (impl_->weight_pending[static_cast<size_t>(slot)]) {
@@ -292,9 +292,26 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
     layers_[i]->forward(in, b);
     in = keep_output(i, slot, b);
   }
+  return in;
+}
+
+template <typename Real>
+double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot,
+                                 const Real* input) {
+  const Real* out = run_forward(b, hooks, slot, input);
   if (!b.targets) return 0;
   const Layer<Real>& last = *layers_.back();
-  return kernels().sum(in, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
+  return kernels().sum(out, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
+}
+
+template <typename Real>
+void LayerStack<Real>::forward_accumulate(const Batch& b, double* loss_sum, double weight,
+                                          const StackHooks& hooks, int slot) {
+  if (!b.targets) throw InvalidArgument("forward_accumulate needs a batch with targets");
+  const Real* out = run_forward(b, hooks, slot, nullptr);
+  const Layer<Real>& last = *layers_.back();
+  kernels().accumulate_mean(loss_sum, out, last.output_numel(b.B, b.T),
+                            static_cast<double>(b.B * b.T), weight);
 }
 
 template <typename Real>

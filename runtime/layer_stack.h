@@ -142,6 +142,12 @@ class LayerStack {
   // must stay unchanged until then.
   double forward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
                  const Real* input = nullptr);
+  // forward() of the whole model (a batch with targets) without reading its loss on the
+  // host: *loss_sum += the mean loss x weight, where loss_sum is in the memory of the
+  // stack's device (a device double on a GPU), so a training step reads it once. On the
+  // host the sum is forward()'s, bitwise: *loss_sum += forward(batch) x weight.
+  void forward_accumulate(const Batch& batch, double* loss_sum, double weight,
+                          const StackHooks& hooks = {}, int slot = 0);
   // Backward of the micro-batch whose forward is in slot `slot` (with the same batch).
   // Parameter gradients accumulate (+=) into the bound gradients. `dout`: the gradient of
   // the last layer's output (from the next pipeline stage; null for a loss layer);
@@ -173,6 +179,8 @@ class LayerStack {
     return BoundKernels<Real>(*context_.kernels, context_.stream);
   }
   void check_fits(const Batch& batch) const;
+  // The layers' forward into slot `slot`; returns the last layer's output.
+  const Real* run_forward(const Batch& batch, const StackHooks& hooks, int slot, const Real* input);
   // Throws unless planned with split and slot `slot`'s W is (`pending`) or is not waiting.
   void check_split(int slot, bool pending, const char* call) const;
   // Layer i's input in slot `slot` (the previous layer's output, or the stage input).

@@ -282,6 +282,10 @@ void validate_runtime(const config::RuntimeConfig& r) {
                                    ", or 0 for automatic.");
   require(r.recompute() == "off" || r.recompute() == "blocks" || r.recompute() == "auto",
           "runtime.recompute = \"" + r.recompute() + "\" is not off, blocks or auto.");
+  require(r.device() == "cpu" || r.device() == "cuda" || r.device() == "auto",
+          "runtime.device = \"" + r.device() + "\" is not cpu, cuda or auto.");
+  require(r.gpu_matmul() == "tf32" || r.gpu_matmul() == "fp32",
+          "runtime.gpu_matmul = \"" + r.gpu_matmul() + "\" is not tf32 or fp32.");
   if (r.memory_budget().empty()) return;
   size_t budget = 0;
   try {

@@ -55,6 +55,7 @@ KernelSet<Real> make_cpu_set() {
   k.copy = &IgnoreStream<&cpu::copy<Real>>::call;
   k.add_inplace = &IgnoreStream<&cpu::add_inplace<Real>>::call;
   k.sum = &IgnoreStream<&cpu::sum<Real>>::call;
+  k.accumulate_mean = &IgnoreStream<&cpu::accumulate_mean<Real>>::call;
   return k;
 }
 

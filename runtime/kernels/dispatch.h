@@ -8,7 +8,9 @@
 // Each member has the signature of the CPU kernel of the same name
 // (runtime/kernels/cpu/<family>.h, runtime/kernels/kernels.h for the conventions) plus a
 // trailing `void* stream`: the cudaStream_t the CUDA set enqueues on (its kernels return
-// at once, except `sum`, which waits for its result), ignored by the CPU set. A layer calls
+// at once, except `sum`, which waits for its result), ignored by the CPU set. The flat
+// state's operations (zeroing, copies to and from the host, AdamW, the gradient norm and
+// clipping) are the dispatch's other half, runtime/kernels/device_ops.h. A layer calls
 // them through BoundKernels (Layer::k()), which passes its ExecContext's stream:
 //
 //   this->k().matmul_forward(out, inp, w, b, N, C, OC);   // + context().stream
@@ -64,6 +66,10 @@ struct KernelSet {
   void (*copy)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   void (*add_inplace)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   double (*sum)(const Real* inp, int64_t n, void* stream) = nullptr;
+  // *acc += sum(inp) / divisor * weight, acc in the device's memory (host on the CPU): the
+  // training loop's loss, read once per step.
+  void (*accumulate_mean)(double* acc, const Real* inp, int64_t n, double divisor, double weight,
+                          void* stream) = nullptr;
 };
 
 // The kernels of `device`: the CPU set; on a CUDA device (ETR_HAVE_CUDA builds) the CUDA
@@ -104,6 +110,7 @@ class BoundKernels {
   ETR_BOUND_KERNEL(copy)
   ETR_BOUND_KERNEL(add_inplace)
   ETR_BOUND_KERNEL(sum)
+  ETR_BOUND_KERNEL(accumulate_mean)
 #undef ETR_BOUND_KERNEL
 
  private:

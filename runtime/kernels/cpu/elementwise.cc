@@ -36,11 +36,17 @@ double sum(const Real* inp, int64_t n) {
   return s;
 }
 
+template <typename Real>
+void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double weight) {
+  *acc += sum(inp, n) / divisor * weight;
+}
+
 #define ETR_INSTANTIATE(Real)                                 \
   template void fill<Real>(Real*, Real, int64_t);            \
   template void copy<Real>(Real*, const Real*, int64_t);     \
   template void add_inplace<Real>(Real*, const Real*, int64_t); \
-  template double sum<Real>(const Real*, int64_t);
+  template double sum<Real>(const Real*, int64_t);          \
+  template void accumulate_mean<Real>(double*, const Real*, int64_t, double, double);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
 #undef ETR_INSTANTIATE

@@ -6,6 +6,9 @@
 //   add_inplace(out[n], inp[n])  out += inp  (a gradient arriving by a second path)
 //   sum(inp[n]) -> double        sequential double sum (the loss of a micro-batch: the
 //                                order is fixed so that losses are bitwise reproducible)
+//   accumulate_mean(acc, inp[n], divisor, weight)
+//                                *acc += sum(inp) / divisor * weight (a micro-batch's share
+//                                of a step's loss; on a GPU it stays on the device)
 #pragma once
 
 #include <cstdint>
@@ -23,5 +26,8 @@ void add_inplace(Real* out, const Real* inp, int64_t n);
 
 template <typename Real>
 double sum(const Real* inp, int64_t n);
+
+template <typename Real>
+void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double weight);
 
 }  // namespace etr::cpu

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/cuda_check.h"
 
@@ -36,11 +37,18 @@ __device__ inline double warp_sum_to_lane0(double x) {
   return x;
 }
 
+// Writes the total: *out = total.
+struct AssignTotal {
+  __device__ void operator()(double* out, double total) const { *out = total; }
+};
+
 // Term is a functor type with `__device__ double operator()(float) const`; callers define
 // it in an unnamed namespace, so that each instantiation is private to its translation unit.
-template <typename Term>
+// Store (`__device__ void operator()(double* out, double total) const`) writes the total.
+template <typename Term, typename Store>
 __global__ void __cluster_dims__(kSumBlocks, 1, 1) __launch_bounds__(kSumThreads)
-    cluster_sum_kernel(double* out, const float* __restrict__ inp, int64_t n, Term term) {
+    cluster_sum_kernel(double* out, const float* __restrict__ inp, int64_t n, Term term,
+                       Store store) {
   namespace cg = cooperative_groups;
   __shared__ double warp_sums[kSumThreads / 32];
   __shared__ double block_sum;
@@ -72,21 +80,24 @@ __global__ void __cluster_dims__(kSumBlocks, 1, 1) __launch_bounds__(kSumThreads
   if (cluster.block_rank() == 0 && threadIdx.x == 0) {
     double total = 0;
     for (unsigned r = 0; r < kSumBlocks; ++r) total += *cluster.map_shared_rank(&block_sum, r);
-    *out = total;
+    store(out, total);
   }
   cluster.sync();  // no block exits (freeing its shared memory) before block 0 has read it
 }
 
-// Enqueues the sum on `stream`; n == 0 writes 0.0 (an empty sum), n < 0 is the caller's
-// to reject.
-template <typename Term>
-void launch_cluster_sum(double* out, const float* inp, int64_t n, Term term, cudaStream_t stream) {
+// Enqueues the sum on `stream`; n == 0 writes 0.0 (an empty sum) with the default Store
+// (another Store is not called for n == 0), n < 0 is the caller's to reject.
+template <typename Term, typename Store = AssignTotal>
+void launch_cluster_sum(double* out, const float* inp, int64_t n, Term term, cudaStream_t stream,
+                        Store store = {}) {
   static_assert(kSumThreads == 32 * 32, "the second tree level gives one warp sum per lane");
   if (n == 0) {
-    CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));  // all-zero bits: +0.0
+    if constexpr (std::is_same_v<Store, AssignTotal>) {
+      CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));  // all-zero bits: +0.0
+    }
     return;
   }
-  cluster_sum_kernel<Term><<<kSumBlocks, kSumThreads, 0, stream>>>(out, inp, n, term);
+  cluster_sum_kernel<Term, Store><<<kSumBlocks, kSumThreads, 0, stream>>>(out, inp, n, term, store);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -111,6 +111,8 @@ KernelSet<float> make_set() {
     add_inplace(out, inp, n, as_stream(s));
   };
   k.sum = &sum_and_wait;
+  k.accumulate_mean = [](double* acc, const float* inp, int64_t n, double divisor, double weight,
+                         void* s) { accumulate_mean(acc, inp, n, divisor, weight, as_stream(s)); };
   return k;
 }
 

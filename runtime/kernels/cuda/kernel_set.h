@@ -8,8 +8,8 @@
 // `sum` is the one member that waits: it sums into a small device scratch (one double per
 // device and thread, cudaMalloc'd on first use, outside the caching allocator, and kept for
 // the process's life) and copies the result back, synchronising the stream, because the
-// dispatch's sum returns a host double (a micro-batch's loss). Reading the loss once per
-// step from a device buffer instead is the next issue's.
+// dispatch's sum returns a host double (evaluation, tests). Training accumulates its loss
+// on the device with `accumulate_mean` and reads it once per step.
 #pragma once
 
 #include "runtime/kernels/dispatch.h"

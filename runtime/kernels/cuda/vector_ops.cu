@@ -39,6 +39,12 @@ struct Identity {
   __device__ double operator()(float x) const { return static_cast<double>(x); }
 };
 
+// *out += total / divisor * weight (accumulate_mean's epilogue).
+struct AddMean {
+  double divisor, weight;
+  __device__ void operator()(double* out, double total) const { *out += total / divisor * weight; }
+};
+
 }  // namespace
 
 void fill(float* out, float value, int64_t n, cudaStream_t stream) {
@@ -65,6 +71,12 @@ void add_inplace(float* out, const float* inp, int64_t n, cudaStream_t stream) {
 void sum(double* out, const float* inp, int64_t n, cudaStream_t stream) {
   detail::check_count(n, "cuda::sum");
   detail::launch_cluster_sum(out, inp, n, Identity{}, stream);
+}
+
+void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double weight,
+                     cudaStream_t stream) {
+  detail::check_count(n, "cuda::accumulate_mean");
+  detail::launch_cluster_sum(acc, inp, n, Identity{}, stream, AddMean{divisor, weight});
 }
 
 }  // namespace etr::cuda

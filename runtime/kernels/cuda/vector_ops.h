@@ -8,6 +8,9 @@
 //                                other overlap)
 //   add_inplace(out[n], inp[n])  out += inp  (out == inp doubles out; no other overlap)
 //   sum(out[1], inp[n])          *out = sum of inp in double, written to a device scalar
+//   accumulate_mean(acc[1], inp[n], divisor, weight)
+//                                *acc += sum(inp) / divisor * weight (a micro-batch's share
+//                                of the step's loss, added on the device: no host read)
 //
 // Differences from the CPU versions:
 // - sum writes its result into the device scalar `out` (double) instead of returning it:
@@ -35,5 +38,9 @@ void copy(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void add_inplace(float* out, const float* inp, int64_t n, cudaStream_t stream);
 
 void sum(double* out, const float* inp, int64_t n, cudaStream_t stream);
+
+// The sum in sum()'s order; n == 0 adds nothing.
+void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double weight,
+                     cudaStream_t stream);
 
 }  // namespace etr::cuda

@@ -1,0 +1,85 @@
+// DeviceEngine: one rank whose state lives on the device of its allocator: a GPU's memory
+// (runtime.device = cuda) or the host's. The engine of a GPU job until data parallelism
+// over NCCL: it holds all of the layout (ZeRO stage 0, no communication), and everything
+// a step does to the state runs on that device through the dispatch's device operations
+// (runtime/kernels/device_ops.h), enqueued on the rank's stream:
+//
+//   begin_step       gradients zeroed on the device
+//   grad_norm        the squared norm into a device scalar, read once (the step's only
+//                    wait for the device; the loop's loss copy, enqueued before, rides on it)
+//   optimizer_step   clipping by the device's norm, then AdamW over the layout
+//
+// State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32.
+// The host sees it only through copies: states() downloads param, adam.m and adam.v into
+// a host mirror for a checkpoint (valid until the next step, as the Engine contract says),
+// held_states() gives that mirror to a restore and restored() uploads it, and parameters()
+// downloads the parameters for an export. A checkpoint is therefore the same bytes,
+// whichever device wrote it, and loads on either.
+//
+// On the host (Device::cpu()) the same engine runs with host memory and the host's
+// operations: the tests here check it against DataParallelEngine on one rank.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/data_parallel_engine.h"
+#include "parallel/engine.h"
+#include "runtime/host_allocator.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+
+class DeviceEngine final : public Engine {
+ public:
+  // Allocates the state from `alloc` (its device; OutOfMemory) and binds `stack` to it.
+  // `stream`: the rank's stream (DeviceContext::stream(); nullptr on the host). Uses
+  // options.adamw and options.norm_begin; the buckets and communicator options have
+  // nothing to do on one rank.
+  DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* stream,
+               DataParallelOptions options);
+  ~DeviceEngine() override;
+
+  Device device() const { return state_.device(); }
+  int zero_stage() const override { return 0; }
+  FlatState& state() override { return state_; }
+  void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
+  // A host copy of the parameters (downloaded by this call; the device's own storage on
+  // the host), valid until the next call or step.
+  float* parameters() override;
+  // The device's gradient buffer (device memory on a GPU).
+  float* gradients() override { return grads(); }
+  std::vector<HeldState> held_states() override;
+  void restored() override;
+  void gather_state(std::string_view name, float* out) override;
+  EngineMemory memory() const override;
+  std::string describe() const override;
+
+  void begin_step() override;
+  void begin_backward(bool /*last*/) override {}
+  void layer_grads_final(int /*layer*/) override {}
+  ReduceStats end_backward() override { return {}; }
+  std::vector<GradRange> reduced_gradients(bool owned) override;
+  double grad_norm() override;
+  void optimizer_step(const OptimizerStep& step) override;
+  std::vector<NamedState> states() override;
+
+ private:
+  float* grads() { return state_.data<float>(etr::state::kGrad); }
+  // The host mirror of param, adam.m and adam.v (made on first use; the device's state
+  // itself on the host).
+  FlatState& host_mirror();
+  const DeviceOps& ops_;
+  LayerStack<float>& stack_;
+  void* stream_;
+  DataParallelOptions options_;
+  FlatState state_;
+  Buffer norm_sq_;          // one double on the device
+  PinnedBuffer norm_host_;  // its copy
+  HostAllocator host_alloc_;
+  std::unique_ptr<FlatState> mirror_;
+};
+
+}  // namespace etr

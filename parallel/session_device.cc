@@ -1,0 +1,117 @@
+// TrainSession: the device the model trains on (train_session.h; runtime.device): the
+// choice, its allocator and stream, the tokens' staging, the step's loss kept on the
+// device and read once, and the end of a GPU run's move of the model to the host (for
+// the text sample).
+#include <cmath>
+#include <cstring>
+
+#include "parallel/train_session.h"
+#include "runtime/bytes.h"
+#include "runtime/cpu_affinity.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/state_names.h"
+
+namespace etr {
+
+void TrainSession::setup_device(const Group& group) {
+  const auto& rt = config_.runtime();
+  std::string why;  // what a GPU job cannot have yet
+  if (grid_->dp_size() > 1) {
+    why = std::to_string(grid_->dp_size()) + " data-parallel ranks";
+  } else if (grid_->pp_size() > 1) {
+    why = "parallel.pp = " + std::to_string(grid_->pp_size());
+  } else if (config_.parallel().zero_stage() > 0) {
+    why = "parallel.zero_stage = " + std::to_string(config_.parallel().zero_stage());
+  }
+  const int local = rank_on_this_node(group);  // (collective: every rank asks)
+  const int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
+  const Device d = choose_device(rt.device(), local, visible, why.empty(), why);
+  if (rt.device() == "auto" && visible > 0 && d.is_cpu() && leader()) {
+    log_.info("runtime.device = auto: training on the host; a GPU job is one rank without ZeRO "
+              "or pipeline stages for now, and this one has ", why);
+  }
+  set_gpu_matmul(rt.gpu_matmul());
+  device_ = DeviceContext::open(d);
+  if (d.is_cuda()) {
+    driver_base_ = device_.driver_used_bytes();
+    device_alloc_ = make_device_allocator(d);
+    device_scalars_ = Buffer(*device_alloc_, 2 * sizeof(double));
+    scalars_ = static_cast<double*>(device_scalars_.data());
+    log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", device_.describe(),
+              "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
+              format_bytes(static_cast<double>(device_alloc_->stats().budget)));
+  }
+  loss_copy_ = PinnedBuffer(d, sizeof(double));
+}
+
+void TrainSession::place_stack(LayerStack<float>& stack) {
+  ExecContext<float> ctx = stack.context();
+  ctx.device = device();
+  ctx.alloc = &work_alloc();
+  ctx.stream = device_.stream();
+  ctx.kernels = &kernels_for<float>(device());
+  stack.set_context(ctx);
+}
+
+// The loss of a step: zeroed before its micro-batches, which add theirs on the device
+// (LayerStack::forward_accumulate); its copy to the host is enqueued after the last
+// backward and read after the gradient norm's wait, so the step waits for the device once.
+void TrainSession::zero_step_loss() {
+  device_ops(device()).zero(scalars_, sizeof(double), device_.stream());
+}
+
+void TrainSession::fetch_step_loss() {
+  device_ops(device()).download(loss_copy_.data(), scalars_, sizeof(double), device_.stream());
+}
+
+double TrainSession::step_loss() {
+  device_.synchronize();  // (after the norm's wait: nothing is left to wait for)
+  return *loss_copy_.as<double>();
+}
+
+void TrainSession::poison_gradient(float* at) {
+  const float nan = std::nanf("");
+  device_ops(device()).upload(at, &nan, sizeof nan, device_.stream());
+}
+
+double TrainSession::gradient_sq_norm(const float* g, int64_t n) {
+  if (device().is_cpu()) {
+    double sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
+    return sq;
+  }
+  const DeviceOps& ops = device_ops(device());
+  double host = 0;
+  ops.grad_norm_squared(scalars_ + 1, g, n, device_.stream());
+  ops.download(&host, scalars_ + 1, sizeof host, device_.stream());
+  ops.synchronize(device_.stream());
+  return host;
+}
+
+void TrainSession::measure_device_peak() {
+  if (!device().is_cuda()) return;
+  const size_t used = device_.driver_used_bytes();
+  device_peak_ = std::max(device_peak_, used > driver_base_ ? used - driver_base_ : 0);
+}
+
+// At the end of a GPU run, before the text sample: the stack runs on the host from a copy
+// of the parameters (generation reads the logits on the host).
+void TrainSession::move_stack_to_host() {
+  if (device().is_cpu() || host_state_) return;
+  LayerStack<float>& stack = *model_.stack;
+  stack.release();
+  host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
+  host_state_->add(state::kParam);
+  host_state_->add(state::kGrad);
+  engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+  ExecContext<float> ctx = stack.context();
+  ctx.device = Device::cpu();
+  ctx.alloc = &alloc_;
+  ctx.stream = nullptr;
+  ctx.kernels = &kernels_for<float>(Device::cpu());
+  stack.set_context(ctx);
+  stack.bind(*host_state_);
+}
+
+}  // namespace etr

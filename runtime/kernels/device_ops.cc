@@ -1,0 +1,107 @@
+#include "runtime/kernels/device_ops.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "runtime/allocator.h"
+#include "runtime/error.h"
+#ifdef ETR_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda_check.h"
+#include "runtime/kernels/cuda/device_ops.h"
+#endif
+
+namespace etr {
+namespace {
+
+DeviceOps make_host_ops() {
+  DeviceOps o;
+  o.name = "cpu";
+  o.zero = [](void* p, size_t bytes, void*) {
+    if (bytes > 0) std::memset(p, 0, bytes);
+  };
+  o.upload = [](void* dst, const void* src, size_t bytes, void*) {
+    if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+  };
+  o.download = o.upload;
+  o.synchronize = [](void*) {};
+  o.event_create = []() -> void* { return nullptr; };
+  o.event_destroy = [](void*) {};
+  o.event_record = [](void*, void*) {};
+  o.event_wait = [](void*) {};
+  o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
+                    int64_t t, double lr, const AdamWOptions& opt, void*) {
+    AdamW(layout).step(p, g, m, v, 0, layout.numel(), t, lr, opt);
+  };
+  o.grad_norm_squared = [](double* out, const float* g, int64_t n, void*) {
+    *out = grad_norm_squared(g, n);
+  };
+  o.clip_grad_norm = [](float* g, int64_t n, const double* norm_squared, double max_norm, void*) {
+    clip_grad_norm(g, n, std::sqrt(*norm_squared), max_norm);
+  };
+  return o;
+}
+
+}  // namespace
+
+const DeviceOps& device_ops(Device device) {
+  static const DeviceOps host = make_host_ops();
+  if (device.is_cpu()) return host;
+#ifdef ETR_HAVE_CUDA
+  return cuda::device_ops();
+#else
+  throw InvalidArgument(device.str() + " in a build without CUDA: its state cannot be used");
+#endif
+}
+
+PinnedBuffer::PinnedBuffer(Device device, size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+#ifdef ETR_HAVE_CUDA
+  if (device.is_cuda()) {
+    if (cudaMallocHost(&data_, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      data_ = nullptr;
+      throw_out_of_memory(Device::cpu(), bytes, MemoryStats{},
+                          "the system refused page-locked host memory for copies to and from the GPU");
+    }
+    pinned_ = true;
+    return;
+  }
+#endif
+  (void)device;
+  data_ = std::malloc(bytes);
+  if (!data_) throw_out_of_memory(Device::cpu(), bytes, MemoryStats{}, "the system refused host staging memory");
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : pinned_(o.pinned_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    pinned_ = o.pinned_;
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() { reset(); }
+
+void PinnedBuffer::reset() {
+  if (!data_) return;
+#ifdef ETR_HAVE_CUDA
+  if (pinned_) {
+    (void)cudaFreeHost(data_);
+    data_ = nullptr;
+    return;
+  }
+#endif
+  std::free(data_);
+  data_ = nullptr;
+}
+
+}  // namespace etr
