@@ -12,7 +12,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
+#include "bench/bench_context.h"
 #include "bench/subcommand.h"
 
 namespace etr::bench {
@@ -28,5 +31,9 @@ void add_gpu_kernels_subcommand(CLI::App& app, SubcommandList& list);
 // through etr's layers, beside PyTorch's runs of the same model (--reference, the JSON of
 // bench/pytorch_gpu_train.py).
 void add_gpu_train_subcommand(CLI::App& app, SubcommandList& list);
+// The same, for `etr-bench train --device cuda`: gpu-train's model and micro-batch (GPT-2
+// 124M, 8 x 1024) with these steps, references and JSON file.
+void run_gpu_train_for(BenchContext& ctx, int steps, int warmup,
+                       const std::vector<std::string>& references, const std::string& json);
 
 }  // namespace etr::bench

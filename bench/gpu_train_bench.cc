@@ -1,9 +1,11 @@
-// etr-bench gpu-train: the example GPT-2 training on one GPU through etr's own layers
-// (LayerStack, the CUDA kernel set behind the dispatch, AdamW, the norm and clipping on the
-// device), beside PyTorch training the same model on the same card just before
-// (bench/pytorch_gpu_train.py, whose JSON files --reference reads).
+// etr-bench gpu-train (also `etr-bench train --device cuda`): the example GPT-2 training
+// on one GPU, beside PyTorch training the same model on the same card just before
+// (bench/pytorch_gpu_train.py, whose JSON files --reference reads). Two etr rows:
+//   etr-train loop  etr-train's TrainSession with runtime.device = cuda (train_with_session)
+//   etr layers      the LayerStack driven directly, as below (what the loop adds is the
+//                   difference between the two)
 //
-// A step: gradients zeroed, forward (the loss read back: one synchronisation), backward,
+// The layers' step: gradients zeroed, forward (the loss read back: one synchronisation), backward,
 // the gradient norm and clipping at 1.0, AdamW; one micro-batch of B x T random tokens.
 // Reported: median ms/step over the timed steps (CUDA events), tokens/s, model TFLOP/s
 // with GptConfig::flops_per_token (6 N + 12 L C T, PaLM's count, as llm.c's), the share of
@@ -13,6 +15,8 @@
 // the allocators' cached blocks included; PyTorch's is read the same way).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -27,6 +31,9 @@
 #include "bench/table.h"
 #include "examples/gpt/gpt_config.h"
 #include "examples/gpt/gpt_model.h"
+#include "examples/gpt/model_presets.h"
+#include "examples/train/trainer.h"
+#include "runtime/config/train_config.h"
 #include "runtime/adamw.h"
 #include "runtime/cuda_allocator.h"
 #include "runtime/cuda_check.h"
@@ -51,6 +58,56 @@ struct TrainResult {
   double ms_per_step = 0, tokens_per_s = 0, tflops = 0, loss = 0;
   double planned_bytes = 0, allocator_peak = 0, device_used = 0;
 };
+
+// The median of `v` (not empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// etr-train's own loop (TrainSession, runtime.device = cuda) on the same model: a
+// synthetic byte corpus (the vocabulary stays GPT-2's 50257: the head and the softmax
+// cost the same), one micro-batch of B per step, clipping at 1.0, TF32 products. Each
+// step's wall time (it ends at the gradient norm's wait; the optimizer's kernels then run
+// while the next step stages its tokens); the plan is the memory model's and the device
+// figure the driver's count of what the job holds (StepStats::device_peak_bytes).
+TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const TrainArgs& a) {
+  TrainConfig config = parse_config("model { preset: \"gpt2-124m\" }");
+  apply_overrides(config, {"model.vocab_size=" + std::to_string(c.vocab_size),
+                           "model.seq_len=" + std::to_string(a.T),
+                           "batch.global_batch=" + std::to_string(a.B),
+                           "batch.micro_batch=" + std::to_string(a.B),
+                           "schedule.max_steps=" + std::to_string(a.steps + a.warmup + 1),
+                           "schedule.warmup_steps=1", "optimizer.grad_clip=1.0",
+                           "data.synthetic=true",
+                           "data.synthetic_size=" + std::to_string((a.steps + a.warmup + 4) * a.B * a.T),
+                           "data.val_fraction=0", "log.eval_every=0", "log.log_every=1000000",
+                           "runtime.device=cuda", "runtime.gpu_matmul=tf32"});
+  resolve(config, gpt::model_presets());
+  Logger& log = ctx.world().log();
+  const LogLevel level = log.level();
+  log.set_level(LogLevel::kWarn);  // the trainer's start-up lines would break the table
+  train::Trainer trainer(config, ctx.world());
+  log.set_level(level);
+  TrainResult r;
+  for (int i = 0; i < a.warmup; ++i) trainer.train_step();
+  std::vector<double> ms;
+  StepStats st;
+  for (int i = 0; i < a.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    st = trainer.train_step();
+    ms.push_back(1e3 * seconds_since(t0));
+  }
+  r.ms_per_step = median(ms);
+  r.loss = st.loss;
+  r.tokens_per_s = static_cast<double>(a.B * a.T) / (r.ms_per_step * 1e-3);
+  r.tflops = c.flops_per_token(a.T) * r.tokens_per_s / 1e12;
+  r.planned_bytes = static_cast<double>(trainer.session().predicted_peak());
+  r.allocator_peak = static_cast<double>(st.peak_bytes);
+  r.device_used = static_cast<double>(trainer.session().device_peak_bytes());
+  return r;
+}
 
 // Dense TF32 tensor-core peak of the card, from NVIDIA's datasheets: the SXM parts of the
 // H100 ("H100 80GB HBM3") and the H200 ("H200", not "H200 NVL"); 0 (no MFU) for any other,
@@ -215,26 +272,46 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
     TrainResult r = read_reference(path, &who);
     refs.emplace_back(who, r);
   }
+  const TrainResult loop = train_with_session(ctx, c, a);
+  add("etr-train loop", loop);
   const TrainResult ours = train_on_gpu(c, a);
-  add("etr", ours);
+  add("etr layers", ours);
   for (const auto& [who, r] : refs) add(who, r);
   ctx.print(cell(
-      "# etr's plan: %s (parameters, gradients, m, v and the activations); the "
+      "# etr-train's plan (the memory model: parameters, gradients, m, v, activations, "
+      "cuBLAS's workspace): %s; its allocator's peak is %.1f%% of it, the driver's count "
+      "%.1f%%\n",
+      format_bytes(loop.planned_bytes).c_str(), 100 * loop.allocator_peak / loop.planned_bytes,
+      100 * loop.device_used / loop.planned_bytes));
+  ctx.print(cell(
+      "# etr layers' plan: %s (parameters, gradients, m, v and the activations); the "
       "allocator's peak is %.1f%% of it\n",
       format_bytes(ours.planned_bytes).c_str(), 100 * ours.allocator_peak / ours.planned_bytes));
   for (const auto& [who, r] : refs) {
-    ctx.print(
-        cell("# etr / %s: %.2fx tokens/s\n", who.c_str(), ours.tokens_per_s / r.tokens_per_s));
+    ctx.print(cell("# etr-train loop / %s: %.2fx tokens/s; etr layers / %s: %.2fx\n", who.c_str(),
+                   loop.tokens_per_s / r.tokens_per_s, who.c_str(),
+                   ours.tokens_per_s / r.tokens_per_s));
   }
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"machine", ctx.machine().to_json()},
                             {"gpu", card},
-                            {"planned_bytes", ours.planned_bytes},
+                            {"planned_bytes", loop.planned_bytes},
+                            {"layers_planned_bytes", ours.planned_bytes},
                             {"gpu_train", rows}});
   }
 }
 
 }  // namespace
+
+void run_gpu_train_for(BenchContext& ctx, int steps, int warmup,
+                       const std::vector<std::string>& references, const std::string& json) {
+  TrainArgs a;
+  a.steps = steps;
+  a.warmup = warmup;
+  a.references = references;
+  a.json = json;
+  run_gpu_train(ctx, a);
+}
 
 void add_gpu_train_subcommand(CLI::App& app, SubcommandList& list) {
   auto a = std::make_shared<TrainArgs>();

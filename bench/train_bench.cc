@@ -1,5 +1,9 @@
 #include "bench/train_bench.h"
 
+#ifdef ETR_HAVE_CUDA
+#include "bench/gpu_bench.h"
+#endif
+
 #include <cblas.h>
 
 #include <chrono>
@@ -31,6 +35,8 @@ struct TrainArgs {
   std::string config;  // empty: the built-in benchmark config
   std::vector<std::string> overrides;
   std::string json;
+  std::string device = "cpu";            // cuda: gpu-train's benchmark instead
+  std::vector<std::string> references;   // --device cuda: PyTorch's runs
 };
 
 // The stated benchmark model: the "small" preset (4 layers, 4 heads, d_model 256,
@@ -217,9 +223,26 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--steps", args->steps, "Timed optimizer steps")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   add_training_config_options(cmd, args->config, args->overrides, args->json);
+  cmd->add_option("--device", args->device,
+                  "cpu (this table), or cuda: GPT-2 124M on one GPU through etr-train's loop and "
+                  "etr's layers beside PyTorch's runs (--reference), as etr-bench gpu-train")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--reference", args->references,
+                  "With --device cuda: PyTorch's runs of the same model (bench/pytorch_gpu_train.py "
+                  "--json); repeatable");
   list.push_back({cmd, [args](BenchContext& ctx) {
                     if (args->steps < 1 || args->warmup < 0) {
                       throw ConfigError("--steps must be at least 1 and --warmup at least 0");
+                    }
+                    if (args->device == "cuda") {
+#ifdef ETR_HAVE_CUDA
+                      run_gpu_train_for(ctx, args->steps, args->warmup, args->references, args->json);
+                      return;
+#else
+                      throw ConfigError("etr-bench train --device cuda: this etr-bench was built "
+                                        "without CUDA");
+#endif
                     }
                     for (int t : args->threads) {
                       if (t < 1) throw ConfigError("--threads takes counts of at least 1");

@@ -18,7 +18,8 @@
 # libraries and the machine's NVIDIA libraries from pip); every bundled object's
 # libraries resolved; every gpu test (ranks 1 as a singleton, a suite at a time; else
 # under the bundle's mpirun); on a GPU, compute-sanitizer's memcheck over them; etr-train
-# on the CPU as a singleton and on 2 ranks, etr-tokenize; on a GPU, the benchmarks
+# as a singleton on the GPU and on the CPU, on 2 ranks, and the GPU run's checkpoint
+# resumed on the CPU; etr-tokenize; on a GPU, the benchmarks
 # (gpu-alloc, gpu-cast, and gpu-kernels and gpu-train beside PyTorch's runs of the same
 # work, bench/pytorch_gpu_*.py, when the machine's python3 has a CUDA torch) and two ranks
 # on one GPU with one and with distinct NCCL_HOSTIDs (an experiment: reported, never a
@@ -267,30 +268,57 @@ elif [[ -n $gpu ]]; then
   echo "== memcheck: skipped (${sanitizer:+ETR_CHECK_MEMCHECK=0}${sanitizer:-no compute-sanitizer})"
 fi
 
-# --- The programs on the CPU -------------------------------------------------------------
-# etr-train as a singleton and on 2 ranks: Open MPI, OpenBLAS, protobuf and xxHash from the
-# bundle, on this machine's CPU (a checkpoint is written, so the checksums run).
+# --- The programs ----------------------------------------------------------------------
+# etr-train as a singleton on the GPU (runtime.device = cuda; on a machine without one,
+# the sentence and exit 1 that say so are what passes) and on the host, and on 2 ranks
+# (auto: the host, as a GPU job is one rank for now): Open MPI, OpenBLAS, protobuf and
+# xxHash from the bundle (a checkpoint is written, so the checksums run). Then the GPU
+# run's checkpoint resumes on the host: a checkpoint is device-free.
+# smoke NAME DEVICE CMD...: 6 steps of configs/tiny.pbtxt on DEVICE (cpu, cuda or auto).
 smoke() {
-  local name=$1 t0=$SECONDS rc
-  shift
+  local name=$1 device=$2 t0=$SECONDS rc
+  shift 2
   local ckpt="$B/ckpt-$name"
-  echo "== $name: $*"
+  echo "== $name (runtime.device=$device): $*"
   timeout -k 10 120 "${traced[@]}" "$@" </dev/null --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
-    --set checkpoint.dir="$ckpt" --set checkpoint.every=3 >"$steps/$name.out" 2>&1
+    --set checkpoint.dir="$ckpt" --set checkpoint.every=3 --set runtime.device="$device" >"$steps/$name.out" 2>&1
   rc=$?
   cat "$steps/$name.out"
   local loss
   loss=$(grep -o 'loss [0-9.]*' "$steps/$name.out" | tail -1)
-  if ((rc != 0)); then
+  if [[ $device == cuda && -z $gpu ]]; then
+    if ((rc == 1)) && grep -q 'sees no GPU' "$steps/$name.out"; then
+      row "$name" pass "no GPU: one sentence and exit 1" $((SECONDS - t0))
+    else
+      row "$name" fail "no GPU, but exit $rc without the sentence" $((SECONDS - t0))
+    fi
+  elif ((rc != 0)); then
     row "$name" fail "exit $rc" $((SECONDS - t0))
   elif [[ ! -d $ckpt ]] || [[ -z $(ls "$ckpt") ]]; then
     row "$name" fail "no checkpoint written in $ckpt" $((SECONDS - t0))
+  elif [[ $device == cuda ]] && ! grep -q 'device cuda:' "$steps/$name.out"; then
+    row "$name" fail "no start-up line naming the GPU" $((SECONDS - t0))
   else
     row "$name" pass "6 steps, ${loss:-no loss line}, checkpoint $(ls "$ckpt" | tail -1)" $((SECONDS - t0))
   fi
 }
-smoke train_np1 "$B/bin/etr-train"
-smoke train_np2 mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+smoke train_gpu cuda "$B/bin/etr-train"
+smoke train_np1 cpu "$B/bin/etr-train"
+smoke train_np2 auto mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
+  t0=$SECONDS
+  echo "== train_gpu_to_cpu: the GPU run's checkpoint resumed on the host for 3 more steps"
+  timeout -k 10 120 "${traced[@]}" "$B/bin/etr-train" </dev/null --config "$B/configs/tiny.pbtxt" \
+    --set schedule.max_steps=9 --set runtime.device=cpu --resume "$B/ckpt-train_gpu" \
+    >"$steps/train_gpu_to_cpu.out" 2>&1
+  rc=$?
+  cat "$steps/train_gpu_to_cpu.out"
+  if ((rc == 0)) && grep -q 'resumed from' "$steps/train_gpu_to_cpu.out"; then
+    row train_gpu_to_cpu pass "resumed at step 6 on the host, $(grep -o 'loss [0-9.]*' "$steps/train_gpu_to_cpu.out" | tail -1)" $((SECONDS - t0))
+  else
+    row train_gpu_to_cpu fail "exit $rc, or no 'resumed from' line" $((SECONDS - t0))
+  fi
+fi
 # etr-tokenize trains a small BPE tokenizer: the SentencePiece shim the programs dlopen
 # from the bundle's lib/.
 t0=$SECONDS
