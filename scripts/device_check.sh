@@ -367,7 +367,7 @@ if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
 elif [[ -n $gpu ]]; then
   echo "== reference: no python3 with a CUDA torch; gpu-kernels and gpu-train run without PyTorch's"
 fi
-BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels$kernels_refs" "gpu_train|1|240|gpu-train$train_refs")
+BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels$kernels_refs" "gpu_train|1|240|train --device cuda --steps 10 --warmup 3$train_refs")
 [[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
 for spec in "${BENCHMARKS[@]}"; do
   IFS='|' read -r name ranks limit args <<<"$spec"

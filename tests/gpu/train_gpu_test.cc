@@ -1,6 +1,6 @@
 // etr-train's loop on a GPU (runtime.device = cuda) against the same loop on the host:
 // the library's TrainSession with the example GPT-2, shapes not multiples of 32 (d 72, 4
-// heads, T 37, vocabulary 97), 2 micro-batches of 2 per step (the loss accumulated on the
+// heads, T 37, vocabulary 301: synthetic data is bytes), 2 micro-batches of 2 per step (the loss accumulated on the
 // device, the tokens staged through both slots), clipping on, true f32 products
 // (runtime.gpu_matmul = fp32). After 5 steps every step's loss is within 1e-5 relative of
 // the host's and the parameters and AdamW moments within 1e-4 relative L2, with no NaN.
@@ -30,7 +30,7 @@ using ::etr::testing::test_log;
 
 TrainConfig config(const std::string& device, std::vector<std::string> extra = {}) {
   TrainConfig c = parse_config(R"(
-    model { preset: "tiny" n_layer: 2 n_head: 4 d_model: 72 seq_len: 37 vocab_size: 97 }
+    model { preset: "tiny" n_layer: 2 n_head: 4 d_model: 72 seq_len: 37 vocab_size: 301 }
     optimizer { lr: 3e-3 grad_clip: 0.5 }
     schedule { warmup_steps: 2 max_steps: 50 }
     batch { global_batch: 4 micro_batch: 2 }
