@@ -193,8 +193,11 @@ int64_t TrainSession::agree_micro_batch(int64_t mine) {
                     memory_model_.dominant(1, recompute_) + " the most) under a budget of " +
                     format_bytes(static_cast<double>(work_alloc().stats().budget))
               : " on another rank") +
-        "; raise runtime.memory_budget (or the job's memory limit), use more ranks with a "
-        "higher parallel.zero_stage, or shorten model.seq_len.",
+        (device().is_cuda()
+             ? std::string("; free the GPU of other processes (or raise ETR_CUDA_MEMORY_BUDGET), "
+                           "use a smaller model, or shorten model.seq_len.")
+             : std::string("; raise runtime.memory_budget (or the job's memory limit), use more "
+                           "ranks with a higher parallel.zero_stage, or shorten model.seq_len.")),
         here ? memory_model_.peak(1, recompute_) : 0, work_alloc().stats().in_use, work_alloc().stats().peak,
         work_alloc().stats().budget);
   }

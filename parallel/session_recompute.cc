@@ -17,7 +17,7 @@ void TrainSession::setup_recompute_trial() {
       recompute_) {
     return;
   }
-  const int64_t with = memory_model_.largest_fitting(alloc_.stats().budget, config_.batch().memory_margin(),
+  const int64_t with = memory_model_.largest_fitting(work_alloc().stats().budget, config_.batch().memory_margin(),
                                                      micro_batch_cap(), true);
   // Every rank must gain a larger micro-batch, or none tries.
   int64_t gains = with > micro_batch_ ? 1 : 0;

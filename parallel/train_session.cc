@@ -263,7 +263,7 @@ void TrainSession::log_memory() const {
   log_.info("memory plan: micro-batch ", r.micro_batch, " x ", r.accumulation,
             config_.batch().micro_batch() == 0 ? " (auto)" : "", recompute_ ? ", recomputing activations" : "",
             "; planned peak ", format_bytes(static_cast<double>(predicted_peak())), " (", parts,
-            ") of the budget ", format_bytes(static_cast<double>(alloc_.stats().budget)));
+            ") of the budget ", format_bytes(static_cast<double>(work_alloc().stats().budget)));
 }
 
 void TrainSession::sum_over_ranks(double* values, int count) {
