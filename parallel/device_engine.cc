@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "collectives/host_topology.h"
 #include "runtime/bytes.h"
 #include "runtime/state_names.h"
 
@@ -14,7 +15,7 @@ constexpr std::string_view kSaved[] = {etr::state::kParam, etr::state::kAdamM, e
 }  // namespace
 
 DeviceEngine::DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* stream,
-                           DataParallelOptions options)
+                           DataParallelOptions options, const ProcessGrid* grid, Tracer* tracer)
     : ops_(device_ops(alloc.device())),
       stack_(stack),
       stream_(stream),
@@ -26,6 +27,13 @@ DeviceEngine::DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* str
     state_.add(s);
   }
   stack_.bind(state_);
+  if (grid && grid->dp_size() > 1) {
+    ranks_ = grid->dp_size();
+    options_.buckets.shard_ranks = grid->dp_size();  // DataParallelEngine's plan, bucket for bucket
+    comm_ = std::make_unique<HostCommunicator>(grid->dp_group(), gradient_comm_options(options_.comm));
+    staged_ = std::make_unique<StagedReducer>(stack_.layout(), grads(), alloc.device(), stream_,
+                                              *comm_, options_.buckets, tracer);
+  }
 }
 
 DeviceEngine::~DeviceEngine() = default;
@@ -41,9 +49,11 @@ FlatState& DeviceEngine::host_mirror() {
 
 void DeviceEngine::initialize_parameters(
     const std::function<void(const ParamLayout&, float*)>& init) {
-  if (!init) return;  // (the state starts at zero)
+  if (!init && !comm_) return;  // (the state starts at zero)
   FlatState& host = host_mirror();
-  init(stack_.layout(), host.data<float>(etr::state::kParam));
+  if (init) init(stack_.layout(), host.data<float>(etr::state::kParam));
+  // The replicas start equal: rank 0's parameters.
+  if (comm_) broadcast_parameters(*comm_, host.data<float>(etr::state::kParam), stack_.layout().numel());
   ops_.upload(state_.data<float>(etr::state::kParam), host.data<float>(etr::state::kParam),
               static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
   ops_.synchronize(stream_);
@@ -77,6 +87,7 @@ void DeviceEngine::gather_state(std::string_view name, float* out) {
 
 EngineMemory DeviceEngine::memory() const {
   EngineMemory m;
+  m.ranks = ranks_;
   m.psi = stack_.layout().param_count();
   const size_t each = static_cast<size_t>(state_.held_numel()) * sizeof(float);
   m.params = each;
@@ -86,9 +97,27 @@ EngineMemory DeviceEngine::memory() const {
 }
 
 std::string DeviceEngine::describe() const {
-  return "one rank on " + device().str() + ": parameters, gradients and AdamW state in its memory (" +
-         format_bytes(static_cast<double>(state_.bytes())) + "), no gradient communication";
+  std::string s = "state on " + device().str() + " (" + format_bytes(static_cast<double>(state_.bytes())) +
+                  " a rank)";
+  if (!staged_) return s + ", one rank, no gradient communication";
+  const BucketOptions& b = staged_->host().options();
+  return s + "; " + std::to_string(staged_->host().buckets().size()) +
+         " gradient buckets staged through the host (first " +
+         format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
+         format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " +
+         (b.overlap ? "on" : "off") + ", allreduce on " + comm_->topology().str();
 }
+
+void DeviceEngine::begin_backward(bool last) {
+  if (last && staged_) staged_->begin_step();
+}
+
+void DeviceEngine::layer_grads_final(int layer) {
+  // Only the last micro-batch armed the reducer; earlier ones just accumulate.
+  if (staged_ && staged_->armed()) staged_->layer_ready(layer);
+}
+
+ReduceStats DeviceEngine::end_backward() { return staged_ ? staged_->finish() : ReduceStats{}; }
 
 void DeviceEngine::begin_step() {
   ops_.zero(grads(), static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);

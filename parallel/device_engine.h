@@ -1,12 +1,20 @@
-// DeviceEngine: one rank whose state lives on the device of its allocator: a GPU's memory
-// (runtime.device = cuda) or the host's. The engine of a GPU job until data parallelism
-// over NCCL: it holds all of the layout (ZeRO stage 0, no communication), and everything
-// a step does to the state runs on that device through the dispatch's device operations
-// (runtime/kernels/device_ops.h), enqueued on the rank's stream:
+// DeviceEngine: data parallelism (ZeRO stage 0) with the state on the device of its
+// allocator: a GPU's memory (runtime.device = cuda) or the host's. Every rank holds all of
+// the layout, and everything a step does to the state runs on that device through the
+// dispatch's device operations (runtime/kernels/device_ops.h), enqueued on the rank's
+// stream:
 //
 //   begin_step       gradients zeroed on the device
+//   backward         on several ranks, the staged reducer (parallel/staged_reducer.h)
+//                    copies each layer's final gradients to the host as backward reaches
+//                    them and sums them over the ranks in the host reducer's buckets,
+//                    overlapped with the rest of backward; end_backward() waits for the
+//                    sums and copies them back (the staged device communicator: any
+//                    number of ranks per GPU; NCCL comes later)
 //   grad_norm        the squared norm into a device scalar, read once (the step's only
-//                    wait for the device; the loop's loss copy, enqueued before, rides on it)
+//                    wait for the device; the loop's loss copy, enqueued before, rides on
+//                    it); the summed gradients are the same bits on every rank, so are
+//                    the norm, the clipping and the update
 //   optimizer_step   clipping by the device's norm, then AdamW over the layout
 //
 // State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32.
@@ -17,15 +25,18 @@
 // whichever device wrote it, and loads on either.
 //
 // On the host (Device::cpu()) the same engine runs with host memory and the host's
-// operations: the tests here check it against DataParallelEngine on one rank.
+// operations: the tests here check it against the optimizer's parts on one rank and
+// against DataParallelEngine on 2-4 ranks.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "parallel/data_parallel_engine.h"
 #include "parallel/engine.h"
+#include "parallel/staged_reducer.h"
 #include "runtime/host_allocator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/state_names.h"
@@ -35,15 +46,22 @@ namespace etr {
 class DeviceEngine final : public Engine {
  public:
   // Allocates the state from `alloc` (its device; OutOfMemory) and binds `stack` to it.
-  // `stream`: the rank's stream (DeviceContext::stream(); nullptr on the host). Uses
-  // options.adamw and options.norm_begin; the buckets and communicator options have
-  // nothing to do on one rank.
+  // `stream`: the rank's stream (DeviceContext::stream(); nullptr on the host). Collective
+  // over grid->dp_group() when it has more than one rank (null `grid`: one rank).
   DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* stream,
-               DataParallelOptions options);
+               DataParallelOptions options, const ProcessGrid* grid = nullptr,
+               Tracer* tracer = nullptr);
   ~DeviceEngine() override;
 
   Device device() const { return state_.device(); }
   int zero_stage() const override { return 0; }
+  const BucketReducer* reducer() const override { return staged_ ? &staged_->host() : nullptr; }
+  void measure_local_norm(bool on) override {
+    if (staged_) staged_->host().measure_local_norm(on);
+  }
+  double local_grad_sq_norm() const override {
+    return staged_ ? staged_->host().local_sq_norm() : std::nan("");
+  }
   FlatState& state() override { return state_; }
   void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
   // A host copy of the parameters (downloaded by this call; the device's own storage on
@@ -58,9 +76,9 @@ class DeviceEngine final : public Engine {
   std::string describe() const override;
 
   void begin_step() override;
-  void begin_backward(bool /*last*/) override {}
-  void layer_grads_final(int /*layer*/) override {}
-  ReduceStats end_backward() override { return {}; }
+  void begin_backward(bool last) override;
+  void layer_grads_final(int layer) override;
+  ReduceStats end_backward() override;
   std::vector<GradRange> reduced_gradients(bool owned) override;
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
@@ -75,11 +93,14 @@ class DeviceEngine final : public Engine {
   LayerStack<float>& stack_;
   void* stream_;
   DataParallelOptions options_;
+  int ranks_ = 1;
   FlatState state_;
   Buffer norm_sq_;          // one double on the device
   PinnedBuffer norm_host_;  // its copy
   HostAllocator host_alloc_;
   std::unique_ptr<FlatState> mirror_;
+  std::unique_ptr<HostCommunicator> comm_;  // several ranks: the gradients' and the broadcast's
+  std::unique_ptr<StagedReducer> staged_;
 };
 
 }  // namespace etr

@@ -16,9 +16,7 @@ namespace etr {
 void TrainSession::setup_device(const Group& group) {
   const auto& rt = config_.runtime();
   std::string why;  // what a GPU job cannot have yet
-  if (grid_->dp_size() > 1) {
-    why = std::to_string(grid_->dp_size()) + " data-parallel ranks";
-  } else if (grid_->pp_size() > 1) {
+  if (grid_->pp_size() > 1) {
     why = "parallel.pp = " + std::to_string(grid_->pp_size());
   } else if (config_.parallel().zero_stage() > 0) {
     why = "parallel.zero_stage = " + std::to_string(config_.parallel().zero_stage());
@@ -27,8 +25,8 @@ void TrainSession::setup_device(const Group& group) {
   const int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
   const Device d = choose_device(rt.device(), local, visible, why.empty(), why);
   if (rt.device() == "auto" && visible > 0 && d.is_cpu() && leader()) {
-    log_.info("runtime.device = auto: training on the host; a GPU job is one rank without ZeRO "
-              "or pipeline stages for now, and this one has ", why);
+    log_.info("runtime.device = auto: training on the host; a GPU job has no ZeRO or pipeline "
+              "stages for now, and this one has ", why);
   }
   set_gpu_matmul(rt.gpu_matmul());
   device_ = DeviceContext::open(d);

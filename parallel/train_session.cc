@@ -239,7 +239,13 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   const int stage = config_.parallel().zero_stage();
   DataParallelOptions dp = data_parallel_options(config_);
   dp.norm_begin = norm_begin;
-  if (device().is_cuda()) return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp);
+  // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engine and staged reducer on host memory.
+  const char* host_device_engine = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
+  const bool test_on_host = host_device_engine && std::string_view(host_device_engine) == "1" &&
+                            stage == 0 && grid_->pp_size() == 1;
+  if (device().is_cuda() || test_on_host) {
+    return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp, grid_.get(), &tracer_);
+  }
   if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
   ZeroOptions o;
   o.stage = stage;

@@ -269,11 +269,12 @@ elif [[ -n $gpu ]]; then
 fi
 
 # --- The programs ----------------------------------------------------------------------
-# etr-train as a singleton on the GPU (runtime.device = cuda; on a machine without one,
-# the sentence and exit 1 that say so are what passes) and on the host, and on 2 ranks
-# (auto: the host, as a GPU job is one rank for now): Open MPI, OpenBLAS, protobuf and
-# xxHash from the bundle (a checkpoint is written, so the checksums run). Then the GPU
-# run's checkpoint resumes on the host: a checkpoint is device-free.
+# etr-train on the GPU (runtime.device = cuda; on a machine without one, the sentence and
+# exit 1 that say so are what passes) as a singleton and on 2 ranks sharing it (data
+# parallel through the staged reducer), and on the host at np 1 and 2: Open MPI,
+# OpenBLAS, protobuf and xxHash from the bundle (a checkpoint is written, so the
+# checksums run). Then the GPU run's checkpoint resumes on the host: a checkpoint is
+# device-free.
 # smoke NAME DEVICE CMD...: 6 steps of configs/tiny.pbtxt on DEVICE (cpu, cuda or auto).
 smoke() {
   local name=$1 device=$2 t0=$SECONDS rc
@@ -303,8 +304,9 @@ smoke() {
   fi
 }
 smoke train_gpu cuda "$B/bin/etr-train"
+smoke train_gpu_np2 cuda mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
 smoke train_np1 cpu "$B/bin/etr-train"
-smoke train_np2 auto mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+smoke train_np2 cpu mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
 if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
   t0=$SECONDS
   echo "== train_gpu_to_cpu: the GPU run's checkpoint resumed on the host for 3 more steps"

@@ -1,13 +1,17 @@
-// etr-train's loop on a GPU (runtime.device = cuda) against the same loop on the host:
-// the library's TrainSession with the example GPT-2, shapes not multiples of 32 (d 72, 4
+// etr-train's loop on a GPU (runtime.device = cuda) against the same loop on the host, at
+// np 1 and 2 (two ranks share the one GPU: data parallelism through the staged reducer,
+// parallel/staged_reducer.h; the host reference is one process with the same global
+// batch): the library's TrainSession with the example GPT-2, shapes not multiples of 32 (d 72, 4
 // heads, T 37, vocabulary 301: synthetic data is bytes), 2 micro-batches of 2 per step (the loss accumulated on the
 // device, the tokens staged through both slots), clipping on, true f32 products
 // (runtime.gpu_matmul = fp32). After 5 steps every step's loss is within 1e-5 relative of
 // the host's and the parameters and AdamW moments within 1e-4 relative L2, with no NaN.
 // A checkpoint written by the GPU run resumes on the host, and one written on the host
 // resumes on the GPU: the restored state is the saved one bitwise, and the next steps
-// follow the run that was not interrupted.
+// follow the run that was not interrupted (every rank of the world saves and resumes).
 #include <gtest/gtest.h>
+
+#include <mpi.h>
 
 #include <cmath>
 #include <string>
@@ -58,24 +62,34 @@ void expect_states_close(const State& got, const State& want, double tol, const 
   expect_close(got.v, want.v, tol, what + ": adam.v");
 }
 
-#define REQUIRE_ONE_RANK_AND_A_GPU()                                            \
-  do {                                                                          \
-    if (::etr::testing::world().size() > 1) GTEST_SKIP() << "one rank";         \
-    if (visible_cuda_devices() == 0) GTEST_SKIP() << "no GPU visible";          \
+#define REQUIRE_A_GPU()                                                 \
+  do {                                                                 \
+    if (visible_cuda_devices() == 0) GTEST_SKIP() << "no GPU visible"; \
   } while (0)
 
+const Group& world() { return ::etr::testing::world().group(); }
+
 TEST(TrainOnGpu, FiveStepsFollowTheHost) {
-  REQUIRE_ONE_RANK_AND_A_GPU();
-  Trainer host(config("cpu"), ::etr::testing::world().group(), test_log());
-  Trainer gpu(config("cuda"), ::etr::testing::world().group(), test_log());
+  REQUIRE_A_GPU();
+  Group self(MPI_COMM_SELF, "self", /*owned=*/false);
+  Trainer host(config("cpu"), self, test_log());
+  Trainer gpu(config("cuda"), world(), test_log());
   ASSERT_TRUE(gpu.session().device().is_cuda());
+  if (world().size() > 1) {
+    ASSERT_NE(gpu.reducer(), nullptr) << "data parallel on the GPU: the staged reducer";
+  }
   for (int i = 0; i < 5; ++i) {
     const StepStats h = host.train_step(), g = gpu.train_step();
     ASSERT_TRUE(std::isfinite(g.loss)) << "step " << i + 1;
     EXPECT_NEAR(g.loss, h.loss, 1e-5 * std::fabs(h.loss)) << "step " << i + 1 << "'s loss";
     EXPECT_NEAR(g.grad_norm, h.grad_norm, 1e-5 * h.grad_norm) << "step " << i + 1 << "'s norm";
   }
-  expect_states_close(state_of(gpu), state_of(host), 1e-4, "after 5 steps");
+  const State g = state_of(gpu);
+  expect_states_close(g, state_of(host), 1e-4, "after 5 steps");
+  // The replicas are the same bits (the summed gradients are).
+  std::vector<float> root = g.params;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, world().comm());
+  EXPECT_EQ(root, g.params) << "rank " << world().rank() << "'s parameters differ from rank 0's";
   const double eval_host = host.evaluate(), eval_gpu = gpu.evaluate();
   EXPECT_NEAR(eval_gpu, eval_host, 1e-5 * eval_host) << "held-out loss";
   EXPECT_GT(gpu.session().device_peak_bytes(), 0u) << "the driver's count of the job's memory";
@@ -85,17 +99,17 @@ TEST(TrainOnGpu, FiveStepsFollowTheHost) {
 // the saver going on: the restored state is the saved one bitwise, the steps after it
 // follow within the tolerances above.
 void save_and_resume(const std::string& saver_device, const std::string& resumer_device) {
-  SharedTempDir dir(::etr::testing::world().group(), "train_gpu");
+  SharedTempDir dir(world(), "train_gpu");
   const std::string ckpt = "checkpoint.dir=" + (dir.path() / "ckpt").string();
   Trainer saver(config(saver_device, {ckpt, "checkpoint.async=false"}),
-                ::etr::testing::world().group(), test_log());
+                world(), test_log());
   for (int i = 0; i < 3; ++i) saver.train_step();
   ASSERT_TRUE(saver.save_checkpoint("durable"));
   saver.flush_checkpoints();
   const State saved = state_of(saver);
 
   Trainer resumer(config(resumer_device, {"checkpoint.resume=" + (dir.path() / "ckpt").string()}),
-                  ::etr::testing::world().group(), test_log());
+                  world(), test_log());
   ASSERT_TRUE(resumer.resumed_from().has_value());
   EXPECT_EQ(resumer.position().step, 3u);
   const State restored = state_of(resumer);
@@ -110,12 +124,12 @@ void save_and_resume(const std::string& saver_device, const std::string& resumer
 }
 
 TEST(TrainOnGpu, AGpuCheckpointResumesOnTheHost) {
-  REQUIRE_ONE_RANK_AND_A_GPU();
+  REQUIRE_A_GPU();
   save_and_resume("cuda", "cpu");
 }
 
 TEST(TrainOnGpu, AHostCheckpointResumesOnTheGpu) {
-  REQUIRE_ONE_RANK_AND_A_GPU();
+  REQUIRE_A_GPU();
   save_and_resume("cpu", "cuda");
 }
 

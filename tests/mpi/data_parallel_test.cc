@@ -22,6 +22,7 @@
 #include "examples/data/window_space.h"
 #include "examples/train/trainer.h"
 #include "mpi/mpi_test_main.h"
+#include "unit/scoped_env.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "examples/gpt/model_presets.h"
@@ -118,6 +119,44 @@ TEST(DataParallel, EqualsSingleProcessWithBucketsSplittingLayersAtOddPlaces) {
 
 TEST(DataParallel, EqualsSingleProcessWithOverlapOff) {
   check_equivalence({"parallel.overlap=false", "parallel.bucket_size=20000"});
+}
+
+// The GPU's data-parallel path (DeviceEngine with the staged reducer: each layer's final
+// gradients copied to a host mirror as backward reaches them, a helper thread handing
+// them to the host reducer's buckets, the sums copied back; parallel/staged_reducer.h),
+// run on host memory (ETR_TEST_HOST_DEVICE_ENGINE): with clipping off its parameters are
+// bitwise those of DataParallelEngine at the same world size (the same buckets, ring and
+// order), with accumulation and uneven shares; with clipping on (the norm summed in
+// another order) within the tolerance above; the replicas bitwise equal either way.
+void check_staged_path(const std::vector<std::string>& overrides, bool bitwise) {
+  const TrainConfig c = config(overrides);
+  Trainer host_engine(c, testing::world());
+  const Run want = train(host_engine, kSteps);
+  testing::ScopedEnv staged("ETR_TEST_HOST_DEVICE_ENGINE", "1");
+  Trainer t(c, testing::world());
+  if (testing::world().size() > 1) {
+    ASSERT_NE(t.reducer(), nullptr);
+    EXPECT_NE(t.session().engine().describe().find("staged through the host"), std::string::npos)
+        << t.session().engine().describe();
+  }
+  const Run got = train(t, kSteps);
+  for (int i = 0; i < kSteps; ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-12) << "step " << i;
+  if (bitwise) {
+    EXPECT_EQ(std::memcmp(got.params.data(), want.params.data(), got.params.size() * sizeof(float)), 0)
+        << "max |staged - host engine| = " << max_abs_diff(got.params, want.params);
+  } else {
+    EXPECT_LT(max_abs_diff(got.params, want.params), kTolerance);
+  }
+  expect_replicas_identical(got.params);
+}
+
+TEST(DataParallel, StagedDevicePathEqualsTheHostEngineBitwise) {
+  check_staged_path({"optimizer.grad_clip=0"}, /*bitwise=*/true);
+}
+
+TEST(DataParallel, StagedDevicePathWithClippingAndOddBuckets) {
+  check_staged_path({"parallel.first_bucket_size=7KiB", "parallel.bucket_size=13KiB"},
+                    /*bitwise=*/false);
 }
 
 TEST(DataParallel, EvaluationSplitsHeldOutDataEvenWhenARankGetsNone) {
