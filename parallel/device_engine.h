@@ -19,7 +19,7 @@
 //
 // State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32.
 // The host sees it only through copies: states() downloads param, adam.m and adam.v into
-// a host mirror for a checkpoint (valid until the next step, as the Engine contract says),
+// a page-locked host mirror for a checkpoint (valid until the next step, as the Engine contract says),
 // held_states() gives that mirror to a restore and restored() uploads it, and parameters()
 // downloads the parameters for an export. A checkpoint is therefore the same bytes,
 // whichever device wrote it, and loads on either.
@@ -37,7 +37,7 @@
 #include "parallel/data_parallel_engine.h"
 #include "parallel/engine.h"
 #include "parallel/staged_reducer.h"
-#include "runtime/host_allocator.h"
+#include "runtime/pinned_allocator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/state_names.h"
 
@@ -97,7 +97,7 @@ class DeviceEngine final : public Engine {
   FlatState state_;
   Buffer norm_sq_;          // one double on the device
   PinnedBuffer norm_host_;  // its copy
-  HostAllocator host_alloc_;
+  PinnedHostAllocator host_alloc_;  // the mirror: page-locked where there is a GPU
   std::unique_ptr<FlatState> mirror_;
   std::unique_ptr<HostCommunicator> comm_;  // several ranks: the gradients' and the broadcast's
   std::unique_ptr<StagedReducer> staged_;

@@ -148,6 +148,12 @@ expect_fail 1 '^etr-train: error: data\.format = nanogpt but model\.vocab_size i
 expect_fail 1 'data\.format = "raw" is not a token file format; choose auto' -- \
   "${train_tiny[@]}" --set data.synthetic=false --set data.train_file="$work/raw.bin" --set data.format=raw
 expect_fail 1 "^etr-tokenize: error: llm\.c token file '.*v2\.bin' has version 2" -- "$tokenize" --show "$work/v2.bin"
+# runtime.device: a bad value; cuda where no GPU is visible (CUDA_VISIBLE_DEVICES hides
+# any this machine has; a build without CUDA says so instead); cuda with ZeRO.
+expect_fail 1 'runtime\.device = "gpu" is not cpu, cuda or auto' -- "${train_tiny[@]}" --set runtime.device=gpu
+expect_fail 1 'runtime\.device = cuda but (this process sees no GPU|this etr was built without CUDA)' -- \
+  env CUDA_VISIBLE_DEVICES= "${train_tiny[@]}" --set runtime.device=cuda
+expect_fail 1 'runtime\.gpu_matmul = "tf16" is not tf32 or fp32' -- "${train_tiny[@]}" --set runtime.gpu_matmul=tf16
 
 [ "$failures" -eq 0 ] || { echo "$failures of $n case(s) failed"; exit 1; }
 echo "all $n cases refused as expected"

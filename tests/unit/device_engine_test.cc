@@ -5,7 +5,8 @@
 //   its checkpoint view (states, held_states + restored) is the state itself;
 // - LayerStack::forward_accumulate adds forward()'s loss x weight, bitwise;
 // - TokenStaging hands the host's batch through; choose_device maps runtime.device, the
-//   local rank and the visible GPUs to a device, or to one sentence.
+//   local rank and the visible GPUs to a device, or to one sentence; PinnedHostAllocator
+//   counts and refuses as the other allocators do.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "runtime/host_allocator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/layer_stack.h"
+#include "runtime/pinned_allocator.h"
 #include "runtime/state_names.h"
 
 namespace etr {
@@ -189,6 +191,21 @@ TEST(DeviceOps, HostOpsAreTheOptimizersParts) {
   std::vector<float> d(3, 7.0f);
   ops.zero(d.data(), sizeof(float) * 3, nullptr);
   EXPECT_EQ(d, std::vector<float>(3, 0.0f));
+}
+
+TEST(PinnedHostAllocator, CountsAndRefusesPastItsBudget) {
+  PinnedHostAllocator alloc(/*budget=*/1 << 20);
+  void* a = alloc.allocate(600 << 10);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 1, 600 << 10);  // writable host memory
+  EXPECT_EQ(alloc.stats().in_use, size_t{600} << 10);
+  EXPECT_THROW(alloc.allocate(600 << 10), OutOfMemory);
+  alloc.deallocate(a);
+  EXPECT_EQ(alloc.stats().in_use, 0u);
+  EXPECT_EQ(alloc.stats().peak, size_t{600} << 10);
+  EXPECT_EQ(alloc.pinned(), visible_cuda_devices() > 0);
+  Buffer b(alloc, 1000);  // an Allocator like the others
+  EXPECT_EQ(b.device(), Device::cpu());
 }
 
 }  // namespace
