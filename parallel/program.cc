@@ -143,6 +143,10 @@ std::string summary_line(const RunSummary& s, int world_size) {
                 s.first_loss, s.final_loss, s.final_val_loss, s.tokens_per_second,
                 format_bytes(static_cast<double>(s.peak_bytes)).c_str());
   std::string out = line;
+  if (s.device_peak_bytes > 0) {
+    out += " (on the GPU; " + format_bytes(static_cast<double>(s.device_peak_bytes)) +
+           " by the driver's count, cuBLAS's workspace and the cache included)";
+  }
   if (world_size > 1 && s.comm_steps > 0) {
     std::snprintf(line, sizeof line, " | gradient comm %.1f ms/step, %.0f%% hidden",
                   s.comm.comm_seconds / static_cast<double>(s.comm_steps) * 1e3,

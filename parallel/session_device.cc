@@ -2,7 +2,10 @@
 // choice, its allocator and stream, the tokens' staging, the step's loss kept on the
 // device and read once, and the end of a GPU run's move of the model to the host (for
 // the text sample).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "parallel/train_session.h"
@@ -33,13 +36,48 @@ void TrainSession::setup_device(const Group& group) {
   if (d.is_cuda()) {
     driver_base_ = device_.driver_used_bytes();
     device_alloc_ = make_device_allocator(d);
+    device_budget_ = device_alloc_->stats().budget;  // ETR_CUDA_MEMORY_BUDGET, else free now
+    read_device_budget(SIZE_MAX);
     device_scalars_ = Buffer(*device_alloc_, 2 * sizeof(double));
     scalars_ = static_cast<double*>(device_scalars_.data());
     log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", device_.describe(),
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
-              format_bytes(static_cast<double>(device_alloc_->stats().budget)));
+              format_bytes(static_cast<double>(device_budget_)), " (the allocator's ",
+              format_bytes(static_cast<double>(device_alloc_->stats().budget)),
+              ": the rest is cuBLAS's workspace)");
   }
   loss_copy_ = PinnedBuffer(d, sizeof(double));
+}
+
+// The device's budget: ETR_CUDA_MEMORY_BUDGET when set (read again at every step
+// boundary), else the device's free memory when the session began; at most `cut` (the
+// test's, ETR_TEST_BUDGET_CUT). The allocator gets it less cuBLAS's workspace, which the
+// handle holds outside it (NVIDIA's figure for Hopper, cublasSetWorkspace's
+// documentation), so that the memory model, which plans what the allocator holds, fits
+// the device.
+void TrainSession::read_device_budget(size_t cut) {
+  constexpr size_t kOutside = size_t{32} << 20;
+  size_t bytes = device_budget_;
+  if (const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET"); v && *v) {
+    try {
+      bytes = parse_bytes(v);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("ETR_CUDA_MEMORY_BUDGET: ") + e.what());
+    }
+  }
+  bytes = std::min(bytes, cut);
+  const size_t budget = bytes > kOutside ? bytes - kOutside : 0;
+  const size_t before = device_alloc_->stats().budget;
+  if (budget == before) return;
+  const double moved = std::fabs(static_cast<double>(budget) - static_cast<double>(before));
+  if (device_budget_read_ && moved > 0.05 * static_cast<double>(before)) {
+    log_.info("rank ", grid_->rank(), ": device memory budget ",
+              format_bytes(static_cast<double>(before + kOutside)), " -> ",
+              format_bytes(static_cast<double>(bytes)), " (",
+              cut != SIZE_MAX && bytes == cut ? "ETR_TEST_BUDGET_CUT" : "ETR_CUDA_MEMORY_BUDGET", ")");
+  }
+  device_alloc_->set_budget(budget);
+  device_budget_read_ = true;
 }
 
 void TrainSession::place_stack(LayerStack<float>& stack) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "parallel/train_session.h"
@@ -64,7 +65,10 @@ size_t TrainSession::read_budget() {
   size_t bytes = r.bytes;
   // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
   const int64_t now = static_cast<int64_t>(position_.step) + (budget_cut_.boundary ? 2 : 1);
-  if (budget_cut_.step > 0 && now >= budget_cut_.step) {
+  const bool cut = budget_cut_.step > 0 && now >= budget_cut_.step;
+  // On a GPU the test's cut is the device's (the model's memory is there).
+  if (device().is_cuda()) read_device_budget(cut ? budget_cut_.bytes : SIZE_MAX);
+  if (cut && !device().is_cuda()) {
     bytes = std::min(bytes, budget_cut_.bytes);
   }
   if (bytes != alloc_.stats().budget) {
@@ -73,11 +77,11 @@ size_t TrainSession::read_budget() {
     // default comes before it).
     const double moved = std::fabs(static_cast<double>(bytes) - static_cast<double>(logged_budget_));
     if (budget_read_ && moved > 0.05 * static_cast<double>(logged_budget_)) {
-      const bool cut = bytes < r.bytes;
+      const bool was_cut = bytes < r.bytes;
       log_.info("rank ", grid_->rank(), ": memory budget ",
                 format_bytes(static_cast<double>(logged_budget_)), " -> ",
                 format_bytes(static_cast<double>(bytes)), " (",
-                cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
+                was_cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
       logged_budget_ = bytes;
     }
     alloc_.set_budget(bytes);
@@ -97,9 +101,6 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
-  // cuBLAS's own workspace on a GPU, outside the allocator: NVIDIA's figure for Hopper
-  // (cublasSetWorkspace's documentation), taken by the handle of the training thread.
-  if (device().is_cuda()) fixed.push_back({"cuBLAS workspace", size_t{32} << 20});
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {
@@ -396,10 +397,16 @@ size_t TrainSession::predicted_peak() const { return memory_model_.peak(micro_ba
 
 std::vector<std::string> TrainSession::memory_plan() const {
   const bool automatic = config_.batch().micro_batch() == 0;
-  return memory_model_.plan_table(work_alloc().stats().budget,
-                                  automatic ? config_.batch().memory_margin() : 0.0,
-                                  micro_batch_cap(),
-                                  config_.runtime().recompute() != "off" && !pipeline_);
+  std::vector<std::string> lines = memory_model_.plan_table(
+      work_alloc().stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
+      micro_batch_cap(), config_.runtime().recompute() != "off" && !pipeline_);
+  if (device().is_cuda()) {
+    lines.insert(lines.begin(),
+                 "on " + device().str() + " (" + device_.describe() + "): the device's budget " +
+                     format_bytes(static_cast<double>(device_budget_)) +
+                     ", less cuBLAS's 32 MiB workspace for the allocator");
+  }
+  return lines;
 }
 
 }  // namespace etr

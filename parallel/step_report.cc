@@ -85,6 +85,7 @@ nlohmann::json step_record(const StepStats& s, const StepContext& c, double tps,
   j["progress"] = c.progress;
   if (std::isfinite(left)) j["eta_s"] = left;
   j["predicted_peak_bytes"] = s.predicted_peak;
+  if (s.device_peak_bytes > 0) j["device_peak_bytes"] = s.device_peak_bytes;
   j["budget_bytes"] = c.budget;
   j["global_batch"] = s.global_batch > 0 ? s.global_batch : c.global_batch;
   if (s.global_batch > 0) j["noise_scale"] = std::isfinite(s.noise_scale) ? s.noise_scale : -1.0;

@@ -3,7 +3,8 @@
 //   train/   loss, lr, grad_norm, progress (fraction done), eta_s, skipped_steps
 //   eval/    loss (held-out)
 //   perf/    tokens_per_s, step_ms, gflops
-//   memory/  peak_bytes, predicted_peak_bytes, budget_bytes, state_bytes,
+//   memory/  peak_bytes, predicted_peak_bytes, device_peak_bytes (on a GPU, the driver's
+//            count), budget_bytes, state_bytes,
 //            analytic_state_bytes, unreduced_grad_peak_bytes, gathered_param_peak_bytes,
 //            zero_stage, oom_recoveries, replans; text: decisions (re-plans,
 //            out-of-memory recoveries, recomputation)
@@ -58,6 +59,7 @@ constexpr ScalarTag kStepScalars[] = {
     {"gflops", "perf/gflops"},
     {"peak_bytes", "memory/peak_bytes"},
     {"predicted_peak_bytes", "memory/predicted_peak_bytes"},
+    {"device_peak_bytes", "memory/device_peak_bytes"},
     {"budget_bytes", "memory/budget_bytes"},
     {"state_bytes", "memory/state_bytes"},
     {"analytic_state_bytes", "memory/analytic_state_bytes"},

@@ -203,6 +203,7 @@ class TrainSession {
   void build(const TrainProgram& program, const Group& group);
   // The device (session_device.cc).
   void setup_device(const Group& group);
+  void read_device_budget(size_t cut);
   void place_stack(LayerStack<float>& stack);
   void move_stack_to_host();
   void zero_step_loss();
@@ -282,6 +283,8 @@ class TrainSession {
   double* scalars_ = host_scalars_;
   PinnedBuffer loss_copy_;           // the step's loss, read once
   size_t driver_base_ = 0, device_peak_ = 0;
+  size_t device_budget_ = 0;          // the device's, before the test's cut
+  bool device_budget_read_ = false;
   std::unique_ptr<FlatState> host_state_;  // move_stack_to_host
   ModelSpec model_;
   std::unique_ptr<DataSource> data_;

@@ -307,6 +307,37 @@ smoke train_gpu cuda "$B/bin/etr-train"
 smoke train_gpu_np2 cuda mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
 smoke train_np1 cpu "$B/bin/etr-train"
 smoke train_np2 cpu mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+# On the GPU: --plan (the memory model of the device), and an out-of-memory error inside
+# step 3 (ETR_TEST_BUDGET_CUT: the device's budget cut to 32 MiB for cuBLAS plus 3.25 MiB,
+# where micro-batches of 2 need 3.72 MiB and of 1 2.8 MiB) survived by halving the
+# micro-batch.
+if [[ -n $gpu ]]; then
+  t0=$SECONDS
+  echo "== train_gpu_plan: etr-train --plan on the GPU"
+  timeout -k 10 60 "${traced[@]}" "$B/bin/etr-train" </dev/null --config "$B/configs/tiny.pbtxt" \
+    --set runtime.device=cuda --plan >"$steps/train_gpu_plan.out" 2>&1
+  rc=$?
+  cat "$steps/train_gpu_plan.out"
+  if ((rc == 0)) && grep -q '^on cuda:0 ' "$steps/train_gpu_plan.out" &&
+     grep -q 'the largest micro-batch that fits' "$steps/train_gpu_plan.out"; then
+    row train_gpu_plan pass "$(grep -o 'the largest micro-batch that fits: [0-9]* ([^)]*)' "$steps/train_gpu_plan.out")" $((SECONDS - t0))
+  else
+    row train_gpu_plan fail "exit $rc, or no device plan" $((SECONDS - t0))
+  fi
+  t0=$SECONDS
+  echo "== train_gpu_oom: ETR_TEST_BUDGET_CUT=3:36096KiB etr-train on the GPU"
+  ETR_TEST_BUDGET_CUT=3:36096KiB timeout -k 10 120 "${traced[@]}" "$B/bin/etr-train" </dev/null \
+    --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 --set runtime.device=cuda \
+    >"$steps/train_gpu_oom.out" 2>&1
+  rc=$?
+  cat "$steps/train_gpu_oom.out"
+  if ((rc == 0)) && grep -q 'out of memory inside the step' "$steps/train_gpu_oom.out" &&
+     grep -q '1 out-of-memory step(s) redone' "$steps/train_gpu_oom.out"; then
+    row train_gpu_oom pass "step 3 redone at micro-batch 1 x 4, $(grep -o 'loss [0-9.]* -> [0-9.]*' "$steps/train_gpu_oom.out" | tail -1)" $((SECONDS - t0))
+  else
+    row train_gpu_oom fail "exit $rc, or no out-of-memory recovery" $((SECONDS - t0))
+  fi
+fi
 if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
   t0=$SECONDS
   echo "== train_gpu_to_cpu: the GPU run's checkpoint resumed on the host for 3 more steps"
