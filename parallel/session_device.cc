@@ -42,9 +42,8 @@ void TrainSession::setup_device(const Group& group) {
     scalars_ = static_cast<double*>(device_scalars_.data());
     log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", device_.describe(),
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
-              format_bytes(static_cast<double>(device_budget_)), " (the allocator's ",
-              format_bytes(static_cast<double>(device_alloc_->stats().budget)),
-              ": the rest is cuBLAS's workspace)");
+              format_bytes(static_cast<double>(device_budget_)),
+              " (the allocator's: that less cuBLAS's 32 MiB workspace)");
   }
   loss_copy_ = PinnedBuffer(d, sizeof(double));
 }
