@@ -236,6 +236,11 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
                       throw ConfigError("--steps must be at least 1 and --warmup at least 0");
                     }
                     if (args->device == "cuda") {
+                      if (!args->config.empty() || !args->overrides.empty()) {
+                        throw ConfigError("etr-bench train --device cuda runs GPT-2 124M at 8 x 1024 "
+                                          "tokens (etr-bench gpu-train's model) and takes no "
+                                          "--config or --set");
+                      }
 #ifdef ETR_HAVE_CUDA
                       run_gpu_train_for(ctx, args->steps, args->warmup, args->references, args->json);
                       return;

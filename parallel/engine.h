@@ -92,6 +92,7 @@ class Engine {
   virtual void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) = 0;
   // All of the layout's parameters, in host memory; at stage 3 only between
   // materialize_parameters() and the next step. Waits for a parameter gather in flight.
+  // An engine whose state is on a GPU (DeviceEngine) returns a copy: writes are lost.
   virtual float* parameters() = 0;
   // Collective: makes parameters() whole (stage 3 gathers every bucket; the others wait
   // for their gathers), e.g. before an evaluation or an export.

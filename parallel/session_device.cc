@@ -12,6 +12,7 @@
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/kernels/device_ops.h"
+#include "runtime/mpi_check.h"
 #include "runtime/state_names.h"
 
 namespace etr {
@@ -24,8 +25,17 @@ void TrainSession::setup_device(const Group& group) {
   } else if (config_.parallel().zero_stage() > 0) {
     why = "parallel.zero_stage = " + std::to_string(config_.parallel().zero_stage());
   }
-  const int local = rank_on_this_node(group);  // (collective: every rank asks)
-  const int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
+  const int local = rank_on_this_node(group);  // (collectives: every rank asks)
+  const int local_ranks = ranks_on_this_node(group);
+  int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
+  // Every rank alike: the fewest GPUs any rank sees decides (a job is on GPUs or not).
+  int fewest = visible;
+  MPI_CHECK(MPI_Allreduce(&visible, &fewest, 1, MPI_INT, MPI_MIN, group.comm()));
+  if (rt.device() == "cuda" && visible > 0 && fewest == 0) {
+    throw ConfigError("runtime.device = cuda but another rank of this job sees no GPU; run every "
+                      "rank where it sees one, or use runtime.device = cpu.");
+  }
+  if (fewest == 0) visible = 0;
   const Device d = choose_device(rt.device(), local, visible, why.empty(), why);
   if (rt.device() == "auto" && visible > 0 && d.is_cpu() && leader()) {
     log_.info("runtime.device = auto: training on the host; a GPU job has no ZeRO or pipeline "
@@ -36,20 +46,25 @@ void TrainSession::setup_device(const Group& group) {
   if (d.is_cuda()) {
     driver_base_ = device_.driver_used_bytes();
     device_alloc_ = make_device_allocator(d);
-    device_budget_ = device_alloc_->stats().budget;  // ETR_CUDA_MEMORY_BUDGET, else free now
+    // ETR_CUDA_MEMORY_BUDGET, else free now; shared by the ranks of this node on this GPU
+    // (local ranks r with r % visible == local % visible).
+    sharing_ = (local_ranks - local % visible + visible - 1) / visible;
+    device_budget_ = device_alloc_->stats().budget / static_cast<size_t>(sharing_);
     read_device_budget(SIZE_MAX);
     device_scalars_ = Buffer(*device_alloc_, 2 * sizeof(double));
     scalars_ = static_cast<double*>(device_scalars_.data());
     log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", device_.describe(),
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
               format_bytes(static_cast<double>(device_budget_)),
+              sharing_ > 1 ? " (the GPU's share of " + std::to_string(sharing_) + " ranks)" : "",
               " (the allocator's: that less cuBLAS's 32 MiB workspace)");
   }
   loss_copy_ = PinnedBuffer(d, sizeof(double));
 }
 
 // The device's budget: ETR_CUDA_MEMORY_BUDGET when set (read again at every step
-// boundary), else the device's free memory when the session began; at most `cut` (the
+// boundary), else the device's free memory when the session began, either divided among
+// the ranks of the node that share the GPU; at most `cut` (the
 // test's, ETR_TEST_BUDGET_CUT). The allocator gets it less cuBLAS's workspace, which the
 // handle holds outside it (NVIDIA's figure for Hopper, cublasSetWorkspace's
 // documentation), so that the memory model, which plans what the allocator holds, fits
@@ -59,7 +74,7 @@ void TrainSession::read_device_budget(size_t cut) {
   size_t bytes = device_budget_;
   if (const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET"); v && *v) {
     try {
-      bytes = parse_bytes(v);
+      bytes = parse_bytes(v) / static_cast<size_t>(sharing_);
     } catch (const ConfigError& e) {
       throw ConfigError(std::string("ETR_CUDA_MEMORY_BUDGET: ") + e.what());
     }
@@ -128,6 +143,11 @@ void TrainSession::measure_device_peak() {
   if (!device().is_cuda()) return;
   const size_t used = device_.driver_used_bytes();
   device_peak_ = std::max(device_peak_, used > driver_base_ ? used - driver_base_ : 0);
+}
+
+LayerStack<float>& TrainSession::host_stack() {
+  move_stack_to_host();
+  return *model_.stack;
 }
 
 // At the end of a GPU run, before the text sample: the stack runs on the host from a copy

@@ -20,7 +20,10 @@ void TokenStaging::grow(int64_t max_tokens) {
   for (Slot& s : slots_) {
     if (s.in_use) ops_.event_wait(s.event);
     s.in_use = false;
-    s.device.reset();  // (before the new one: the budget holds one of them)
+    s.device.reset();  // (before the new ones: the budget need not hold both)
+  }
+  max_tokens_ = 0;  // an allocation that fails leaves everything to be grown again
+  for (Slot& s : slots_) {
     s.host = PinnedBuffer(device_, bytes);
     s.device = Buffer(alloc_, bytes);
     if (!s.event) s.event = ops_.event_create();
@@ -30,15 +33,18 @@ void TokenStaging::grow(int64_t max_tokens) {
 
 TokenStaging::~TokenStaging() {
   for (Slot& s : slots_) {
-    if (s.event) {
+    if (!s.event) continue;
+    try {
       if (s.in_use) ops_.event_wait(s.event);  // the device may still read the slot
-      ops_.event_destroy(s.event);
+    } catch (...) {
+      // (a failed device: the error that ends the run was reported already)
     }
+    ops_.event_destroy(s.event);
   }
 }
 
 Batch TokenStaging::stage(const Batch& host) {
-  if (pending_) throw InvalidArgument("TokenStaging::stage before the last batch was done()");
+  if (pending_) done();  // (a step interrupted by an error; its work was enqueued or not)
   const int64_t n = host.B * host.T;
   if (n > max_tokens_) grow(n);
   if (device_.is_cpu()) {

@@ -35,7 +35,8 @@ class TokenStaging {
   TokenStaging& operator=(const TokenStaging&) = delete;
 
   // `host` on the device (a batch of more than max_tokens grows the slots, once the device
-  // is done with them). InvalidArgument when the last staged batch was not marked done().
+  // is done with them). A last staged batch not marked done() (an error interrupted its
+  // step) is marked done first.
   Batch stage(const Batch& host);
   // The work reading the last staged batch has been enqueued.
   void done();

@@ -309,6 +309,11 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
   const int r = grid_->dp_rank();
   double compute = 0;
   const RankBatch& mine = plan_->rank(r);
+  // On a GPU the loop only enqueues: where the step's compute time decides something
+  // (shares, recomputation, the automatic batch), it waits for the stream at the end and
+  // takes the wall time of all the micro-batches instead.
+  const bool wait_for_device =
+      device().is_cuda() && (goodput_ || recompute_trial_active() || balancer_);
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
     const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
     const int64_t b = static_cast<int64_t>(mb.count);
@@ -321,7 +326,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
         Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
     const auto c0 = Clock::now();
     // The loss stays where the model runs until the step reads it (step_loss).
-    model_.stack->forward_accumulate(batch, scalars_, static_cast<double>(b) / static_cast<double>(B),
+    model_.stack->forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B),
                                      hooks_);
     engine_->begin_backward(m + 1 == mine.accumulation);
     model_.stack->backward(batch, hooks_);
@@ -331,11 +336,19 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
     slow_down(took);
     compute += took * slow_factor_;
   }
+  if (wait_for_device) {
+    device_.synchronize();
+    compute = std::chrono::duration<double>(Clock::now() - t0).count() * slow_factor_;
+  }
   return compute;
 }
 
 StepStats TrainSession::train_step() {
   const auto t0 = Clock::now();
+  if (host_state_) {
+    throw InvalidArgument("the model was moved from the GPU to the host for generation; this "
+                          "session trains no more steps");
+  }
   if (fail_at_step_ >= 0 && static_cast<int64_t>(position_.step) == fail_at_step_) {
     throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
                 std::to_string(fail_at_step_) +

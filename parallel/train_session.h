@@ -144,6 +144,10 @@ class TrainSession {
 
   const TrainConfig& config() const { return config_; }
   LayerStack<float>& stack() { return *model_.stack; }
+  // The stack for use on the host after training (generation reads the logits there): on
+  // a GPU it is moved to the host with a copy of the parameters, and the session trains
+  // no more steps; on the host, the stack itself.
+  LayerStack<float>& host_stack();
   Engine& engine() { return *engine_; }
   const DataSource& data() const { return *data_; }
   const DataPosition& position() const { return position_; }
@@ -283,7 +287,8 @@ class TrainSession {
   double* scalars_ = host_scalars_;
   PinnedBuffer loss_copy_;           // the step's loss, read once
   size_t driver_base_ = 0, device_peak_ = 0;
-  size_t device_budget_ = 0;          // the device's, before the test's cut
+  size_t device_budget_ = 0;          // the device's (this rank's share), before the test's cut
+  int sharing_ = 1;                   // ranks of this node on this rank's GPU
   bool device_budget_read_ = false;
   std::unique_ptr<FlatState> host_state_;  // move_stack_to_host
   ModelSpec model_;

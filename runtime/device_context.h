@@ -6,7 +6,7 @@
 //   DeviceContext d = DeviceContext::open(choose_device("auto", local_rank, visible));
 //   stack.set_context({d.device(), &alloc, d.stream(), ...});
 //   d.synchronize();                       // waits for the stream
-//   log.info(d.describe());                // "cuda:0 NVIDIA H200, 139.8 GiB (139.2 GiB free)"
+//   log.info(d.describe());                // "NVIDIA H200 (sm_90), 139.8 GiB (139.3 GiB free)"
 //
 // Compiled in every build; without CUDA there are no visible devices and choosing cuda
 // says so in one sentence.
@@ -58,7 +58,7 @@ class DeviceContext {
   void* stream() const { return stream_; }
   // Waits for everything enqueued on the stream (nothing on the host).
   void synchronize() const;
-  // "NVIDIA H200, 139.8 GiB (139.2 GiB free)"; "host" on the host.
+  // "NVIDIA H200 (sm_90), 139.8 GiB (139.3 GiB free)"; "host" on the host.
   std::string describe() const;
   // Device memory in use by anyone (the driver's total - free), for the measured peak;
   // 0 on the host.

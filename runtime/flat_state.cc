@@ -62,9 +62,12 @@ void* FlatState::raw(std::string_view name, size_t element_bytes) {
 
 void FlatState::zero(std::string_view name) {
   const DeviceOps& ops = device_ops(device_);
+  // On a GPU: after any work of any stream (the legacy stream does not wait for the
+  // non-blocking ones), and done when it returns.
+  ops.synchronize_device();
   ops.zero(raw(name, dtype_size(dtype_)), static_cast<size_t>(held_numel_) * dtype_size(dtype_),
            nullptr);
-  ops.synchronize(nullptr);  // done when it returns, on the host and on a GPU alike
+  ops.synchronize_device();
 }
 
 size_t FlatState::bytes() const {

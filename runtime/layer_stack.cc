@@ -305,13 +305,13 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
 }
 
 template <typename Real>
-void LayerStack<Real>::forward_accumulate(const Batch& b, double* loss_sum, double weight,
+void LayerStack<Real>::forward_accumulate(const Batch& b, double* loss_sum, double num, double den,
                                           const StackHooks& hooks, int slot) {
   if (!b.targets) throw InvalidArgument("forward_accumulate needs a batch with targets");
   const Real* out = run_forward(b, hooks, slot, nullptr);
   const Layer<Real>& last = *layers_.back();
   kernels().accumulate_mean(loss_sum, out, last.output_numel(b.B, b.T),
-                            static_cast<double>(b.B * b.T), weight);
+                            static_cast<double>(b.B * b.T), num, den);
 }
 
 template <typename Real>

@@ -27,8 +27,10 @@ class GptView {
   GptView(TrainSession& s, gpt::GptConfig c) : s_(s), c_(std::move(c)) {}
   const gpt::GptConfig& config() const { return c_; }
   const ParamLayout& layout() const { return s_.stack().layout(); }
-  // All parameters (ZeRO-3: after engine().materialize_parameters()).
+  // All parameters (ZeRO-3: after engine().materialize_parameters()); on a GPU a host copy
+  // (writes to it are lost).
   float* params() const { return s_.engine().parameters(); }
+  // The gradient buffer: device memory on a GPU.
   float* grads() const { return s_.engine().gradients(); }
 
  private:
@@ -50,7 +52,7 @@ class Trainer {
   double evaluate() { return session_.evaluate(); }
   std::string generate(const std::string& prompt, int tokens) {
     session_.engine().materialize_parameters();  // ZeRO-3: collective
-    return gpt::generate(session_.stack(), model().config(),
+    return gpt::generate(session_.host_stack(), model().config(),
                          gpt::TrainingTokenizer::from(session_.config()), prompt, tokens,
                          session_.config().model().init_seed());
   }

@@ -28,6 +28,7 @@ DeviceOps make_host_ops() {
   };
   o.download = o.upload;
   o.synchronize = [](void*) {};
+  o.synchronize_device = [] {};
   o.event_create = []() -> void* { return nullptr; };
   o.event_destroy = [](void*) {};
   o.event_record = [](void*, void*) {};

@@ -33,6 +33,8 @@ struct DeviceOps {
   void (*upload)(void* device_dst, const void* host_src, size_t bytes, void* stream) = nullptr;
   void (*download)(void* host_dst, const void* device_src, size_t bytes, void* stream) = nullptr;
   void (*synchronize)(void* stream) = nullptr;
+  // Waits for every stream of the current device (cudaDeviceSynchronize; nothing on the host).
+  void (*synchronize_device)() = nullptr;
   // Events (cudaEvent_t as void*; nullptr and no-ops on the host): created, recorded on a
   // stream after the work enqueued so far, and waited for by the host.
   void* (*event_create)() = nullptr;

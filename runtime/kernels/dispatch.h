@@ -66,10 +66,10 @@ struct KernelSet {
   void (*copy)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   void (*add_inplace)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   double (*sum)(const Real* inp, int64_t n, void* stream) = nullptr;
-  // *acc += sum(inp) / divisor * weight, acc in the device's memory (host on the CPU): the
-  // training loop's loss, read once per step.
-  void (*accumulate_mean)(double* acc, const Real* inp, int64_t n, double divisor, double weight,
-                          void* stream) = nullptr;
+  // *acc += sum(inp) / divisor * num / den (left to right), acc in the device's memory
+  // (host on the CPU): the training loop's loss, read once per step.
+  void (*accumulate_mean)(double* acc, const Real* inp, int64_t n, double divisor, double num,
+                          double den, void* stream) = nullptr;
 };
 
 // The kernels of `device`: the CPU set; on a CUDA device (ETR_HAVE_CUDA builds) the CUDA

@@ -37,8 +37,9 @@ double sum(const Real* inp, int64_t n) {
 }
 
 template <typename Real>
-void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double weight) {
-  *acc += sum(inp, n) / divisor * weight;
+void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double num,
+                     double den) {
+  *acc += sum(inp, n) / divisor * num / den;
 }
 
 #define ETR_INSTANTIATE(Real)                                 \
@@ -46,7 +47,7 @@ void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, do
   template void copy<Real>(Real*, const Real*, int64_t);     \
   template void add_inplace<Real>(Real*, const Real*, int64_t); \
   template double sum<Real>(const Real*, int64_t);          \
-  template void accumulate_mean<Real>(double*, const Real*, int64_t, double, double);
+  template void accumulate_mean<Real>(double*, const Real*, int64_t, double, double, double);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
 #undef ETR_INSTANTIATE

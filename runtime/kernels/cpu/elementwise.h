@@ -6,8 +6,8 @@
 //   add_inplace(out[n], inp[n])  out += inp  (a gradient arriving by a second path)
 //   sum(inp[n]) -> double        sequential double sum (the loss of a micro-batch: the
 //                                order is fixed so that losses are bitwise reproducible)
-//   accumulate_mean(acc, inp[n], divisor, weight)
-//                                *acc += sum(inp) / divisor * weight (a micro-batch's share
+//   accumulate_mean(acc, inp[n], divisor, num, den)
+//                                *acc += sum(inp) / divisor * num / den (a micro-batch's share
 //                                of a step's loss; on a GPU it stays on the device)
 #pragma once
 
@@ -28,6 +28,7 @@ template <typename Real>
 double sum(const Real* inp, int64_t n);
 
 template <typename Real>
-void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double weight);
+void accumulate_mean(double* acc, const Real* inp, int64_t n, double divisor, double num,
+                     double den);
 
 }  // namespace etr::cpu

@@ -27,6 +27,7 @@ DeviceOps make_ops() {
     }
   };
   o.synchronize = [](void* s) { CUDA_CHECK(cudaStreamSynchronize(as_stream(s))); };
+  o.synchronize_device = [] { CUDA_CHECK(cudaDeviceSynchronize()); };
   o.event_create = []() -> void* {
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

@@ -111,8 +111,10 @@ KernelSet<float> make_set() {
     add_inplace(out, inp, n, as_stream(s));
   };
   k.sum = &sum_and_wait;
-  k.accumulate_mean = [](double* acc, const float* inp, int64_t n, double divisor, double weight,
-                         void* s) { accumulate_mean(acc, inp, n, divisor, weight, as_stream(s)); };
+  k.accumulate_mean = [](double* acc, const float* inp, int64_t n, double divisor, double num,
+                         double den, void* s) {
+    accumulate_mean(acc, inp, n, divisor, num, den, as_stream(s));
+  };
   return k;
 }
 

@@ -39,10 +39,12 @@ struct Identity {
   __device__ double operator()(float x) const { return static_cast<double>(x); }
 };
 
-// *out += total / divisor * weight (accumulate_mean's epilogue).
+// *out += total / divisor * num / den (accumulate_mean's epilogue).
 struct AddMean {
-  double divisor, weight;
-  __device__ void operator()(double* out, double total) const { *out += total / divisor * weight; }
+  double divisor, num, den;
+  __device__ void operator()(double* out, double total) const {
+    *out += total / divisor * num / den;
+  }
 };
 
 }  // namespace
@@ -73,10 +75,10 @@ void sum(double* out, const float* inp, int64_t n, cudaStream_t stream) {
   detail::launch_cluster_sum(out, inp, n, Identity{}, stream);
 }
 
-void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double weight,
-                     cudaStream_t stream) {
+void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double num,
+                     double den, cudaStream_t stream) {
   detail::check_count(n, "cuda::accumulate_mean");
-  detail::launch_cluster_sum(acc, inp, n, Identity{}, stream, AddMean{divisor, weight});
+  detail::launch_cluster_sum(acc, inp, n, Identity{}, stream, AddMean{divisor, num, den});
 }
 
 }  // namespace etr::cuda

@@ -8,8 +8,8 @@
 //                                other overlap)
 //   add_inplace(out[n], inp[n])  out += inp  (out == inp doubles out; no other overlap)
 //   sum(out[1], inp[n])          *out = sum of inp in double, written to a device scalar
-//   accumulate_mean(acc[1], inp[n], divisor, weight)
-//                                *acc += sum(inp) / divisor * weight (a micro-batch's share
+//   accumulate_mean(acc[1], inp[n], divisor, num, den)
+//                                *acc += sum(inp) / divisor * num / den (a micro-batch's share
 //                                of the step's loss, added on the device: no host read)
 //
 // Differences from the CPU versions:
@@ -40,7 +40,7 @@ void add_inplace(float* out, const float* inp, int64_t n, cudaStream_t stream);
 void sum(double* out, const float* inp, int64_t n, cudaStream_t stream);
 
 // The sum in sum()'s order; n == 0 adds nothing.
-void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double weight,
-                     cudaStream_t stream);
+void accumulate_mean(double* acc, const float* inp, int64_t n, double divisor, double num,
+                     double den, cudaStream_t stream);
 
 }  // namespace etr::cuda
