@@ -278,9 +278,9 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
   add("etr layers", ours);
   for (const auto& [who, r] : refs) add(who, r);
   ctx.print(cell(
-      "# etr-train's plan (the memory model: parameters, gradients, m, v, activations, "
-      "cuBLAS's workspace): %s; its allocator's peak is %.1f%% of it, the driver's count "
-      "%.1f%%\n",
+      "# etr-train's plan (the memory model: parameters, gradients, m, v and the activations, "
+      "what the allocator holds): %s; its allocator's peak is %.1f%% of it, the driver's "
+      "count (cuBLAS's workspace and the CUDA modules included) %.1f%%\n",
       format_bytes(loop.planned_bytes).c_str(), 100 * loop.allocator_peak / loop.planned_bytes,
       100 * loop.device_used / loop.planned_bytes));
   ctx.print(cell(
