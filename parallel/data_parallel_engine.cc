@@ -88,15 +88,19 @@ void DataParallelEngine::gather_state(std::string_view name, float* out) {
   std::copy(s, s + stack_.layout().numel(), out);
 }
 
-EngineMemory DataParallelEngine::memory() const {
+EngineMemory replica_memory(const ParamLayout& layout, int64_t held_numel, int ranks) {
   EngineMemory m;
-  m.ranks = grid_.dp_size();
-  m.psi = stack_.layout().param_count();
-  const size_t each = static_cast<size_t>(state_.held_numel()) * sizeof(float);
+  m.ranks = ranks;
+  m.psi = layout.param_count();
+  const size_t each = static_cast<size_t>(held_numel) * sizeof(float);
   m.params = each;
   m.grads = each;
   m.optimizer = 2 * each;
   return m;
+}
+
+EngineMemory DataParallelEngine::memory() const {
+  return replica_memory(stack_.layout(), state_.held_numel(), grid_.dp_size());
 }
 
 void DataParallelEngine::broadcast_parameters() {

@@ -46,6 +46,10 @@ struct DataParallelOptions {
 // leaves them to the engine (shared with the ZeRO engine).
 CommOptions gradient_comm_options(CommOptions o);
 
+// What a replica holds (ZeRO stage 0 on `ranks` ranks): parameters, gradients and AdamW's
+// m and v, `held_numel` f32 each (DataParallelEngine's and DeviceEngine's memory()).
+EngineMemory replica_memory(const ParamLayout& layout, int64_t held_numel, int ranks);
+
 class DataParallelEngine final : public Engine {
  public:
   // Collective over grid.dp_group() when it has more than one rank. Allocates the state

@@ -86,14 +86,7 @@ void DeviceEngine::gather_state(std::string_view name, float* out) {
 }
 
 EngineMemory DeviceEngine::memory() const {
-  EngineMemory m;
-  m.ranks = ranks_;
-  m.psi = stack_.layout().param_count();
-  const size_t each = static_cast<size_t>(state_.held_numel()) * sizeof(float);
-  m.params = each;
-  m.grads = each;
-  m.optimizer = 2 * each;
-  return m;
+  return replica_memory(stack_.layout(), state_.held_numel(), ranks_);
 }
 
 std::string DeviceEngine::describe() const {

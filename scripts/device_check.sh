@@ -338,6 +338,26 @@ if [[ -n $gpu ]]; then
     row train_gpu_oom fail "exit $rc, or no out-of-memory recovery" $((SECONDS - t0))
   fi
 fi
+# On the GPU: GPT-2 124M on 2 ranks sharing it (data parallel through the staged
+# reducer, 4 x 1024 tokens a rank, 8 steps): the gradient communication per step and its
+# hidden fraction from the run's last line (one GPU: the ranks' kernels share it, so the
+# step time is no speed claim).
+if [[ -n $gpu ]]; then
+  t0=$SECONDS
+  printf 'model { preset: "gpt2-124m" }\nschedule { warmup_steps: 2 max_steps: 8 }\nbatch { global_batch: 8 micro_batch: 4 }\ndata { synthetic: true synthetic_size: "256KiB" val_fraction: 0.1 }\nlog { log_every: 1 eval_every: 0 }\nruntime { device: "cuda" }\n' \
+    >"$B/gpt2_dp.pbtxt"
+  echo "== train_gpu_dp_124m: GPT-2 124M, 2 ranks on the GPU, staged"
+  timeout -k 10 150 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train" </dev/null \
+    --config "$B/gpt2_dp.pbtxt" --set model.vocab_size=50257 >"$steps/train_gpu_dp_124m.out" 2>&1
+  rc=$?
+  grep -v '^  \|^[a-z_]* {\|^}' "$steps/train_gpu_dp_124m.out"
+  done_line=$(grep -o 'gradient comm [0-9.]* ms/step, [0-9]*% hidden' "$steps/train_gpu_dp_124m.out" | tail -1)
+  if ((rc == 0)) && [[ -n $done_line ]]; then
+    row train_gpu_dp_124m pass "$done_line; $(grep -o '[0-9]* tok/s | peak memory' "$steps/train_gpu_dp_124m.out" | tail -1 | cut -d' ' -f1-2)" $((SECONDS - t0))
+  else
+    row train_gpu_dp_124m fail "exit $rc, or no gradient communication line" $((SECONDS - t0))
+  fi
+fi
 if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
   t0=$SECONDS
   echo "== train_gpu_to_cpu: the GPU run's checkpoint resumed on the host for 3 more steps"
