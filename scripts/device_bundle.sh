@@ -58,8 +58,13 @@ if [[ -z $build_dir ]]; then
 fi
 [[ -f $build_dir/CMakeCache.txt ]] || die "$build_dir is not a configured build tree"
 
-# The gpu tests as ctest knows them: name, ranks, timeout, executable.
-gpu_tests=$(cd "$build_dir" && ctest -N -L gpu --show-only=json-v1 | python3 -c '
+# The gpu tests as ctest knows them: name, ranks, timeout, executable. (The listing is
+# taken once more after a failure: under a running ctest of the same tree, as the
+# device_bundle test runs, it can fail once; a silent exit here would say nothing.)
+list_gpu_tests() { (cd "$build_dir" && ctest -N -L gpu --show-only=json-v1); }
+gpu_json=$(list_gpu_tests 2>/dev/null) || { sleep 2; gpu_json=$(list_gpu_tests 2>/dev/null); } ||
+  die "ctest -N -L gpu failed twice in $build_dir: its gpu tests cannot be listed"
+gpu_tests=$(python3 -c '
 import json, os, sys
 for t in json.load(sys.stdin)["tests"]:
     props = {p["name"]: p["value"] for p in t.get("properties", [])}
@@ -71,7 +76,8 @@ for t in json.load(sys.stdin)["tests"]:
         ranks = int(cmd[cmd.index("-np") + 1])
         exe = [c for c in cmd[1:] if os.path.isabs(c)][-1]
     print(t["name"], ranks, int(props.get("TIMEOUT", 300)), exe, sep="\t")
-')
+' <<<"$gpu_json") || die "the gpu tests of $build_dir could not be read from ctest's listing"
+
 [[ -n $gpu_tests ]] ||
   die "$build_dir has no test labelled gpu: it was configured without CUDA (no nvcc or NCCL found)"
 if [[ $build_dir == "$ETR_ROOT/build-device" ]]; then
