@@ -39,7 +39,6 @@ DeviceEngine::DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* str
 DeviceEngine::~DeviceEngine() = default;
 
 FlatState& DeviceEngine::host_mirror() {
-  if (device().is_cpu()) return state_;
   if (!mirror_) {
     mirror_ = std::make_unique<FlatState>(stack_.layout(), host_alloc_);
     for (std::string_view s : kSaved) mirror_->add(s);
@@ -71,7 +70,6 @@ std::vector<HeldState> DeviceEngine::held_states() {
 }
 
 void DeviceEngine::restored() {
-  if (device().is_cpu()) return;
   for (std::string_view s : kSaved) {
     ops_.upload(state_.data<float>(s), mirror_->data<float>(s),
                 static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
@@ -141,13 +139,11 @@ void DeviceEngine::optimizer_step(const OptimizerStep& s) {
 
 std::vector<NamedState> DeviceEngine::states() {
   FlatState& host = host_mirror();
-  if (!device().is_cpu()) {
-    for (std::string_view s : kSaved) {
-      ops_.download(host.data<float>(s), state_.data<float>(s),
-                    static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
-    }
-    ops_.synchronize(stream_);
+  for (std::string_view s : kSaved) {
+    ops_.download(host.data<float>(s), state_.data<float>(s),
+                  static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
   }
+  ops_.synchronize(stream_);
   std::vector<NamedState> out;
   for (std::string_view s : kSaved) out.push_back({std::string(s), host.data<float>(s)});
   return out;

@@ -86,8 +86,8 @@ class DeviceEngine final : public Engine {
 
  private:
   float* grads() { return state_.data<float>(etr::state::kGrad); }
-  // The host mirror of param, adam.m and adam.v (made on first use; the device's state
-  // itself on the host).
+  // The host mirror of param, adam.m and adam.v, made on first use (on the host too, so
+  // that the copies a GPU makes run, and are tested, on the host alike).
   FlatState& host_mirror();
   const DeviceOps& ops_;
   LayerStack<float>& stack_;

@@ -5,7 +5,9 @@
 // sizes that split layers at odd places; all replicas are bitwise equal; evaluation
 // with ranks whose share of the held-out data is empty equals the single-process one;
 // the merged trace is valid Trace Event Format JSON and shows bucket communication
-// overlapping backward on every rank.
+// overlapping backward on every rank. The GPU's data-parallel path (DeviceEngine and the
+// staged reducer) on host memory equals DataParallelEngine bitwise, and checkpoints
+// written through either resume on the other bitwise.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@
 
 #include "examples/data/window_space.h"
 #include "examples/train/trainer.h"
+#include "mpi/checkpoint_test_util.h"
 #include "mpi/mpi_test_main.h"
 #include "unit/scoped_env.h"
 #include "runtime/config/train_config.h"
@@ -158,6 +162,37 @@ TEST(DataParallel, StagedDevicePathWithClippingAndOddBuckets) {
   check_staged_path({"parallel.first_bucket_size=7KiB", "parallel.bucket_size=13KiB"},
                     /*bitwise=*/false);
 }
+
+// Checkpoints through the GPU's engine on host memory (its states copied to the host
+// mirror, restored into the mirror and copied back: DeviceEngine's snapshot path) and
+// through DataParallelEngine are the same files: each resumes the other's bitwise, and the
+// resumed run's next steps are the bits of the run that went on (clipping off).
+void save_and_resume(bool saver_device_path, bool resumer_device_path) {
+  testing::SharedTempDir dir(testing::world().group(), "dp_device_ckpt");
+  const std::string at = (dir.path() / "ckpt").string();
+  const std::vector<std::string> o = {"optimizer.grad_clip=0", "checkpoint.dir=" + at,
+                                      "checkpoint.async=false"};
+  std::optional<testing::ScopedEnv> env;
+  if (saver_device_path) env.emplace("ETR_TEST_HOST_DEVICE_ENGINE", "1");
+  Trainer saver(config(o), testing::world());
+  train(saver, 3);
+  ASSERT_TRUE(saver.save_checkpoint("durable"));
+  saver.flush_checkpoints();
+  const std::vector<float> m = saver.gather_state(state::kAdamM);
+  env.reset();
+  if (resumer_device_path) env.emplace("ETR_TEST_HOST_DEVICE_ENGINE", "1");
+  Trainer resumer(config({"optimizer.grad_clip=0", "checkpoint.resume=" + at}), testing::world());
+  ASSERT_TRUE(resumer.resumed_from().has_value());
+  EXPECT_EQ(resumer.gather_state(state::kAdamM), m) << "adam.m restored bitwise";
+  const Run a = train(saver, 2), b = train(resumer, 2);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0)
+      << "max |resumed - uninterrupted| = " << max_abs_diff(a.params, b.params);
+}
+
+TEST(DataParallel, DevicePathCheckpointResumesOnTheHostEngine) { save_and_resume(true, false); }
+
+TEST(DataParallel, HostEngineCheckpointResumesOnTheDevicePath) { save_and_resume(false, true); }
 
 TEST(DataParallel, EvaluationSplitsHeldOutDataEvenWhenARankGetsNone) {
   // 3 held-out windows: at np 4 one rank has none and must still take part.
