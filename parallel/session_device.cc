@@ -72,12 +72,9 @@ void TrainSession::setup_device(const Group& group) {
 void TrainSession::read_device_budget(size_t cut) {
   constexpr size_t kOutside = size_t{32} << 20;
   size_t bytes = device_budget_;
-  if (const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET"); v && *v) {
-    try {
-      bytes = parse_bytes(v) / static_cast<size_t>(sharing_);
-    } catch (const ConfigError& e) {
-      throw ConfigError(std::string("ETR_CUDA_MEMORY_BUDGET: ") + e.what());
-    }
+  const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET");
+  if (const auto set = budget_setting(v ? v : "", "ETR_CUDA_MEMORY_BUDGET")) {
+    bytes = *set / static_cast<size_t>(sharing_);
   }
   bytes = std::min(bytes, cut);
   const size_t budget = bytes > kOutside ? bytes - kOutside : 0;
@@ -125,12 +122,6 @@ void TrainSession::poison_gradient(float* at) {
 }
 
 double TrainSession::gradient_sq_norm(const float* g, int64_t n) {
-  if (device().is_cpu()) {
-    double sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
-    return sq;
-  }
   const DeviceOps& ops = device_ops(device());
   double host = 0;
   ops.grad_norm_squared(scalars_ + 1, g, n, device_.stream());

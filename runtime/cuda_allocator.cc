@@ -12,6 +12,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_device_guard.h"
 #include "runtime/error.h"
+#include "runtime/memory_budget.h"
 
 namespace etr {
 
@@ -41,8 +42,8 @@ CudaCachingAllocator::CudaCachingAllocator(int device, size_t budget) : device_(
   }
   if (budget == 0) {
     const char* env = std::getenv("ETR_CUDA_MEMORY_BUDGET");
-    if (env && *env) {
-      budget = parse_bytes(env);
+    if (const auto set = budget_setting(env ? env : "", "ETR_CUDA_MEMORY_BUDGET")) {
+      budget = *set;
     } else {
       CudaDeviceGuard guard(device_);
       size_t free_bytes = 0, total_bytes = 0;

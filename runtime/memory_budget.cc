@@ -249,8 +249,6 @@ size_t resident_bytes(const std::string& statm) {
   return pages ? static_cast<size_t>(*pages) * page : 0;
 }
 
-namespace {
-
 // A positive byte count of setting `name`, or nullopt for "".
 std::optional<size_t> budget_setting(const std::string& value, const char* name) {
   if (value.empty()) return std::nullopt;
@@ -266,6 +264,8 @@ std::optional<size_t> budget_setting(const std::string& value, const char* name)
   }
   return bytes;
 }
+
+namespace {
 
 MemoryBudget::Inputs machine_inputs(const std::string& config_value, int local_ranks) {
   MemoryBudget::Inputs in;

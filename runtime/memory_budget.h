@@ -56,6 +56,11 @@ std::optional<CgroupPaths> find_memory_cgroup(std::string_view proc_self_cgroup,
 // This process's memory cgroup (nullopt: none).
 std::optional<CgroupPaths> find_memory_cgroup();
 
+// The positive byte count `value` of the setting `name` (runtime.memory_budget,
+// ETR_HOST_MEMORY_BUDGET, ETR_CUDA_MEMORY_BUDGET), or nullopt for ""; ConfigError naming
+// the setting for anything else, 0 included.
+std::optional<size_t> budget_setting(const std::string& value, const char* name);
+
 // The files of `paths` now: a few small reads, no throw (a file that cannot be read counts
 // as no limit, no usage, no kill).
 CgroupMemory read_cgroup_memory(const CgroupPaths& paths);
