@@ -32,8 +32,9 @@ void add_gpu_kernels_subcommand(CLI::App& app, SubcommandList& list);
 // bench/pytorch_gpu_train.py).
 void add_gpu_train_subcommand(CLI::App& app, SubcommandList& list);
 // The same, for `etr-bench train --device cuda`: gpu-train's model and micro-batch (GPT-2
-// 124M, 8 x 1024) with these steps, references and JSON file.
-void run_gpu_train_for(BenchContext& ctx, int steps, int warmup,
+// 124M, 8 x 1024) with these steps, precision ("fp32" or "bf16": the etr-train loop's
+// runtime.precision and the MFU's peak), references and JSON file.
+void run_gpu_train_for(BenchContext& ctx, int steps, int warmup, const std::string& precision,
                        const std::vector<std::string>& references, const std::string& json);
 
 }  // namespace etr::bench

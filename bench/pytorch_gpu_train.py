@@ -20,35 +20,58 @@ masks the future with -inf, softmaxes and multiplies by v (the algorithm etr run
 Optimizer: torch.optim.AdamW(lr 3e-4, betas (0.9, 0.95), eps 1e-8), weight decay 0.1 on
 the 2-D weights (wte, wpe, the Linear weights) and 0 on biases and LayerNorm parameters,
 fused=True on CUDA (the default foreach implementation on the CPU); global-norm
-gradient clipping at 1.0 (torch.nn.utils.clip_grad_norm_). Precision: fp32 parameters,
-activations, gradients and optimizer state; matmuls (and cuDNN) may use TF32 unless
---no-tf32. No torch.compile, no CUDA graphs, no autocast.
+gradient clipping at 1.0 (torch.nn.utils.clip_grad_norm_).
+
+Precision (--precision): "fp32" keeps parameters, activations, gradients and optimizer
+state in fp32, matmuls (and cuDNN) in TF32 unless --no-tf32. "bf16" is PyTorch's mixed
+precision as llm.c's train_gpt2.py runs it: torch.autocast(device_type=--device,
+dtype=torch.bfloat16) around forward and loss only (autocast's own op lists: products and
+SDPA in bf16, LayerNorm, softmax and cross entropy in fp32), fp32 master parameters,
+gradients and AdamW state (fused AdamW on CUDA, as for fp32), no gradient scaler (bf16
+needs none).
+
+Compilation (--compile): torch.compile(model) (the default mode: Inductor, no CUDA graphs)
+of forward and loss; backward through the compiled graph, clipping and AdamW stay eager.
+The compilation happens during the warm-up steps (--warmup must be at least 1). When it
+raises, or compiling plus the warm-up takes more than --compile-timeout seconds (a timer
+interrupts it there), the run falls back to the eager model: the warm-up starts again
+eagerly and the output says so ("compiled": false and "compile_fallback" with the reason
+in the JSON; "eager (compile failed: ...)" in the table). Without --compile no
+torch.compile, and never CUDA graphs.
 
 Inputs and targets: one batch of random token ids in [0, V) of shape [B,T] each, drawn
 once from a fixed seed and used by every step. A step is opt.zero_grad(set_to_none=True),
 forward, loss, backward, clip, opt.step(): one micro-batch of B x T tokens, no gradient
 accumulation.
 
-Timing: --warmup untimed steps, then --steps timed steps. On CUDA a CUDA event is
-recorded before the first timed step and after each one, with nothing in between that
-waits for the GPU (the loss is read once, at the end), then torch.cuda.synchronize(); a
-step's time is the time between consecutive events, so it includes any GPU idle time
-while Python launches kernels. On the CPU (for testing this script on small shapes)
-time.perf_counter around each step. Reported: the median ms/step, tokens/s = B*T / median
-step time, the loss of the last step, model FLOPs per token as llm.c and etr count them,
+Timing: --warmup untimed steps (with --compile, the compilation), then --steps timed
+steps. On CUDA a CUDA event is recorded before the first timed step and after each one,
+with nothing in between that waits for the GPU (the loss is read once, at the end), then
+torch.cuda.synchronize(); a step's time is the time between consecutive events, so it
+includes any GPU idle time while Python launches kernels. On the CPU (for testing this
+script on small shapes) time.perf_counter around each step. Reported: the median
+ms/step, tokens/s = B*T / median step time, the loss of the last step, model FLOPs per
+token as llm.c and etr count them,
 
     flops_per_token = 6 N + 12 n_layer C T,
     N = 12 L C^2 + 13 L C + V C + seq_len C + 2 C   (parameters, unpadded vocabulary),
 
 checked against sum(p.numel()) less the (Vp - V) C padding rows, model TFLOP/s =
 flops_per_token * tokens/s, and on CUDA torch.cuda.max_memory_allocated() over the
-whole run and torch.cuda.mem_get_info() (free, total) before the first step (model built,
-optimizer state not yet allocated) and after the timed steps. Prints a table and writes
-a JSON file (--json).
+whole run (after a failed compilation: over the eager run) and
+torch.cuda.mem_get_info() (free, total) before the first step (model built, optimizer
+state not yet allocated) and after the timed steps. Prints a table and writes
+a JSON file (--json) with, besides the figures, "precision", "attention", "compile" (asked
+for), "compiled" (what ran) and "compile_fallback" (null, or why it fell back to eager).
+
+On the CPU, for testing this script (tiny shapes, e.g. --n-layer 2 --d-model 64 --n-head 4
+--T 32 --seq-len 32 --V 1000 --Vp 1024 --B 2): --device cpu; bf16 autocasts on the CPU.
 """
 import argparse
+import contextlib
 import json
 import math
+import signal
 import statistics
 import sys
 import time
@@ -126,6 +149,14 @@ def parse_args():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--attention", choices=["eager", "sdpa"], default="eager")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32 (TF32 products unless --no-tf32), or bf16 autocast around "
+                        "forward and loss with fp32 master parameters")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (during the warm-up; eager when it fails)")
+    p.add_argument("--compile-timeout", type=float, default=90.0,
+                   help="seconds that compiling plus the warm-up may take before the run "
+                        "falls back to eager")
     p.add_argument("--B", type=int, default=8, help="micro-batch rows")
     p.add_argument("--T", type=int, default=1024, help="tokens a row of the micro-batch")
     p.add_argument("--seq-len", type=int, default=1024,
@@ -147,6 +178,9 @@ def parse_args():
             or a.warmup < 0):
         raise SystemExit("need positive sizes, d_model divisible by n_head, 0 < V <= Vp, "
                          "T <= seq_len, --steps >= 1 and --warmup >= 0.")
+    if a.compile and (a.warmup < 1 or a.compile_timeout <= 0):
+        raise SystemExit("--compile compiles during the warm-up: it needs --warmup >= 1 and "
+                         "--compile-timeout > 0.")
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked but CUDA is not available to this PyTorch.")
     return a
@@ -181,18 +215,29 @@ def count_params(model, a):
     return params_formula, params_counted, params_allocated
 
 
-def train(model, opt, x, y, a, cuda):
-    """--warmup untimed steps, then --steps timed ones: (step ms, first loss, last loss,
-    warm-up s). The first loss is None without warm-up steps."""
+def autocast(a):
+    """bf16: autocast around forward and loss on --device; fp32: nothing."""
+    if a.precision == "bf16":
+        return torch.autocast(device_type=a.device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def make_step(model, opt, x, y, a):
+    """One training step of `model` (the eager module or its compiled wrapper): the loss,
+    detached, without waiting for the device."""
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with autocast(a):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return loss.detach()
+    return step
 
-    t0 = time.perf_counter()
+
+def warm_up(step, a, cuda):
+    """--warmup steps, the device waited for: the first step's loss (None without any)."""
     first_loss = None
     for i in range(a.warmup):
         loss = step()
@@ -200,6 +245,108 @@ def train(model, opt, x, y, a, cuda):
             first_loss = loss
     if cuda:
         torch.cuda.synchronize()
+    return first_loss
+
+
+class CompileTimeout(Exception):
+    pass
+
+
+def compiled_graphs():
+    """Graphs Dynamo has compiled in this process so far (None where the counter is gone)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # an internal counter: not every version has it
+        return None
+
+
+def compile_and_warm_up(model, opt, x, y, a, cuda):
+    """torch.compile(model) and the warm-up through it, under a timer of --compile-timeout
+    seconds: (step, first loss, None) when it compiled in time, else (None, None, reason).
+    The timer (SIGALRM) interrupts a compilation that is still running, and again every
+    0.5 s after that (Inductor catches and logs some exceptions and goes on compiling);
+    the compiled wrapper is then dropped (the eager module's parameters are the same
+    tensors)."""
+    fired, armed = [False], [False]
+
+    def on_alarm(signum, frame):
+        fired[0] = True
+        if armed[0]:
+            raise CompileTimeout()
+
+    def disarm():
+        while True:  # an alarm may strike inside this very function: done again then
+            try:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                return
+            except CompileTimeout:
+                pass
+
+    graphs_before = compiled_graphs()
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    reason = None
+    try:
+        try:
+            armed[0] = True
+            signal.setitimer(signal.ITIMER_REAL, a.compile_timeout, 0.5)
+            step = make_step(torch.compile(model), opt, x, y, a)
+            first_loss = warm_up(step, a, cuda)
+        except Exception as e:  # CompileTimeout, or whatever Dynamo or Inductor raised
+            if not fired[0]:
+                text = str(e).strip().splitlines()
+                reason = f"failed: {type(e).__name__}" + (f": {text[0][:200]}" if text else "")
+        finally:
+            disarm()
+            signal.signal(signal.SIGALRM, previous)
+    except CompileTimeout:  # one that struck in the handler above, before disarm()
+        pass
+    if fired[0]:  # also when Inductor swallowed the interruption and finished
+        reason = (f"timeout: compiling plus {a.warmup} warm-up step(s) took more than "
+                  f"{a.compile_timeout:g} s")
+    elif reason is None and compiled_graphs() == graphs_before:
+        reason = "failed: Dynamo compiled no graph"
+    if reason is not None:
+        release_compiler()
+        return None, None, reason
+    return step, first_loss, None
+
+
+def release_compiler():
+    """After a failed or interrupted compilation: Dynamo's caches dropped and Inductor's
+    compile workers (still compiling, perhaps) stopped, so that they neither share the
+    CPUs with the eager run nor hold up the exit. Internal APIs: best effort."""
+    try:
+        torch._dynamo.reset()
+    except Exception:
+        pass
+    try:
+        from torch._inductor.async_compile import shutdown_compile_workers
+        shutdown_compile_workers()
+    except Exception:
+        pass
+
+
+def train(model, opt, x, y, a, cuda):
+    """--warmup untimed steps (with --compile, through the compiled model; eager again
+    when that fails or runs out of time), then --steps timed ones: (step ms, first loss,
+    last loss, warm-up s, compile fallback reason or None, compile attempt s). The first
+    loss is None without warm-up steps."""
+    t0 = time.perf_counter()
+    step, first_loss, fallback, compile_s = None, None, None, None
+    if a.compile:
+        step, first_loss, fallback = compile_and_warm_up(model, opt, x, y, a, cuda)
+        compile_s = time.perf_counter() - t0
+        if fallback is not None:
+            print(f"torch.compile {fallback}; running eager instead", file=sys.stderr)
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()  # the peak of the eager run alone
+            t0 = time.perf_counter()
+    if step is None:
+        step = make_step(model, opt, x, y, a)
+        first_loss = warm_up(step, a, cuda)
     warmup_s = time.perf_counter() - t0
 
     times = []
@@ -218,7 +365,7 @@ def train(model, opt, x, y, a, cuda):
             times.append((time.perf_counter() - t0) * 1e3)
     last_loss = loss.item()
     first_loss = first_loss.item() if first_loss is not None else None
-    return times, first_loss, last_loss, warmup_s
+    return times, first_loss, last_loss, warmup_s, fallback, compile_s
 
 
 def used(m):
@@ -226,11 +373,12 @@ def used(m):
     return None if m is None else m[1] - m[0]
 
 
-def make_result(a, tf32, fused, params, flops_per_token, times, first_loss, last_loss,
-                mem_before, build_s, warmup_s, t_start, dev):
+def make_result(a, tf32, fused, params, flops_per_token, run, mem_before, build_s, t_start,
+                dev):
     """The figures of the run, as written to --json (wall_s measured now)."""
     cuda = dev.type == "cuda"
     params_formula, params_counted, params_allocated = params
+    times, first_loss, last_loss, warmup_s, fallback, compile_s = run
     ms = statistics.median(times)
     tokens_per_s = a.B * a.T / (ms * 1e-3)
     tflops = flops_per_token * tokens_per_s / 1e12
@@ -245,7 +393,11 @@ def make_result(a, tf32, fused, params, flops_per_token, times, first_loss, last
         device_name = "cpu"
     return {
         "device": device_name, "torch": torch.__version__, "tf32": tf32,
-        "attention": a.attention, "fused_adamw": fused, "compile": False,
+        "precision": a.precision, "autocast": "bf16" if a.precision == "bf16" else None,
+        "attention": a.attention, "fused_adamw": fused,
+        "compile": a.compile, "compiled": a.compile and fallback is None,
+        "compile_fallback": fallback, "compile_timeout_s": a.compile_timeout if a.compile else None,
+        "compile_attempt_s": compile_s,
         "B": a.B, "T": a.T, "seq_len": a.seq_len, "n_layer": a.n_layer, "n_head": a.n_head,
         "d_model": a.d_model, "V": a.V, "Vp": a.Vp,
         "params": params_formula, "params_counted_unpadded": params_counted,
@@ -276,13 +428,25 @@ def print_report(r):
     def gib(n):
         return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
+    if r["precision"] == "bf16":
+        precision = "bf16 autocast (fp32 master parameters)"
+    else:
+        precision = "fp32, TF32 " + ("on" if r["tf32"] else "off")
+    if r["compiled"]:
+        compiled = "torch.compile"
+    elif r["compile"]:
+        compiled = f"eager (compile {r['compile_fallback']})"
+    else:
+        compiled = "no torch.compile"
     print(f"# PyTorch {r['torch']} on {r['device']}: GPT-2 n_layer {r['n_layer']}, "
           f"n_head {r['n_head']}, d_model {r['d_model']}, seq_len {r['seq_len']}, "
-          f"V {r['V']} (Vp {r['Vp']}), B {r['B']} x T {r['T']}; fp32, "
-          f"TF32 {'on' if r['tf32'] else 'off'}, "
-          f"attention {r['attention']}, AdamW {'fused' if r['fused_adamw'] else 'not fused'}, no "
-          f"torch.compile; median of {r['steps']} steps after {r['warmup']} warm-up steps")
+          f"V {r['V']} (Vp {r['Vp']}), B {r['B']} x T {r['T']}; {precision}, "
+          f"attention {r['attention']}, AdamW {'fused' if r['fused_adamw'] else 'not fused'}, "
+          f"{compiled}; median of {r['steps']} steps after {r['warmup']} warm-up steps")
     rows = [
+        ("precision / attention", f"{r['precision']} / {r['attention']}"),
+        ("compiled", "yes" if r["compiled"] else
+         (f"no: {r['compile_fallback']}" if r["compile"] else "no (not asked)")),
         ("params (formula)", f"{params_formula}"),
         ("params (counted, unpadded)", f"{params_counted}"
          + ("" if params_counted == params_formula else "  MISMATCH")),
@@ -304,6 +468,8 @@ def print_report(r):
         ("build / warm-up / total s", f"{r['build_s']:.2f} / {r['warmup_s']:.2f} / "
          f"{r['wall_s']:.2f}"),
     ]
+    if r["compile"] and not r["compiled"]:
+        rows.append(("compile attempt s", f"{r['compile_attempt_s']:.2f} (then eager warm-up)"))
     width = max(len(n) for n, _ in rows)
     for n, v in rows:
         print(f"{n:<{width}}  {v}")
@@ -330,10 +496,10 @@ def main():
     params = count_params(model, a)
     flops_per_token = 6 * params[0] + 12 * a.n_layer * a.d_model * a.T
     mem_before = torch.cuda.mem_get_info(dev) if cuda else None
-    times, first_loss, last_loss, warmup_s = train(model, opt, x, y, a, cuda)
+    run = train(model, opt, x, y, a, cuda)
 
-    result = make_result(a, tf32, fused, params, flops_per_token, times, first_loss, last_loss,
-                         mem_before, build_s, warmup_s, t_start, dev)
+    result = make_result(a, tf32, fused, params, flops_per_token, run, mem_before, build_s,
+                         t_start, dev)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -37,6 +37,7 @@ struct TrainArgs {
   std::string json;
   std::string device = "cpu";            // cuda: gpu-train's benchmark instead
   std::vector<std::string> references;   // --device cuda: PyTorch's runs
+  std::string precision = "bf16";        // --device cuda: fp32 or bf16
 };
 
 // The stated benchmark model: the "small" preset (4 layers, 4 heads, d_model 256,
@@ -231,7 +232,13 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--reference", args->references,
                   "With --device cuda: PyTorch's runs of the same model (bench/pytorch_gpu_train.py "
                   "--json); repeatable");
-  list.push_back({cmd, [args](BenchContext& ctx) {
+  CLI::Option* precision =
+      cmd->add_option("--precision", args->precision,
+                      "With --device cuda: fp32 (TF32 products) or bf16 (mixed precision, the "
+                      "GPU's default): etr-train's runtime.precision and the MFU's peak")
+          ->check(CLI::IsMember({"fp32", "bf16"}))
+          ->capture_default_str();
+  list.push_back({cmd, [args, precision](BenchContext& ctx) {
                     if (args->steps < 1 || args->warmup < 0) {
                       throw ConfigError("--steps must be at least 1 and --warmup at least 0");
                     }
@@ -242,12 +249,18 @@ void add_train_subcommand(CLI::App& app, SubcommandList& list) {
                                           "--config or --set");
                       }
 #ifdef ETR_HAVE_CUDA
-                      run_gpu_train_for(ctx, args->steps, args->warmup, args->references, args->json);
+                      run_gpu_train_for(ctx, args->steps, args->warmup, args->precision,
+                                        args->references, args->json);
                       return;
 #else
                       throw ConfigError("etr-bench train --device cuda: this etr-bench was built "
                                         "without CUDA");
 #endif
+                    }
+                    if (precision->count() > 0) {
+                      throw ConfigError(
+                          "--precision is for --device cuda (on the CPU: --set "
+                          "runtime.precision=...)");
                     }
                     for (int t : args->threads) {
                       if (t < 1) throw ConfigError("--threads takes counts of at least 1");

@@ -1,6 +1,7 @@
 #include "parallel/device_engine.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "collectives/host_topology.h"
@@ -14,10 +15,12 @@ constexpr std::string_view kSaved[] = {etr::state::kParam, etr::state::kAdamM, e
 
 }  // namespace
 
-DeviceEngine::DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* stream,
+template <typename Real>
+DeviceEngine::DeviceEngine(LayerStack<Real>& stack, Allocator& alloc, void* stream,
                            DataParallelOptions options, const ProcessGrid* grid, Tracer* tracer)
     : ops_(device_ops(alloc.device())),
-      stack_(stack),
+      layout_(stack.layout()),
+      mixed_(std::is_same_v<Real, bf16>),
       stream_(stream),
       options_(std::move(options)),
       state_(stack.layout(), alloc),
@@ -26,21 +29,33 @@ DeviceEngine::DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* str
   for (std::string_view s : {etr::state::kParam, etr::state::kGrad, etr::state::kAdamM, etr::state::kAdamV}) {
     state_.add(s);
   }
-  stack_.bind(state_);
+  if (mixed_) state_.add(etr::state::kParamBf16, DType::kBF16);
+  stack.bind(state_);
   if (grid && grid->dp_size() > 1) {
     ranks_ = grid->dp_size();
     options_.buckets.shard_ranks = grid->dp_size();  // DataParallelEngine's plan, bucket for bucket
     comm_ = std::make_unique<HostCommunicator>(grid->dp_group(), gradient_comm_options(options_.comm));
-    staged_ = std::make_unique<StagedReducer>(stack_.layout(), grads(), alloc.device(), stream_,
+    staged_ = std::make_unique<StagedReducer>(layout_, grads(), alloc.device(), stream_,
                                               *comm_, options_.buckets, tracer);
   }
 }
 
+template DeviceEngine::DeviceEngine(LayerStack<float>&, Allocator&, void*, DataParallelOptions,
+                                    const ProcessGrid*, Tracer*);
+template DeviceEngine::DeviceEngine(LayerStack<bf16>&, Allocator&, void*, DataParallelOptions,
+                                    const ProcessGrid*, Tracer*);
+
 DeviceEngine::~DeviceEngine() = default;
+
+void DeviceEngine::refresh_bf16() {
+  if (!mixed_) return;
+  ops_.to_bf16(state_.data<uint16_t>(etr::state::kParamBf16),
+               state_.data<float>(etr::state::kParam), state_.held_numel(), stream_);
+}
 
 FlatState& DeviceEngine::host_mirror() {
   if (!mirror_) {
-    mirror_ = std::make_unique<FlatState>(stack_.layout(), host_alloc_);
+    mirror_ = std::make_unique<FlatState>(layout_, host_alloc_);
     for (std::string_view s : kSaved) mirror_->add(s);
   }
   return *mirror_;
@@ -50,11 +65,12 @@ void DeviceEngine::initialize_parameters(
     const std::function<void(const ParamLayout&, float*)>& init) {
   if (!init && !comm_) return;  // (the state starts at zero)
   FlatState& host = host_mirror();
-  if (init) init(stack_.layout(), host.data<float>(etr::state::kParam));
+  if (init) init(layout_, host.data<float>(etr::state::kParam));
   // The replicas start equal: rank 0's parameters.
-  if (comm_) broadcast_parameters(*comm_, host.data<float>(etr::state::kParam), stack_.layout().numel());
+  if (comm_) broadcast_parameters(*comm_, host.data<float>(etr::state::kParam), layout_.numel());
   ops_.upload(state_.data<float>(etr::state::kParam), host.data<float>(etr::state::kParam),
               static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
+  refresh_bf16();
   ops_.synchronize(stream_);
 }
 
@@ -74,22 +90,25 @@ void DeviceEngine::restored() {
     ops_.upload(state_.data<float>(s), mirror_->data<float>(s),
                 static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);
   }
+  refresh_bf16();
   ops_.synchronize(stream_);
 }
 
 void DeviceEngine::gather_state(std::string_view name, float* out) {
-  ops_.download(out, state_.data<float>(name), static_cast<size_t>(stack_.layout().numel()) * sizeof(float),
+  ops_.download(out, state_.data<float>(name), static_cast<size_t>(layout_.numel()) * sizeof(float),
                 stream_);
   ops_.synchronize(stream_);
 }
 
 EngineMemory DeviceEngine::memory() const {
-  return replica_memory(stack_.layout(), state_.held_numel(), ranks_);
+  EngineMemory m = replica_memory(layout_, state_.held_numel(), ranks_);
+  if (mixed_) m.params += static_cast<size_t>(state_.held_numel()) * sizeof(uint16_t);
+  return m;
 }
 
 std::string DeviceEngine::describe() const {
   std::string s = "state on " + device().str() + " (" + format_bytes(static_cast<double>(state_.bytes())) +
-                  " a rank)";
+                  " a rank" + (mixed_ ? ", bf16 parameter copy included" : "") + ")";
   if (!staged_) return s + ", one rank, no gradient communication";
   const BucketOptions& b = staged_->host().options();
   return s + "; " + std::to_string(staged_->host().buckets().size()) +
@@ -115,13 +134,13 @@ void DeviceEngine::begin_step() {
 }
 
 std::vector<GradRange> DeviceEngine::reduced_gradients(bool /*owned*/) {
-  return {{HeldRange{0, stack_.layout().numel()}, grads()}};
+  return {{HeldRange{0, layout_.numel()}, grads()}};
 }
 
 double DeviceEngine::grad_norm() {
   const int64_t begin = options_.norm_begin;
   double* d = static_cast<double*>(norm_sq_.data());
-  ops_.grad_norm_squared(d, grads() + begin, stack_.layout().numel() - begin, stream_);
+  ops_.grad_norm_squared(d, grads() + begin, layout_.numel() - begin, stream_);
   ops_.download(norm_host_.data(), d, sizeof(double), stream_);
   ops_.synchronize(stream_);
   return std::sqrt(*norm_host_.as<double>());
@@ -130,11 +149,12 @@ double DeviceEngine::grad_norm() {
 void DeviceEngine::optimizer_step(const OptimizerStep& s) {
   // The norm on the device is the one grad_norm() returned (`s.grad_norm`); the clipping
   // reads it there.
-  const int64_t n = stack_.layout().numel();
+  const int64_t n = layout_.numel();
   ops_.clip_grad_norm(grads(), n, static_cast<const double*>(norm_sq_.data()), s.max_norm, stream_);
-  ops_.adamw_step(stack_.layout(), state_.data<float>(etr::state::kParam), grads(),
-                  state_.data<float>(etr::state::kAdamM), state_.data<float>(etr::state::kAdamV), s.t, s.lr,
-                  options_.adamw, stream_);
+  uint16_t* p16 = mixed_ ? state_.data<uint16_t>(etr::state::kParamBf16) : nullptr;
+  ops_.adamw_step(layout_, state_.data<float>(etr::state::kParam), grads(),
+                  state_.data<float>(etr::state::kAdamM), state_.data<float>(etr::state::kAdamV), p16,
+                  s.t, s.lr, options_.adamw, stream_);
 }
 
 std::vector<NamedState> DeviceEngine::states() {

@@ -17,7 +17,8 @@
 //                    the norm, the clipping and the update
 //   optimizer_step   clipping by the device's norm, then AdamW over the layout
 //
-// State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32.
+// State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32;
+// under mixed precision (a bf16 stack) also param.bf16 [numel] bf16, never saved.
 // The host sees it only through copies: states() downloads param, adam.m and adam.v into
 // a page-locked host mirror for a checkpoint (valid until the next step, as the Engine contract says),
 // held_states() gives that mirror to a restore and restored() uploads it, and parameters()
@@ -48,12 +49,17 @@ class DeviceEngine final : public Engine {
   // Allocates the state from `alloc` (its device; OutOfMemory) and binds `stack` to it.
   // `stream`: the rank's stream (DeviceContext::stream(); nullptr on the host). Collective
   // over grid->dp_group() when it has more than one rank (null `grid`: one rank).
-  DeviceEngine(LayerStack<float>& stack, Allocator& alloc, void* stream,
+  // A LayerStack<bf16> trains in mixed precision: the state gains "param.bf16"
+  // (state::kParamBf16, what the stack computes with), written from the f32 master after
+  // the parameters are set or restored and by every AdamW step in the same pass.
+  template <typename Real>
+  DeviceEngine(LayerStack<Real>& stack, Allocator& alloc, void* stream,
                DataParallelOptions options, const ProcessGrid* grid = nullptr,
                Tracer* tracer = nullptr);
   ~DeviceEngine() override;
 
   Device device() const { return state_.device(); }
+  bool mixed_precision() const { return mixed_; }
   int zero_stage() const override { return 0; }
   const BucketReducer* reducer() const override { return staged_ ? &staged_->host() : nullptr; }
   void measure_local_norm(bool on) override {
@@ -89,8 +95,11 @@ class DeviceEngine final : public Engine {
   // The host mirror of param, adam.m and adam.v, made on first use (on the host too, so
   // that the copies a GPU makes run, and are tested, on the host alike).
   FlatState& host_mirror();
+  // Mixed precision: the bf16 copy from the f32 parameters (enqueued).
+  void refresh_bf16();
   const DeviceOps& ops_;
-  LayerStack<float>& stack_;
+  const ParamLayout& layout_;
+  bool mixed_ = false;
   void* stream_;
   DataParallelOptions options_;
   int ranks_ = 1;

@@ -91,13 +91,48 @@ void TrainSession::read_device_budget(size_t cut) {
   device_budget_read_ = true;
 }
 
-void TrainSession::place_stack(LayerStack<float>& stack) {
-  ExecContext<float> ctx = stack.context();
+template <typename Real>
+void TrainSession::place_stack(LayerStack<Real>& stack) {
+  ExecContext<Real> ctx = stack.context();
   ctx.device = device();
   ctx.alloc = &work_alloc();
   ctx.stream = device_.stream();
-  ctx.kernels = &kernels_for<float>(device());
+  ctx.kernels = &kernels_for<Real>(device());
   stack.set_context(ctx);
+}
+
+template void TrainSession::place_stack(LayerStack<float>&);
+template void TrainSession::place_stack(LayerStack<bf16>&);
+
+// runtime.precision: bf16 asks for mixed precision on either device (on the host, the
+// reference of the GPU's kernels), auto takes it on a GPU when the model has bf16 layers
+// and the layout is data parallel, fp32 never.
+void TrainSession::choose_precision() {
+  const std::string& p = config_.runtime().precision();
+  std::string why;  // what mixed precision cannot have yet
+  if (!model_.stack_bf16) {
+    why = "this program's model has no bf16 layers";
+  } else if (grid_->pp_size() > 1) {
+    why = "parallel.pp = " + std::to_string(grid_->pp_size());
+  } else if (config_.parallel().zero_stage() > 0) {
+    why = "parallel.zero_stage = " + std::to_string(config_.parallel().zero_stage());
+  }
+  if (p == "bf16" && !why.empty()) {
+    throw ConfigError("runtime.precision = bf16 is not available here: " + why +
+                      " (bf16 trains data parallel, without ZeRO or pipeline stages, for now); "
+                      "use runtime.precision = fp32.");
+  }
+  mixed_ = p == "bf16" || (p == "auto" && device().is_cuda() && why.empty());
+  if (mixed_ && model_.stack_bf16->layout().numel() != model_.stack->layout().numel()) {
+    throw InvalidArgument("the model's bf16 layers declare another layout than its fp32 ones");
+  }
+  if (leader()) {
+    log_.info("precision: ", mixed_ ? "bf16 (mixed: bf16 activations and parameter copy, f32 "
+                                      "master parameters, gradients and AdamW state)"
+                                    : "fp32",
+              p == "auto" && !mixed_ && device().is_cuda() ? " (runtime.precision = auto: " + why + ")"
+                                                           : std::string());
+  }
 }
 
 // The loss of a step: zeroed before its micro-batches, which add theirs on the device
@@ -141,10 +176,10 @@ LayerStack<float>& TrainSession::host_stack() {
   return *model_.stack;
 }
 
-// At the end of a GPU run, before the text sample: the stack runs on the host from a copy
-// of the parameters (generation reads the logits on the host).
+// At the end of a GPU run (or a bf16 one), before the text sample: the fp32 stack runs on
+// the host from a copy of the parameters (generation reads the logits on the host).
 void TrainSession::move_stack_to_host() {
-  if (device().is_cpu() || host_state_) return;
+  if ((device().is_cpu() && !mixed_) || host_state_) return;
   LayerStack<float>& stack = *model_.stack;
   stack.release();
   host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);

@@ -116,7 +116,9 @@ void TrainSession::setup_memory() {
       return pipeline_->planned_bytes(static_cast<int>(accumulation_for(b)), b, T);
     };
   } else {
-    act = [this, T](int64_t b, bool rc) { return model_.stack->activation_bytes(b, T, 1, false, rc); };
+    act = [this, T](int64_t b, bool rc) {
+      return with_stack([&](auto& stack) { return stack.activation_bytes(b, T, 1, false, rc); });
+    };
   }
   memory_model_ = MemoryModel(std::move(fixed), std::move(act), std::move(windows));
   recompute_ = config_.runtime().recompute() == "blocks";
@@ -293,7 +295,7 @@ void TrainSession::acquire_activations() {
     std::string failure;
     if (!activations_held_) {
       try {
-        model_.stack->plan(work_alloc(), micro_batch_, T, 1, false, recompute_);
+        with_stack([&](auto& stack) { stack.plan(work_alloc(), micro_batch_, T, 1, false, recompute_); });
         activations_held_ = true;
       } catch (const OutOfMemory& e) {
         failure = e.what();
@@ -310,7 +312,7 @@ void TrainSession::acquire_activations() {
 
 void TrainSession::release_activations() {
   if (pipeline_ || !activations_held_) return;
-  model_.stack->release();
+  with_stack([](auto& stack) { stack.release(); });
   activations_held_ = false;
 }
 

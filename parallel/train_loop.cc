@@ -134,7 +134,7 @@ double TrainSession::evaluate() {
                        std::span(targets_).first(m * T));
     const Batch batch = staging_->stage(Batch{inputs_.data(), targets_.data(), m, T, 0});
     const double loss = pipeline_ ? pipeline_->executor().forward_only(batch)
-                                  : model_.stack->forward(batch);
+                                  : with_stack([&](auto& stack) { return stack.forward(batch); });
     staging_->done();
     if (!counts) continue;
     sums[0] += loss * static_cast<double>(m);

@@ -126,13 +126,20 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const SessionContext ctx{config_, log_, leader(), alloc_, threads, grid_->dp_size()};
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
+  choose_precision();
   place_stack(*model_.stack);
+  if (mixed_) place_stack(*model_.stack_bf16);
   const int64_t T = config_.model().seq_len();
   if (leader()) log_.info("model: ", model_.description);
   if (grid_->pp_size() > 1) {
     build_pipeline(program, ctx);
   } else {
-    engine_ = make_engine(*model_.stack);
+    if (mixed_) {  // DeviceEngine on either device: the bf16 copy beside the f32 state
+      engine_ = std::make_unique<DeviceEngine>(*model_.stack_bf16, work_alloc(), device_.stream(),
+                                               data_parallel_options(config_), grid_.get(), &tracer_);
+    } else {
+      engine_ = make_engine(*model_.stack);
+    }
     engine_->initialize_parameters(model_.init);
   }
   data_ = program.data(ctx);
@@ -145,6 +152,9 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
                                          data_->train_samples()));
   position_.seed = data_->seed();
   if (!pipeline_) hooks_ = engine_->hooks();
+  if (config_.runtime().cuda_graphs() && device().is_cuda() && !pipeline_) {
+    graphs_ = std::make_unique<CudaGraphCache>(device(), device_.stream());
+  }
   setup_memory();  // the micro-batch, and a pipeline's plan
   staging_ = std::make_unique<TokenStaging>(device(), work_alloc(), device_.stream(), micro_batch_ * T);
   // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
@@ -228,11 +238,32 @@ void TrainSession::setup_parallel() {
   if (!config_.log().trace_file().empty()) {
     MPI_CHECK(MPI_Barrier(grid_->world_group().comm()));  // line the ranks' clocks up
     tracer_.enable(Clock::now());
+    with_stack([this](auto& stack) {
+      auto ctx = stack.context();
+      ctx.tracer = &tracer_;
+      stack.set_context(ctx);
+    });
     ExecContext<float> ctx = model_.stack->context();
     ctx.tracer = &tracer_;
-    model_.stack->set_context(ctx);
     for (int c = 0; pipeline_ && c < pipeline_->chunks(); ++c) pipeline_->chunk_stack(c).set_context(ctx);
   }
+}
+
+void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last) {
+  with_stack([&](auto& stack) {
+    auto work = [&] {
+      stack.forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B), hooks_);
+      engine_->begin_backward(last);
+      stack.backward(batch, hooks_);
+    };
+    // Captured only where backward's hooks do nothing on the host (no reducer: one rank).
+    if (!graphs_ || engine_->reducer() != nullptr) return work();
+    auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
+    graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
+                  id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
+                  recompute_ ? 1 : 0},
+                 work);
+  });
 }
 
 std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {
@@ -326,10 +357,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
         Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
     const auto c0 = Clock::now();
     // The loss stays where the model runs until the step reads it (step_loss).
-    model_.stack->forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B),
-                                     hooks_);
-    engine_->begin_backward(m + 1 == mine.accumulation);
-    model_.stack->backward(batch, hooks_);
+    run_micro_batch(batch, b, B, m + 1 == mine.accumulation);
     staging_->done();
     if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
     const double took = std::chrono::duration<double>(Clock::now() - c0).count();

@@ -49,6 +49,7 @@
 #include "runtime/elastic.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
+#include "runtime/cuda_graph.h"
 #include "runtime/layer_stack.h"
 #include "runtime/memory_budget.h"
 #include "runtime/log.h"
@@ -78,6 +79,11 @@ struct SessionContext {
 // A model for the loop: its layers and how to initialise them.
 struct ModelSpec {
   std::unique_ptr<LayerStack<float>> stack;
+  // The same layers in bf16, for mixed precision (runtime.precision bf16, and auto on a
+  // GPU): its layout must be stack's. Null: the model trains in fp32 only (bf16 asked
+  // for is a ConfigError; auto falls back to fp32). `stack` stays the fp32 twin the
+  // session samples and exports with.
+  std::unique_ptr<LayerStack<bf16>> stack_bf16;
   // "GPT-2 6 layers, 512 wide, ..." for the start-up log.
   std::string description;
   // For the progress line's GFLOP/s (0: shown as 0).
@@ -149,6 +155,8 @@ class TrainSession {
   // no more steps; on the host, the stack itself.
   LayerStack<float>& host_stack();
   Engine& engine() { return *engine_; }
+  // Micro-batches replayed from a CUDA graph so far (runtime.cuda_graphs; 0 without).
+  int64_t graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
   const DataSource& data() const { return *data_; }
   const DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
@@ -208,7 +216,16 @@ class TrainSession {
   // The device (session_device.cc).
   void setup_device(const Group& group);
   void read_device_budget(size_t cut);
-  void place_stack(LayerStack<float>& stack);
+  template <typename Real>
+  void place_stack(LayerStack<Real>& stack);
+  // runtime.precision against the device and the model (session_device.cc): sets mixed_.
+  void choose_precision();
+  // f(the stack that trains): the bf16 one under mixed precision, else the fp32 one.
+  template <typename F>
+  decltype(auto) with_stack(F&& f) {
+    if (mixed_) return f(*model_.stack_bf16);
+    return f(*model_.stack);
+  }
   void move_stack_to_host();
   void zero_step_loss();
   void fetch_step_loss();
@@ -321,6 +338,10 @@ class TrainSession {
   int64_t micro_batch_ = 0;
   int memory_halvings_ = 0;  // ETR_RUN_MEMORY_HALVINGS
   bool recompute_ = false;
+  bool mixed_ = false;  // bf16 layers with f32 master state (runtime.precision)
+  std::unique_ptr<CudaGraphCache> graphs_;  // runtime.cuda_graphs on a GPU
+  // A micro-batch's forward and backward, through graphs_ where it may be captured.
+  void run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last);
   bool activations_held_ = false;
   int64_t oom_recoveries_ = 0;
   int64_t replans_ = 0;

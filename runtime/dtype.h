@@ -60,6 +60,31 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+// bfloat16 as a value type: its 16 bits, converted to and from float as above. The
+// layers' compute type under runtime.precision bf16 (Layer<bf16>): activations and the
+// parameters' low-precision copy; the CUDA kernels read the same bits as __nv_bfloat16.
+struct bf16 {
+  uint16_t bits = 0;
+  bf16() = default;
+  explicit bf16(float f) : bits(f32_to_bf16(f)) {}
+  explicit operator float() const { return bf16_to_f32(bits); }
+};
+static_assert(sizeof(bf16) == 2);
+
+// The type a compute type `Real` accumulates in: parameter gradients, LayerNorm statistics,
+// per-position losses. Real itself for float and double; float for bf16 (mixed precision:
+// fp32 gradients and statistics beside bf16 activations).
+template <typename Real>
+struct AccumOf {
+  using type = Real;
+};
+template <>
+struct AccumOf<bf16> {
+  using type = float;
+};
+template <typename Real>
+using accum_t = typename AccumOf<Real>::type;
+
 // IEEE binary16 as the compiler holds it: _Float16, except in clang before 15, which has
 // it on x86 only with AVX512-FP16; there __fp16, its storage-only half, converts the same
 // way (round to nearest even; checked against GCC's _Float16 on 0.1, 65504, 70000, 1e-8

@@ -27,10 +27,12 @@ bool FlatState::holds_all() const {
   return held_.size() == 1 && held_[0].begin == 0 && held_[0].end >= layout_.numel();
 }
 
-void FlatState::add(std::string_view name) {
+void FlatState::add(std::string_view name) { add(name, dtype_); }
+
+void FlatState::add(std::string_view name, DType dtype) {
   if (has(name)) throw InvalidArgument("the flat state '" + std::string(name) + "' exists already");
-  const size_t bytes = static_cast<size_t>(held_numel_) * dtype_size(dtype_);
-  Named n{std::string(name), Buffer(alloc_, bytes)};
+  const size_t bytes = static_cast<size_t>(held_numel_) * dtype_size(dtype);
+  Named n{std::string(name), dtype, Buffer(alloc_, bytes)};
   states_.push_back(std::move(n));
   zero(name);
 }
@@ -48,16 +50,21 @@ std::vector<std::string> FlatState::names() const {
   return out;
 }
 
-void* FlatState::raw(std::string_view name, size_t element_bytes) {
-  if (element_bytes != dtype_size(dtype_)) {
-    throw InvalidArgument("the flat state '" + std::string(name) + "' holds " +
-                          std::string(dtype_name(dtype_)) + ", not elements of " +
-                          std::to_string(element_bytes) + " bytes");
-  }
+FlatState::Named& FlatState::find(std::string_view name) {
   for (Named& n : states_) {
-    if (n.name == name) return n.buffer.data();
+    if (n.name == name) return n;
   }
   throw InvalidArgument("there is no flat state '" + std::string(name) + "'");
+}
+
+void* FlatState::raw(std::string_view name, size_t element_bytes) {
+  Named& n = find(name);
+  if (element_bytes != dtype_size(n.dtype)) {
+    throw InvalidArgument("the flat state '" + std::string(name) + "' holds " +
+                          std::string(dtype_name(n.dtype)) + ", not elements of " +
+                          std::to_string(element_bytes) + " bytes");
+  }
+  return n.buffer.data();
 }
 
 void FlatState::zero(std::string_view name) {
@@ -65,13 +72,15 @@ void FlatState::zero(std::string_view name) {
   // On a GPU: after any work of any stream (the legacy stream does not wait for the
   // non-blocking ones), and done when it returns.
   ops.synchronize_device();
-  ops.zero(raw(name, dtype_size(dtype_)), static_cast<size_t>(held_numel_) * dtype_size(dtype_),
-           nullptr);
+  Named& n = find(name);
+  ops.zero(n.buffer.data(), static_cast<size_t>(held_numel_) * dtype_size(n.dtype), nullptr);
   ops.synchronize_device();
 }
 
 size_t FlatState::bytes() const {
-  return states_.size() * static_cast<size_t>(held_numel_) * dtype_size(dtype_);
+  size_t total = 0;
+  for (const Named& n : states_) total += static_cast<size_t>(held_numel_) * dtype_size(n.dtype);
+  return total;
 }
 
 }  // namespace etr

@@ -53,16 +53,18 @@ class FlatState {
   FlatState& operator=(const FlatState&) = delete;
 
   const ParamLayout& layout() const { return layout_; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }  // of the states added without one
   Device device() const { return device_; }
   std::span<const HeldRange> held() const { return held_; }
   // Elements held (the sum of the ranges): each state's storage.
   int64_t held_numel() const { return held_numel_; }
   bool holds_all() const;
 
-  // Adds a state of held_numel() elements, zeroed (OutOfMemory from the allocator).
+  // Adds a state of held_numel() elements of dtype() (or of `dtype`: mixed precision's
+  // bf16 parameter copy beside f32 states), zeroed (OutOfMemory from the allocator).
   // InvalidArgument when `name` is there already.
   void add(std::string_view name);
+  void add(std::string_view name, DType dtype);
   bool has(std::string_view name) const;
   // Names in the order they were added.
   std::vector<std::string> names() const;
@@ -94,8 +96,10 @@ class FlatState {
   void* raw(std::string_view name, size_t element_bytes);
   struct Named {
     std::string name;
+    DType dtype;
     Buffer buffer;
   };
+  Named& find(std::string_view name);
   const ParamLayout& layout_;
   Allocator& alloc_;
   DType dtype_;

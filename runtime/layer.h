@@ -12,13 +12,18 @@
 //   - computes on views it is given: it allocates nothing;
 //   - computes through the execution context its stack gives it (context()): its kernels
 //     come from context().kernels, the device dispatch, never from cpu:: directly.
-// The template parameter is the element type: float for training, double for the
-// gradient checks against finite differences.
+// The template parameter is the compute type: float for training, bf16 for mixed-precision
+// training (bf16 activations and parameter copy, with fp32 gradients, LayerNorm statistics
+// and losses: Acc = accum_t<Real>, runtime/dtype.h), double for the gradient checks
+// against finite differences. Arrays of Acc inside a layer's Real activations are carved
+// with ActivationCarver (below), which keeps them aligned.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "runtime/dtype.h"
 #include "runtime/exec_context.h"
 #include "runtime/kernels/dispatch.h"
 #include "runtime/param_layout.h"
@@ -36,16 +41,52 @@ struct Batch {
   double dloss = 0;
 };
 
+// Elements of Real that hold n values of T (T is Real or accum_t<Real>): n for float and
+// double (T is Real), and for 2-byte Real rounded up to 16 bytes, so that every array
+// carved after it starts 16-byte aligned (the GPU's vector loads; fp32 statistics among
+// bf16 activations).
+template <typename Real, typename T = Real>
+constexpr int64_t numel_as(int64_t n) {
+  if constexpr (sizeof(Real) >= 4) {
+    static_assert(sizeof(T) == sizeof(Real));
+    return n;
+  } else {
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+    return (bytes + 15) / 16 * (16 / static_cast<int64_t>(sizeof(Real)));
+  }
+}
+
+// Carves a layer's activations, planned in elements of Real, into typed arrays in order:
+//   ActivationCarver<Real> c(p);  out = c.take(N * C);  mean = c.take<Acc>(N);
+// Each take of n values advances numel_as<Real, T>(n) elements.
+template <typename Real>
+class ActivationCarver {
+ public:
+  explicit ActivationCarver(Real* p) : p_(p) {}
+  template <typename T = Real>
+  T* take(int64_t n) {
+    T* r = reinterpret_cast<T*>(p_);
+    p_ += numel_as<Real, T>(n);
+    return r;
+  }
+
+ private:
+  Real* p_;
+};
+
 template <typename Real>
 class Layer {
  public:
+  using Acc = accum_t<Real>;
   virtual ~Layer() = default;
   virtual std::string name() const = 0;
 
   // Adds this layer's tensors to `layout` as layer `index`.
   virtual void declare(ParamLayout& layout, int index) = 0;
-  // Points the layer at the flat parameter and gradient buffers (both in `layout`).
-  virtual void bind(const ParamLayout& layout, Real* params, Real* grads) = 0;
+  // Points the layer at the flat parameter and gradient buffers (both in `layout`): the
+  // parameters it computes with (the bf16 copy under mixed precision) and the gradients
+  // (fp32 under mixed precision).
+  virtual void bind(const ParamLayout& layout, Real* params, Acc* grads) = 0;
 
   // Elements of output() for a micro-batch of B x T (the gradient the next layer's backward
   // hands back has as many).
@@ -60,6 +101,15 @@ class Layer {
 
   // The last forward's output: [B, T, C], or the loss layer's per-position losses [B, T].
   virtual const Real* output() const = 0;
+  // The loss layer's per-position losses [B, T] of the last forward, in Acc; a loss layer
+  // whose Acc is not Real (bf16) overrides it. The stack sums the last layer's.
+  virtual const Acc* losses() const {
+    if constexpr (std::is_same_v<Acc, Real>) {
+      return output();
+    } else {
+      return nullptr;
+    }
+  }
   // `in` is the previous layer's output (nullptr for the first layer).
   virtual void forward(const Real* in, const Batch& batch) = 0;
   // dout: gradient of the loss with respect to output() (the loss layer ignores it);

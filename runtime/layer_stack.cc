@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "runtime/error.h"
 #include "runtime/state_names.h"
@@ -69,18 +70,28 @@ template <typename Real>
 Sizes sizes_of(const std::vector<std::unique_ptr<Layer<Real>>>& layers, int64_t B, int64_t T,
                bool split, bool recompute) {
   Sizes s;
+  // numel_as: every array 16-byte aligned under bf16 (a no-op for float and double).
+  auto n = [](int64_t k) { return numel_as<Real>(k); };
   for (size_t i = 0; i < layers.size(); ++i) {
     if (recomputed(*layers[i], recompute)) {
-      s.slot += layers[i]->output_numel(B, T);
-      s.shared = std::max(s.shared, layers[i]->activation_numel(B, T));
+      s.slot += n(layers[i]->output_numel(B, T));
+      s.shared = std::max(s.shared, n(layers[i]->activation_numel(B, T)));
     } else {
-      s.slot += layers[i]->activation_numel(B, T);
+      s.slot += n(layers[i]->activation_numel(B, T));
     }
-    if (split) s.slot += layers[i]->split_numel(B, T);
-    s.scratch = std::max(s.scratch, layers[i]->scratch_numel(B, T));
-    if (i + 1 < layers.size()) s.grad = std::max(s.grad, layers[i]->output_numel(B, T));
+    if (split) s.slot += n(layers[i]->split_numel(B, T));
+    s.scratch = std::max(s.scratch, n(layers[i]->scratch_numel(B, T)));
+    if (i + 1 < layers.size()) s.grad = std::max(s.grad, n(layers[i]->output_numel(B, T)));
   }
   return s;
+}
+
+// The last layer's per-position losses of the forward that just ran.
+template <typename Real>
+const accum_t<Real>* losses_of(const Layer<Real>& last) {
+  const accum_t<Real>* l = last.losses();
+  if (l == nullptr) throw InvalidArgument("the stack's last layer (" + last.name() + ") gives no losses");
+  return l;
 }
 
 void check_plan(int in_flight, bool split, bool recompute) {
@@ -150,11 +161,15 @@ void LayerStack<Real>::bind(FlatState& state) {
                           std::to_string(state.held_numel()) + " of " +
                           std::to_string(layout_.numel()) + " elements");
   }
-  bind(state.data<Real>(state::kParam), state.data<Real>(state::kGrad));
+  if constexpr (std::is_same_v<Real, bf16>) {
+    bind(state.data<Real>(state::kParamBf16), state.data<Acc>(state::kGrad));
+  } else {
+    bind(state.data<Real>(state::kParam), state.data<Acc>(state::kGrad));
+  }
 }
 
 template <typename Real>
-void LayerStack<Real>::bind(Real* params, Real* grads) {
+void LayerStack<Real>::bind(Real* params, Acc* grads) {
   for (auto& layer : layers_) layer->bind(layout_, params, grads);
 }
 
@@ -196,11 +211,12 @@ void LayerStack<Real>::plan(Allocator& alloc, int64_t B, int64_t T, int in_fligh
   for (auto& layer : layers_) {
     m.offsets.push_back(offset);
     m.recomputed.push_back(recomputed(*layer, recompute) ? 1 : 0);
-    offset += m.recomputed.back() ? layer->output_numel(B, T) : layer->activation_numel(B, T);
+    offset += numel_as<Real>(m.recomputed.back() ? layer->output_numel(B, T)
+                                                  : layer->activation_numel(B, T));
   }
   for (auto& layer : layers_) {
     m.split_offsets.push_back(offset);
-    if (split) offset += layer->split_numel(B, T);
+    if (split) offset += numel_as<Real>(layer->split_numel(B, T));
   }
   m.split = split;
   m.recompute = recompute;
@@ -235,6 +251,16 @@ void LayerStack<Real>::release() {
 template <typename Real>
 int LayerStack<Real>::in_flight() const {
   return impl_->in_flight;
+}
+
+template <typename Real>
+const void* LayerStack<Real>::activations_data() const {
+  return impl_->activations.data();
+}
+
+template <typename Real>
+const void* LayerStack<Real>::scratch_data() const {
+  return impl_->scratch.data();
 }
 
 template <typename Real>
@@ -298,19 +324,20 @@ const Real* LayerStack<Real>::run_forward(const Batch& b, const StackHooks& hook
 template <typename Real>
 double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int slot,
                                  const Real* input) {
-  const Real* out = run_forward(b, hooks, slot, input);
+  run_forward(b, hooks, slot, input);
   if (!b.targets) return 0;
   const Layer<Real>& last = *layers_.back();
-  return kernels().sum(out, last.output_numel(b.B, b.T)) / static_cast<double>(b.B * b.T);
+  return kernels().sum(losses_of(last), last.output_numel(b.B, b.T)) /
+         static_cast<double>(b.B * b.T);
 }
 
 template <typename Real>
 void LayerStack<Real>::forward_accumulate(const Batch& b, double* loss_sum, double num, double den,
                                           const StackHooks& hooks, int slot) {
   if (!b.targets) throw InvalidArgument("forward_accumulate needs a batch with targets");
-  const Real* out = run_forward(b, hooks, slot, nullptr);
+  run_forward(b, hooks, slot, nullptr);
   const Layer<Real>& last = *layers_.back();
-  kernels().accumulate_mean(loss_sum, out, last.output_numel(b.B, b.T),
+  kernels().accumulate_mean(loss_sum, losses_of(last), last.output_numel(b.B, b.T),
                             static_cast<double>(b.B * b.T), num, den);
 }
 
@@ -434,5 +461,6 @@ const Real* LayerStack<Real>::output(int slot) const {
 
 template class LayerStack<float>;
 template class LayerStack<double>;
+template class LayerStack<bf16>;
 
 }  // namespace etr

@@ -107,11 +107,14 @@ class LayerStack {
   void share(const std::string& name, int owner, int user);
   const std::vector<SharedParam>& shared() const { return shared_; }
 
+  using Acc = accum_t<Real>;
   // Binds every layer to `state`'s "param" and "grad" (state::kParam, kGrad), which must
-  // hold the whole layout. InvalidArgument otherwise.
+  // hold the whole layout; a bf16 stack (mixed precision) to "param.bf16"
+  // (state::kParamBf16, the copy it computes with) and the f32 "grad". InvalidArgument
+  // otherwise.
   void bind(FlatState& state);
   // Binds to plain flat buffers of layout().numel() elements (tests, generation).
-  void bind(Real* params, Real* grads);
+  void bind(Real* params, Acc* grads);
   void set_context(const ExecContext<Real>& context);
   const ExecContext<Real>& context() const { return context_; }
 
@@ -132,6 +135,10 @@ class LayerStack {
   // (in_flight() 0) and runs again after the next plan(). Nothing else changes.
   void release();
   int in_flight() const;
+  // Where the plan put the activations and the scratch (null when unplanned): what a
+  // captured CUDA graph of the stack's work depends on besides its batch.
+  const void* activations_data() const;
+  const void* scratch_data() const;
   bool split() const;      // planned for the split backward
   bool recompute() const;  // planned with activation recomputation
 

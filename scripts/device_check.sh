@@ -20,8 +20,9 @@
 # under the bundle's mpirun); on a GPU, compute-sanitizer's memcheck over them; etr-train
 # as a singleton on the GPU and on the CPU, on 2 ranks, and the GPU run's checkpoint
 # resumed on the CPU; etr-tokenize; on a GPU, the benchmarks
-# (gpu-alloc, gpu-cast, and gpu-kernels and gpu-train beside PyTorch's runs of the same
-# work, bench/pytorch_gpu_*.py, when the machine's python3 has a CUDA torch) and two ranks
+# (gpu-alloc, gpu-cast, and gpu-kernels and gpu-train in fp32 and in bf16 beside PyTorch's
+# runs of the same work, bench/pytorch_gpu_*.py, when the machine's python3 has a CUDA
+# torch) and two ranks
 # on one GPU with one and with distinct NCCL_HOSTIDs (an experiment: reported, never a
 # failure); last, every library any step loaded is checked to come from the bundle,
 # glibc/libstdc++, CUDA or the RDMA libraries NCCL opens. Exit status 1 when a step
@@ -39,7 +40,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -393,34 +394,49 @@ BENCHMARKS=(
   "gpu_cast|1|90|gpu-cast --bytes 256MiB"
 )
 # PyTorch on this card, just before etr, as the references of gpu-kernels (each kernel)
-# and gpu-train (GPT-2 124M with eager attention, as etr's, and with SDPA, PyTorch's
-# fastest): where the machine's python3 has a CUDA torch, run with the machine's own
-# library path, not the bundle's. reference NAME SCRIPT ARGS...: one row; the JSON in
-# $steps/NAME.json; true when it was written.
+# and gpu-train: in fp32 (TF32 products) GPT-2 124M with eager attention, as etr's, and
+# with SDPA, PyTorch's fastest; in bf16 (autocast, fp32 master parameters, fused AdamW)
+# with SDPA, eager and through torch.compile (which falls back to eager, and says so in
+# its row and its JSON, when compiling plus the warm-up takes more than 90 s or fails).
+# Where the machine's python3 has a CUDA torch, run with the machine's own library path,
+# not the bundle's. [ref_limit=S] reference NAME SCRIPT ARGS...: one row, under a limit
+# of S seconds (default 150); the JSON in $steps/NAME.json; true when it was written.
 reference() {
-  local name=$1 script=$2 t0=$SECONDS
+  local name=$1 script=$2 limit=${ref_limit:-150} t0=$SECONDS
   shift 2
-  echo "== reference $name: bench/$script $*"
-  if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 150 python3 "$ETR_ROOT/bench/$script" \
+  echo "== reference $name (limit ${limit} s): bench/$script $*"
+  if LD_LIBRARY_PATH="$orig_ld_library_path" timeout -k 10 "$limit" python3 "$ETR_ROOT/bench/$script" \
        --device cuda "$@" --json "$steps/$name.json" </dev/null 2>&1; then
-    row "reference $name" pass "PyTorch's run, printed beside etr's" $((SECONDS - t0))
+    local fallback
+    fallback=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+if r.get("compile") and not r.get("compiled"):
+    print("; torch.compile " + str(r.get("compile_fallback")) + ": the row is eager")' "$steps/$name.json" 2>/dev/null)
+    row "reference $name" pass "PyTorch's run, printed beside etr's$fallback" $((SECONDS - t0))
   else
     row "reference $name" fail "bench/$script failed" $((SECONDS - t0))
     return 1
   fi
 }
-kernels_refs="" train_refs=""
+kernels_refs="" train_refs="" train_bf16_refs=""
 if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
      'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   reference torch_kernels pytorch_gpu_kernels.py && kernels_refs=" --reference $steps/torch_kernels.json"
   for attention in eager sdpa; do
-    reference "torch_train_$attention" pytorch_gpu_train.py --attention "$attention" &&
+    reference "torch_train_$attention" pytorch_gpu_train.py --precision fp32 --attention "$attention" &&
       train_refs+=" --reference $steps/torch_train_$attention.json"
   done
+  reference torch_train_bf16_sdpa pytorch_gpu_train.py --precision bf16 --attention sdpa &&
+    train_bf16_refs+=" --reference $steps/torch_train_bf16_sdpa.json"
+  ref_limit=240 reference torch_train_bf16_sdpa_compile pytorch_gpu_train.py --precision bf16 \
+    --attention sdpa --compile --compile-timeout 90 &&
+    train_bf16_refs+=" --reference $steps/torch_train_bf16_sdpa_compile.json"
 elif [[ -n $gpu ]]; then
   echo "== reference: no python3 with a CUDA torch; gpu-kernels and gpu-train run without PyTorch's"
 fi
-BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels$kernels_refs" "gpu_train|1|240|train --device cuda --steps 10 --warmup 3$train_refs")
+BENCHMARKS+=("gpu_kernels|1|150|gpu-kernels$kernels_refs"
+             "gpu_train|1|240|train --device cuda --precision fp32 --steps 10 --warmup 3$train_refs"
+             "gpu_train_bf16|1|240|train --device cuda --precision bf16 --steps 10 --warmup 3$train_bf16_refs")
 [[ -n $gpu ]] || { BENCHMARKS=(); echo "== benchmarks: skipped, no GPU"; }
 for spec in "${BENCHMARKS[@]}"; do
   IFS='|' read -r name ranks limit args <<<"$spec"

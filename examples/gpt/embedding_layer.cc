@@ -9,7 +9,7 @@ void EmbeddingLayer<Real>::declare(ParamLayout& layout, int index) {
 }
 
 template <typename Real>
-void EmbeddingLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+void EmbeddingLayer<Real>::bind(const ParamLayout& layout, Real* params, Acc* grads) {
   const int64_t wte = layout.find("wte.weight")->offset, wpe = layout.find("wpe.weight")->offset;
   wte_ = params + wte;
   wpe_ = params + wpe;
@@ -41,5 +41,6 @@ void EmbeddingLayer<Real>::backward_weight(const Real*, Real*, const Batch& b) {
 
 template class EmbeddingLayer<float>;
 template class EmbeddingLayer<double>;
+template class EmbeddingLayer<bf16>;
 
 }  // namespace etr::gpt

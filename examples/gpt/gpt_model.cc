@@ -98,6 +98,7 @@ void GptModel<Real>::set_tracer(Tracer* tracer) {
 
 template std::unique_ptr<LayerStack<float>> build_stack<float>(const GptConfig&);
 template std::unique_ptr<LayerStack<double>> build_stack<double>(const GptConfig&);
+template std::unique_ptr<LayerStack<bf16>> build_stack<bf16>(const GptConfig&);
 template void init_params<float>(const GptConfig&, const ParamLayout&, float*, uint64_t, double);
 template void init_params<double>(const GptConfig&, const ParamLayout&, double*, uint64_t,
                                   double);

@@ -9,7 +9,7 @@ void HeadLayer<Real>::declare(ParamLayout& layout, int index) {
 }
 
 template <typename Real>
-void HeadLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+void HeadLayer<Real>::bind(const ParamLayout& layout, Real* params, Acc* grads) {
   const int64_t w = layout.find("ln_f.weight")->offset, b = layout.find("ln_f.bias")->offset;
   const int64_t wte = layout.find("wte.weight")->offset;
   w_ = params + w;
@@ -23,17 +23,19 @@ void HeadLayer<Real>::bind(const ParamLayout& layout, Real* params, Real* grads)
 template <typename Real>
 int64_t HeadLayer<Real>::activation_numel(int64_t B, int64_t T) const {
   const int64_t N = B * T;
-  return N * c_.d_model + 3 * N + N * c_.padded_vocab();
+  return numel_as<Real>(N * c_.d_model) + 3 * numel_as<Real, Acc>(N) +
+         numel_as<Real>(N * c_.padded_vocab());
 }
 
 template <typename Real>
 void HeadLayer<Real>::plan(Real* p, int64_t B, int64_t T) {
   const int64_t N = B * T;
-  lnf_ = p;
-  mean_ = lnf_ + N * c_.d_model;
-  rstd_ = mean_ + N;
-  losses_ = rstd_ + N;
-  logits_ = losses_ + N;
+  ActivationCarver<Real> c(p);
+  lnf_ = c.take(N * c_.d_model);
+  mean_ = c.template take<Acc>(N);
+  rstd_ = c.template take<Acc>(N);
+  losses_ = c.template take<Acc>(N);
+  logits_ = c.take(N * c_.padded_vocab());
 }
 
 template <typename Real>
@@ -45,7 +47,7 @@ void HeadLayer<Real>::forward(const Real* x, const Batch& b) {
   if (!b.targets) return;
   if (b.dloss != 0) {
     k.softmax_xent_forward_backward(losses_, logits_, logits_, b.targets,
-                                       static_cast<Real>(b.dloss), N, V, Vp);
+                                       static_cast<Acc>(b.dloss), N, V, Vp);
   } else {
     k.softmax_xent_forward(losses_, logits_, b.targets, N, V, Vp);
   }
@@ -66,7 +68,7 @@ void HeadLayer<Real>::backward_input(const Real* x, const Real*, Real* din, Real
 template <typename Real>
 void HeadLayer<Real>::backward_weight(const Real*, Real*, const Batch& b) {
   // dwte [Vp, C] += dlogits^T . lnf: the logits buffer still holds dlogits [N, Vp].
-  this->k().matmul_backward(static_cast<Real*>(nullptr), dwte_, static_cast<Real*>(nullptr),
+  this->k().matmul_backward(static_cast<Real*>(nullptr), dwte_, static_cast<Acc*>(nullptr),
                             logits_, lnf_, wte_, b.B * b.T, c_.d_model, c_.padded_vocab());
 }
 
@@ -77,12 +79,13 @@ void HeadLayer<Real>::backward_path(const Real* x, Real* din, Real* scratch, con
   Real* dlnf = scratch;  // [N, C]
   const auto& k = this->k();
   k.fill(dlnf, Real(0), N * C);
-  k.matmul_backward(dlnf, weights ? dwte_ : nullptr, static_cast<Real*>(nullptr), logits_, lnf_,
+  k.matmul_backward(dlnf, weights ? dwte_ : nullptr, static_cast<Acc*>(nullptr), logits_, lnf_,
                     wte_, N, C, c_.padded_vocab());
   k.layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
 }
 
 template class HeadLayer<float>;
 template class HeadLayer<double>;
+template class HeadLayer<bf16>;
 
 }  // namespace etr::gpt

@@ -20,15 +20,24 @@ namespace etr::gpt {
 template <typename Real>
 class HeadLayer final : public Layer<Real> {
  public:
+  using Acc = accum_t<Real>;
   explicit HeadLayer(const GptConfig& c) : c_(c) {}
   std::string name() const override { return "ln_f"; }
   void declare(ParamLayout& layout, int index) override;
-  void bind(const ParamLayout& layout, Real* params, Real* grads) override;
+  void bind(const ParamLayout& layout, Real* params, Acc* grads) override;
   int64_t activation_numel(int64_t B, int64_t T) const override;
   int64_t scratch_numel(int64_t B, int64_t T) const override { return B * T * c_.d_model; }
   void plan(Real* activations, int64_t B, int64_t T) override;
   int64_t output_numel(int64_t B, int64_t T) const override { return B * T; }
-  const Real* output() const override { return losses_; }
+  // The losses [N] (in Acc: fp32 under mixed precision, where output() is null).
+  const Real* output() const override {
+    if constexpr (std::is_same_v<Acc, Real>) {
+      return losses_;
+    } else {
+      return nullptr;
+    }
+  }
+  const Acc* losses() const override { return losses_; }
   const Real* logits() const { return logits_; }  // [N, Vp], after a forward without targets
   void forward(const Real* in, const Batch& batch) override;
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
@@ -44,9 +53,9 @@ class HeadLayer final : public Layer<Real> {
 
   GptConfig c_;
   const Real *w_ = nullptr, *b_ = nullptr, *wte_ = nullptr;
-  Real *dw_ = nullptr, *db_ = nullptr, *dwte_ = nullptr;
-  Real *lnf_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *logits_ = nullptr,
-       *losses_ = nullptr;
+  Acc *dw_ = nullptr, *db_ = nullptr, *dwte_ = nullptr;
+  Real *lnf_ = nullptr, *logits_ = nullptr;
+  Acc *mean_ = nullptr, *rstd_ = nullptr, *losses_ = nullptr;
 };
 
 }  // namespace etr::gpt

@@ -21,7 +21,7 @@ void TransformerBlock<Real>::declare(ParamLayout& layout, int index) {
 }
 
 template <typename Real>
-void TransformerBlock<Real>::bind(const ParamLayout& layout, Real* params, Real* grads) {
+void TransformerBlock<Real>::bind(const ParamLayout& layout, Real* params, Acc* grads) {
   static const char* kNames[kNumParams] = {
       "ln_1.weight",       "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -36,7 +36,9 @@ void TransformerBlock<Real>::bind(const ParamLayout& layout, Real* params, Real*
 template <typename Real>
 int64_t TransformerBlock<Real>::activation_numel(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = c_.d_model;
-  return 16 * N * C + 4 * N + B * c_.n_head * T * T;
+  auto n = [](int64_t k) { return numel_as<Real>(k); };
+  return 5 * n(N * C) + n(3 * N * C) + 2 * n(4 * N * C) + n(B * c_.n_head * T * T) +
+         4 * numel_as<Real, Acc>(N);
 }
 
 template <typename Real>
@@ -48,24 +50,20 @@ int64_t TransformerBlock<Real>::scratch_numel(int64_t B, int64_t T) const {
 template <typename Real>
 void TransformerBlock<Real>::plan(Real* p, int64_t B, int64_t T) {
   const int64_t N = B * T, C = c_.d_model;
-  auto take = [&p](int64_t n) {
-    Real* r = p;
-    p += n;
-    return r;
-  };
-  a_.ln1 = take(N * C);
-  a_.ln1_mean = take(N);
-  a_.ln1_rstd = take(N);
-  a_.qkv = take(3 * N * C);
-  a_.atty = take(N * C);
-  a_.att = take(B * c_.n_head * T * T);
-  a_.x1 = take(N * C);
-  a_.ln2 = take(N * C);
-  a_.ln2_mean = take(N);
-  a_.ln2_rstd = take(N);
-  a_.fch = take(4 * N * C);
-  a_.fch_gelu = take(4 * N * C);
-  a_.out = take(N * C);
+  ActivationCarver<Real> c(p);
+  a_.ln1 = c.take(N * C);
+  a_.ln1_mean = c.template take<Acc>(N);
+  a_.ln1_rstd = c.template take<Acc>(N);
+  a_.qkv = c.take(3 * N * C);
+  a_.atty = c.take(N * C);
+  a_.att = c.take(B * c_.n_head * T * T);
+  a_.x1 = c.take(N * C);
+  a_.ln2 = c.take(N * C);
+  a_.ln2_mean = c.template take<Acc>(N);
+  a_.ln2_rstd = c.template take<Acc>(N);
+  a_.fch = c.take(4 * N * C);
+  a_.fch_gelu = c.take(4 * N * C);
+  a_.out = c.take(N * C);
 }
 
 template <typename Real>
@@ -167,5 +165,6 @@ void TransformerBlock<Real>::backward_path(const Real* x, const Real* dout, cons
 
 template class TransformerBlock<float>;
 template class TransformerBlock<double>;
+template class TransformerBlock<bf16>;
 
 }  // namespace etr::gpt

@@ -11,7 +11,8 @@
 // activations kept for backward (N = B T):
 //   ln1 [N, C], ln1_mean [N], ln1_rstd [N], qkv [N, 3C], atty [N, C], att [B, NH, T, T],
 //   x1 [N, C], ln2 [N, C], ln2_mean [N], ln2_rstd [N], fch [N, 4C], fch_gelu [N, 4C],
-//   out [N, C] (fcproj is added into out in place)
+//   out [N, C] (fcproj is added into out in place); under mixed precision (Real bf16) the
+//   LayerNorm statistics are fp32 (Acc), each array rounded up to 16 bytes (numel_as)
 // scratch for backward: dx1 [N, C], dln2 [N, C], dfch_gelu [N, 4C], dfch [N, 4C],
 //   datty [N, C], dqkv [N, 3C], dln1 [N, C], then attention's own scratch
 //
@@ -34,10 +35,11 @@ namespace etr::gpt {
 template <typename Real>
 class TransformerBlock final : public Layer<Real> {
  public:
+  using Acc = accum_t<Real>;
   TransformerBlock(const GptConfig& c, int block) : c_(c), block_(block) {}
   std::string name() const override { return "h." + std::to_string(block_); }
   void declare(ParamLayout& layout, int index) override;
-  void bind(const ParamLayout& layout, Real* params, Real* grads) override;
+  void bind(const ParamLayout& layout, Real* params, Acc* grads) override;
   int64_t activation_numel(int64_t B, int64_t T) const override;
   int64_t scratch_numel(int64_t B, int64_t T) const override;
   void plan(Real* activations, int64_t B, int64_t T) override;
@@ -62,8 +64,8 @@ class TransformerBlock final : public Layer<Real> {
   enum Param { kLn1W, kLn1B, kQkvW, kQkvB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW,
                kFcProjB, kNumParams };
   struct Acts {
-    Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *x1, *ln2, *ln2_mean, *ln2_rstd, *fch,
-        *fch_gelu, *out;
+    Real *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
+    Acc *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;  // fp32 under mixed precision
   };
   // Gradients of 3 matmul outputs (the 4th, mlp.c_proj's, is dout): in the backward's
   // scratch, or in the split storage.
@@ -79,7 +81,7 @@ class TransformerBlock final : public Layer<Real> {
   GptConfig c_;
   int block_;
   Real* p_[kNumParams] = {};
-  Real* g_[kNumParams] = {};
+  Acc* g_[kNumParams] = {};
   Acts a_{};
   MatmulGrads split_{};         // the split storage (plan_split) ...
   Real* split_dout_ = nullptr;  // ... and its copy of dout [N, C]

@@ -31,6 +31,7 @@ ModelSpec build_model(const SessionContext& ctx) {
                  zero_state_share(ctx.config.parallel().zero_stage(), ctx.ranks));
   ModelSpec m;
   m.stack = build_stack<float>(g);
+  m.stack_bf16 = build_stack<bf16>(g);  // runtime.precision bf16 (and auto on a GPU)
   m.description = g.str();
   m.flops_per_token = g.flops_per_token(g.seq_len);
   const std::string from = ctx.config.model().init_from();

@@ -286,6 +286,8 @@ void validate_runtime(const config::RuntimeConfig& r) {
           "runtime.device = \"" + r.device() + "\" is not cpu, cuda or auto.");
   require(r.gpu_matmul() == "tf32" || r.gpu_matmul() == "fp32",
           "runtime.gpu_matmul = \"" + r.gpu_matmul() + "\" is not tf32 or fp32.");
+  require(r.precision() == "auto" || r.precision() == "fp32" || r.precision() == "bf16",
+          "runtime.precision = \"" + r.precision() + "\" is not auto, fp32 or bf16.");
   if (r.memory_budget().empty()) return;
   size_t budget = 0;
   try {

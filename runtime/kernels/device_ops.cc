@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "runtime/allocator.h"
+#include "runtime/dtype.h"
 #include "runtime/error.h"
 #ifdef ETR_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -16,6 +17,11 @@
 
 namespace etr {
 namespace {
+
+void round_to_bf16(uint16_t* out, const float* in, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
 
 DeviceOps make_host_ops() {
   DeviceOps o;
@@ -34,9 +40,11 @@ DeviceOps make_host_ops() {
   o.event_record = [](void*, void*) {};
   o.event_wait = [](void*) {};
   o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
-                    int64_t t, double lr, const AdamWOptions& opt, void*) {
+                    uint16_t* p16, int64_t t, double lr, const AdamWOptions& opt, void*) {
     AdamW(layout).step(p, g, m, v, 0, layout.numel(), t, lr, opt);
+    if (p16 != nullptr) round_to_bf16(p16, p, layout.numel());
   };
+  o.to_bf16 = [](uint16_t* out, const float* in, int64_t n, void*) { round_to_bf16(out, in, n); };
   o.grad_norm_squared = [](double* out, const float* g, int64_t n, void*) {
     *out = grad_norm_squared(g, n);
   };

@@ -8,7 +8,7 @@
 //   const DeviceOps& ops = device_ops(state.device());
 //   ops.grad_norm_squared(norm_sq, grads, n, stream);      // device double
 //   ops.clip_grad_norm(grads, n, norm_sq, max_norm, stream);
-//   ops.adamw_step(layout, p, g, m, v, t, lr, options, stream);
+//   ops.adamw_step(layout, p, g, m, v, /*params_bf16=*/nullptr, t, lr, options, stream);
 //
 // The host's versions are etr::AdamW, etr::grad_norm's sum (squared) and
 // etr::clip_grad_norm (runtime/adamw.h); the GPU's are runtime/kernels/cuda/adamw.h's
@@ -42,8 +42,13 @@ struct DeviceOps {
   void (*event_record)(void* event, void* stream) = nullptr;
   void (*event_wait)(void* event) = nullptr;
   // One AdamW step over [0, layout.numel()) of full flat buffers (o.lr ignored: `lr`).
+  // `params_bf16` (mixed precision; nullptr: none): the bf16 copy of the parameters,
+  // rewritten with the updated ones rounded to nearest even (on a GPU in the same pass).
   void (*adamw_step)(const ParamLayout& layout, float* params, const float* grads, float* m,
-                     float* v, int64_t t, double lr, const AdamWOptions& o, void* stream) = nullptr;
+                     float* v, uint16_t* params_bf16, int64_t t, double lr, const AdamWOptions& o,
+                     void* stream) = nullptr;
+  // out[i] = bf16(in[i]), nearest even (the bf16 copy after initialisation or a restore).
+  void (*to_bf16)(uint16_t* out, const float* in, int64_t n, void* stream) = nullptr;
   // *out = sum of grads[i]^2 in double, into memory of the device.
   void (*grad_norm_squared)(double* out, const float* grads, int64_t n, void* stream) = nullptr;
   // Scales grads by max_norm / (sqrt(*norm_squared) + 1e-6) when that norm exceeds

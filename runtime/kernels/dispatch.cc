@@ -4,6 +4,7 @@
 
 #include "runtime/error.h"
 #include "runtime/kernels/cpu/attention.h"
+#include "runtime/kernels/cpu/bf16_reference.h"
 #include "runtime/kernels/cpu/elementwise.h"
 #include "runtime/kernels/cpu/encoder.h"
 #include "runtime/kernels/cpu/gelu.h"
@@ -63,14 +64,22 @@ KernelSet<Real> make_cpu_set() {
 
 template <typename Real>
 const KernelSet<Real>& kernels_for(Device device) {
-  static const KernelSet<Real> cpu_set = make_cpu_set<Real>();
-  if (device.is_cpu()) return cpu_set;
+  if (device.is_cpu()) {
+    if constexpr (std::is_same_v<Real, bf16>) {
+      return cpu::bf16_reference_set();
+    } else {
+      static const KernelSet<Real> cpu_set = make_cpu_set<Real>();
+      return cpu_set;
+    }
+  }
 #ifdef ETR_HAVE_CUDA
   if constexpr (std::is_same_v<Real, float>) {
     if (device.is_cuda()) return cuda::kernel_set();
+  } else if constexpr (std::is_same_v<Real, bf16>) {
+    if (device.is_cuda()) return cuda::kernel_set_bf16();
   }
   if (device.is_cuda()) {
-    throw InvalidArgument("the CUDA kernels are float only: " + device.str() +
+    throw InvalidArgument("the CUDA kernels are float and bf16 only: " + device.str() +
                           " has no kernel set for double (the CPU's checks the gradients)");
   }
 #endif
@@ -81,5 +90,6 @@ const KernelSet<Real>& kernels_for(Device device) {
 
 template const KernelSet<float>& kernels_for<float>(Device);
 template const KernelSet<double>& kernels_for<double>(Device);
+template const KernelSet<bf16>& kernels_for<bf16>(Device);
 
 }  // namespace etr

@@ -20,26 +20,32 @@
 #include <utility>
 
 #include "runtime/device.h"
+#include "runtime/dtype.h"
 
 namespace etr {
 
+// Real is the compute type (activations, the parameters the kernels read); Acc, what it
+// accumulates in (runtime/dtype.h, accum_t): parameter gradients, LayerNorm's mean and
+// rstd, the per-position losses. Both are Real for float and double; for bf16 (mixed
+// precision) Acc is float.
 template <typename Real>
 struct KernelSet {
+  using Acc = accum_t<Real>;
   const char* name = "";  // "cpu"
 
   void (*encoder_forward)(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe,
                           int64_t B, int64_t T, int64_t C, int64_t V, void* stream) = nullptr;
-  void (*encoder_backward)(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens,
+  void (*encoder_backward)(Acc* dwte, Acc* dwpe, const Real* dout, const int32_t* tokens,
                            int64_t B, int64_t T, int64_t C, int64_t V, void* stream) = nullptr;
-  void (*layernorm_forward)(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
+  void (*layernorm_forward)(Real* out, Acc* mean, Acc* rstd, const Real* inp, const Real* weight,
                             const Real* bias, int64_t N, int64_t C, double eps,
                             void* stream) = nullptr;
-  void (*layernorm_backward)(Real* dinp, Real* dweight, Real* dbias, const Real* dout,
-                             const Real* inp, const Real* weight, const Real* mean,
-                             const Real* rstd, int64_t N, int64_t C, void* stream) = nullptr;
+  void (*layernorm_backward)(Real* dinp, Acc* dweight, Acc* dbias, const Real* dout,
+                             const Real* inp, const Real* weight, const Acc* mean, const Acc* rstd,
+                             int64_t N, int64_t C, void* stream) = nullptr;
   void (*matmul_forward)(Real* out, const Real* inp, const Real* weight, const Real* bias,
                          int64_t N, int64_t C, int64_t OC, void* stream) = nullptr;
-  void (*matmul_backward)(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+  void (*matmul_backward)(Real* dinp, Acc* dweight, Acc* dbias, const Real* dout, const Real* inp,
                           const Real* weight, int64_t N, int64_t C, int64_t OC,
                           void* stream) = nullptr;
   // Elements of scratch attention_backward needs for micro-batches of B x T (C wide, NH
@@ -57,18 +63,19 @@ struct KernelSet {
                            void* stream) = nullptr;
   void (*residual_backward)(Real* dinp1, Real* dinp2, const Real* dout, int64_t n,
                             void* stream) = nullptr;
-  void (*softmax_xent_forward)(Real* losses, const Real* logits, const int32_t* targets, int64_t N,
+  void (*softmax_xent_forward)(Acc* losses, const Real* logits, const int32_t* targets, int64_t N,
                                int64_t V, int64_t Vp, void* stream) = nullptr;
-  void (*softmax_xent_forward_backward)(Real* losses, Real* dlogits, const Real* logits,
-                                        const int32_t* targets, Real dloss, int64_t N, int64_t V,
+  void (*softmax_xent_forward_backward)(Acc* losses, Real* dlogits, const Real* logits,
+                                        const int32_t* targets, Acc dloss, int64_t N, int64_t V,
                                         int64_t Vp, void* stream) = nullptr;
   void (*fill)(Real* out, Real value, int64_t n, void* stream) = nullptr;
   void (*copy)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   void (*add_inplace)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
-  double (*sum)(const Real* inp, int64_t n, void* stream) = nullptr;
+  // Of the per-position losses (Acc).
+  double (*sum)(const Acc* inp, int64_t n, void* stream) = nullptr;
   // *acc += sum(inp) / divisor * num / den (left to right), acc in the device's memory
   // (host on the CPU): the training loop's loss, read once per step.
-  void (*accumulate_mean)(double* acc, const Real* inp, int64_t n, double divisor, double num,
+  void (*accumulate_mean)(double* acc, const Acc* inp, int64_t n, double divisor, double num,
                           double den, void* stream) = nullptr;
 };
 

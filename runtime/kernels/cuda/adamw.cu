@@ -5,6 +5,8 @@
 // deterministic cluster reduction of deterministic_sum.cuh over g^2 in double. Clipping reads the
 // squared norm from device memory in every thread (one cached 8-byte load), so no host ever waits
 // on it.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -25,10 +27,11 @@ struct StepConstants {
   float b1, b2, c1, c2, eps, lr, decay;
 };
 
-// The expression of runtime/adamw.cc's update(), term by term.
+// The expression of runtime/adamw.cc's update(), term by term; with `p16` (mixed
+// precision) also the new parameter rounded to bf16 (nearest even) in the same pass.
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
-                             float* __restrict__ m, float* __restrict__ v, int64_t n,
-                             StepConstants k) {
+                             float* __restrict__ m, float* __restrict__ v,
+                             __nv_bfloat16* __restrict__ p16, int64_t n, StepConstants k) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -39,7 +42,18 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
     v[i] = vi;
     const float mhat = mi / k.c1, vhat = vi / k.c2;
     const float pi = p[i];
-    p[i] = pi - k.lr * (mhat / (sqrtf(vhat) + k.eps) + k.decay * pi);
+    const float updated = pi - k.lr * (mhat / (sqrtf(vhat) + k.eps) + k.decay * pi);
+    p[i] = updated;
+    if (p16 != nullptr) p16[i] = __float2bfloat16_rn(updated);
+  }
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* __restrict__ out, const float* __restrict__ in,
+                               int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    out[i] = __float2bfloat16_rn(in[i]);
   }
 }
 
@@ -69,6 +83,12 @@ struct Square {
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   cudaStream_t stream) {
+  adamw_update(params, grads, m, v, nullptr, n, t, lr, beta1, beta2, eps, weight_decay, stream);
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16,
+                  int64_t n, int64_t t, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, cudaStream_t stream) {
   detail::check_count(n, "cuda::adamw_update");
   if (t < 1) {
     throw InvalidArgument("cuda::adamw_update got optimizer step t = " + std::to_string(t) +
@@ -82,7 +102,16 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
                         static_cast<float>(eps),
                         static_cast<float>(lr),
                         static_cast<float>(weight_decay)};
-  adamw_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(params, grads, m, v, n, k);
+  adamw_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(
+      params, grads, m, v, reinterpret_cast<__nv_bfloat16*>(params_bf16), n, k);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  detail::check_count(n, "cuda::to_bf16");
+  if (n == 0) return;
+  to_bf16_kernel<<<detail::grid_stride_blocks(n), kThreads, 0, stream>>>(
+      reinterpret_cast<__nv_bfloat16*>(out), in, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

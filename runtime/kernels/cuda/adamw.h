@@ -17,6 +17,11 @@
 //     by float(max_norm / (norm + 1e-6)) when max_norm > 0 and norm > max_norm, and leaves
 //     them untouched (bitwise) otherwise: etr::clip_grad_norm's rule and factor.
 //
+//   params_bf16 (the overloads that take it; nullptr: none): mixed precision's bf16 copy
+//     of the parameters [n], written in the same pass as the update: bf16(new p), rounded
+//     to nearest even (etr::f32_to_bf16's rounding). to_bf16 writes it from params alone
+//     (after initialisation or a restore).
+//
 // Differences from the CPU versions:
 // - grad_norm_squared writes the SQUARED norm into a device scalar (the caller reads it
 //   once per step, or hands it to clip_grad_norm without reading it); its additions run
@@ -46,9 +51,19 @@ void adamw_step_layout(const ParamLayout& layout, float* params, const float* gr
                        float* v, int64_t t, double lr, const AdamWOptions& o,
                        cudaStream_t stream);
 
+void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
+                       float* v, uint16_t* params_bf16, int64_t t, double lr,
+                       const AdamWOptions& o, cudaStream_t stream);
+
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t,
                   double lr, double beta1, double beta2, double eps, double weight_decay,
                   cudaStream_t stream);
+void adamw_update(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16,
+                  int64_t n, int64_t t, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, cudaStream_t stream);
+
+// out[i] = bf16(in[i]) for i < n (nearest even).
+void to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 
 void grad_norm_squared(double* norm_squared, const float* grads, int64_t n, cudaStream_t stream);
 

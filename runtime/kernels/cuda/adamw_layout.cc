@@ -4,8 +4,15 @@ namespace etr::cuda {
 
 void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
                        float* v, int64_t t, double lr, const AdamWOptions& o, cudaStream_t stream) {
+  adamw_step_layout(layout, params, grads, m, v, nullptr, t, lr, o, stream);
+}
+
+void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
+                       float* v, uint16_t* params_bf16, int64_t t, double lr,
+                       const AdamWOptions& o, cudaStream_t stream) {
   auto run = [&](int64_t begin, int64_t end, double decay) {
-    adamw_update(params + begin, grads + begin, m + begin, v + begin, end - begin, t, lr, o.beta1,
+    adamw_update(params + begin, grads + begin, m + begin, v + begin,
+                 params_bf16 ? params_bf16 + begin : nullptr, end - begin, t, lr, o.beta1,
                  o.beta2, o.eps, decay, stream);
   };
   int64_t at = 0;  // the layout's entries are in offset order

@@ -41,8 +41,11 @@ DeviceOps make_ops() {
   };
   o.event_wait = [](void* e) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); };
   o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
-                    int64_t t, double lr, const AdamWOptions& opt, void* s) {
-    adamw_step_layout(layout, p, g, m, v, t, lr, opt, as_stream(s));
+                    uint16_t* p16, int64_t t, double lr, const AdamWOptions& opt, void* s) {
+    adamw_step_layout(layout, p, g, m, v, p16, t, lr, opt, as_stream(s));
+  };
+  o.to_bf16 = [](uint16_t* out, const float* in, int64_t n, void* s) {
+    to_bf16(out, in, n, as_stream(s));
   };
   o.grad_norm_squared = [](double* out, const float* g, int64_t n, void* s) {
     grad_norm_squared(out, g, n, as_stream(s));

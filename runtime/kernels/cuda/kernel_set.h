@@ -18,4 +18,8 @@ namespace etr::cuda {
 
 const KernelSet<float>& kernel_set();
 
+// The bf16 set (runtime.precision bf16): bf16 activations and parameter copies, fp32
+// parameter gradients, LayerNorm statistics and losses (runtime/kernels/cuda/bf16/).
+const KernelSet<bf16>& kernel_set_bf16();
+
 }  // namespace etr::cuda
