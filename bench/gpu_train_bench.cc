@@ -3,9 +3,14 @@
 // (bench/pytorch_gpu_train.py, whose JSON files --reference reads). Two etr rows:
 //   etr-train loop  etr-train's TrainSession with runtime.device = cuda and
 //                   runtime.precision = --precision (train_with_session)
+//   etr-train loop + CUDA graphs   the same with runtime.cuda_graphs = true (each
+//                   micro-batch replayed from a captured graph)
 //   etr layers      the LayerStack<float> driven directly, as below (what the loop adds is
 //                   the difference between the two); fp32 only: under bf16 the row is left
 //                   out, with a line that says so (no bf16 layers row is built yet)
+// After the loop row's timed steps one more step runs with every kernel of the layers
+// timed by CUDA events around it (bench/gpu_kernel_profile.h): the five slowest, with their
+// share of that step, are printed under the table.
 // --precision: fp32 (f32 with TF32 products) or bf16 (the GPU's default: bf16 activations
 // and products, fp32 master parameters, gradients and AdamW state). The references should
 // be PyTorch's runs in the same precision (bf16: autocast, SDPA, fused AdamW, with and
@@ -36,6 +41,7 @@
 
 #include "bench/bench_context.h"
 #include "bench/gpu_bench.h"
+#include "bench/gpu_kernel_profile.h"
 #include "bench/gpu_util.h"
 #include "bench/table.h"
 #include "examples/gpt/gpt_config.h"
@@ -69,6 +75,9 @@ struct TrainResult {
   double ms_per_step = 0, tokens_per_s = 0, tflops = 0, loss = 0;
   double planned_bytes = 0, allocator_peak = 0, device_used = 0;
   int64_t largest_micro_batch = 0;  // the loop's memory model on this card; 0: not known
+  // The loop's profiled step (KernelProfile): its time, and each kernel's, slowest first.
+  double profiled_ms = 0;
+  std::vector<std::pair<std::string, double>> kernels;
 };
 
 // What a reference's JSON says besides its figures.
@@ -95,7 +104,18 @@ double median(std::vector<double> v) {
 // figure the driver's count of what the job holds (StepStats::device_peak_bytes). The
 // largest micro-batch is the memory model's for the card's budget with batch.memory_margin
 // to spare (what batch.micro_batch = auto would pick), up to 1024.
-TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const TrainArgs& a) {
+TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const TrainArgs& a,
+                               bool graphs) {
+  // Installed before the trainer places its stack; records only in the profiled step.
+  std::unique_ptr<KernelProfile<float>> p32;
+  std::unique_ptr<KernelProfile<bf16>> p16;
+  if (!graphs) {
+    if (a.precision == "bf16") {
+      p16 = std::make_unique<KernelProfile<bf16>>();
+    } else {
+      p32 = std::make_unique<KernelProfile<float>>();
+    }
+  }
   TrainConfig config = parse_config("model { preset: \"gpt2-124m\" }");
   apply_overrides(config, {"model.vocab_size=" + std::to_string(c.vocab_size),
                            "model.seq_len=" + std::to_string(a.T),
@@ -107,7 +127,8 @@ TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const
                            "data.synthetic_size=" + std::to_string((a.steps + a.warmup + 4) * a.B * a.T),
                            "data.val_fraction=0", "log.eval_every=0", "log.log_every=1000000",
                            "runtime.device=cuda", "runtime.gpu_matmul=tf32",
-                           "runtime.precision=" + a.precision});
+                           "runtime.precision=" + a.precision,
+                           std::string("runtime.cuda_graphs=") + (graphs ? "true" : "false")});
   resolve(config, gpt::model_presets());
   Logger& log = ctx.world().log();
   const LogLevel level = log.level();
@@ -125,6 +146,14 @@ TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const
   }
   r.ms_per_step = median(ms);
   r.loss = st.loss;
+  if (p16 || p32) {  // one more step, each kernel timed by events around it
+    if (p16) p16->record(true);
+    if (p32) p32->record(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer.train_step();
+    r.profiled_ms = 1e3 * seconds_since(t0);
+    r.kernels = p16 ? p16->totals() : p32->totals();
+  }
   r.tokens_per_s = static_cast<double>(a.B * a.T) / (r.ms_per_step * 1e-3);
   r.tflops = c.flops_per_token(a.T) * r.tokens_per_s / 1e12;
   r.planned_bytes = static_cast<double>(trainer.session().predicted_peak());
@@ -338,12 +367,19 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
   std::exception_ptr loop_error;
   TrainResult loop;
   try {
-    loop = train_with_session(ctx, c, a);
+    loop = train_with_session(ctx, c, a, false);
     add("etr-train loop", a.precision, loop);
   } catch (const std::exception& e) {
     loop_error = std::current_exception();
     ctx.print(cell("# etr-train loop (runtime.precision = %s) failed: %s\n", a.precision.c_str(),
                    e.what()));
+  }
+  std::exception_ptr graphs_error;  // runtime.cuda_graphs: said, and thrown at the end
+  try {
+    if (!loop_error) add("etr-train loop + CUDA graphs", a.precision, train_with_session(ctx, c, a, true));
+  } catch (const std::exception& e) {
+    graphs_error = std::current_exception();
+    ctx.print(cell("# etr-train loop with runtime.cuda_graphs = true failed: %s\n", e.what()));
   }
   TrainResult ours;
   if (!bf16) {
@@ -381,6 +417,15 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
              a.precision.c_str(), static_cast<long long>(loop.largest_micro_batch),
              static_cast<long long>(a.T)));
   }
+  if (!loop_error && !loop.kernels.empty()) {
+    std::string line = cell("# the five slowest kernels of one profiled step of the loop (%.1f ms, "
+                            "events around each kernel):", loop.profiled_ms);
+    for (size_t i = 0; i < loop.kernels.size() && i < 5; ++i) {
+      line += cell(" %s %.2f ms (%.0f%%)%s", loop.kernels[i].first.c_str(), loop.kernels[i].second,
+                   100 * loop.kernels[i].second / loop.profiled_ms, i + 1 < 5 ? "," : "");
+    }
+    ctx.print(line + "\n");
+  }
   if (!bf16) {
     ctx.print(cell(
         "# etr layers' plan: %s (parameters, gradients, m, v and the activations); the "
@@ -416,6 +461,7 @@ void run_gpu_train(BenchContext& ctx, const TrainArgs& a) {
     ctx.write_json(a.json, doc);
   }
   if (loop_error) std::rethrow_exception(loop_error);
+  if (graphs_error) std::rethrow_exception(graphs_error);
 }
 
 }  // namespace

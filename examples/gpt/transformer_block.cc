@@ -37,8 +37,8 @@ template <typename Real>
 int64_t TransformerBlock<Real>::activation_numel(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = c_.d_model;
   auto n = [](int64_t k) { return numel_as<Real>(k); };
-  return 5 * n(N * C) + n(3 * N * C) + 2 * n(4 * N * C) + n(B * c_.n_head * T * T) +
-         4 * numel_as<Real, Acc>(N);
+  return 5 * n(N * C) + n(3 * N * C) + 2 * n(4 * N * C) +
+         n(this->k().attention_saved_numel(B, T, C, c_.n_head)) + 4 * numel_as<Real, Acc>(N);
 }
 
 template <typename Real>
@@ -56,7 +56,7 @@ void TransformerBlock<Real>::plan(Real* p, int64_t B, int64_t T) {
   a_.ln1_rstd = c.template take<Acc>(N);
   a_.qkv = c.take(3 * N * C);
   a_.atty = c.take(N * C);
-  a_.att = c.take(B * c_.n_head * T * T);
+  a_.att = c.take(this->k().attention_saved_numel(B, T, C, c_.n_head));
   a_.x1 = c.take(N * C);
   a_.ln2 = c.take(N * C);
   a_.ln2_mean = c.template take<Acc>(N);
@@ -155,7 +155,7 @@ void TransformerBlock<Real>::backward_path(const Real* x, const Real* dout, cons
                        a_.ln2_rstd, N, C);
   // x1 = x + proj(attention(qkv(ln_1(x)))): the same split.
   k.matmul_backward(datty, dw(kProjW), dw(kProjB), g.dx1, a_.atty, p_[kProjW], N, C, C);
-  k.attention_backward(g.dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, b.B,
+  k.attention_backward(g.dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, a_.atty, b.B,
                        b.T, C, c_.n_head);
   k.matmul_backward(dln1, dw(kQkvW), dw(kQkvB), g.dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
   k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean, a_.ln1_rstd,

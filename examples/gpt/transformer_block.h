@@ -9,7 +9,9 @@
 //   mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C], mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]
 //
 // activations kept for backward (N = B T):
-//   ln1 [N, C], ln1_mean [N], ln1_rstd [N], qkv [N, 3C], atty [N, C], att [B, NH, T, T],
+//   ln1 [N, C], ln1_mean [N], ln1_rstd [N], qkv [N, 3C], atty [N, C], att [B, NH, T, T]
+//   (what the kernel set's attention saves: attention_saved_numel, e.g. a flash
+//   attention's [B, NH, T] row statistics),
 //   x1 [N, C], ln2 [N, C], ln2_mean [N], ln2_rstd [N], fch [N, 4C], fch_gelu [N, 4C],
 //   out [N, C] (fcproj is added into out in place); under mixed precision (Real bf16) the
 //   LayerNorm statistics are fp32 (Acc), each array rounded up to 16 bytes (numel_as)

@@ -1,5 +1,6 @@
 #include "runtime/kernels/dispatch.h"
 
+#include <atomic>
 #include <type_traits>
 
 #include "runtime/error.h"
@@ -24,6 +25,10 @@ int64_t cpu_attention_scratch(int64_t /*B*/, int64_t T, int64_t /*C*/, int64_t /
   return cpu::attention_backward_scratch_size(T, cpu::num_threads());
 }
 
+int64_t full_attention_saved_numel(int64_t B, int64_t T, int64_t /*C*/, int64_t NH) {
+  return B * NH * T * T;
+}
+
 // F with a trailing stream argument that it ignores: the CPU kernels run on the calling
 // thread (and its OpenMP team) and return when done.
 template <auto F>
@@ -45,7 +50,12 @@ KernelSet<Real> make_cpu_set() {
   k.matmul_backward = &IgnoreStream<&cpu::matmul_backward<Real>>::call;
   k.attention_backward_scratch_size = &cpu_attention_scratch;
   k.attention_forward = &IgnoreStream<&cpu::attention_forward<Real>>::call;
-  k.attention_backward = &IgnoreStream<&cpu::attention_backward<Real>>::call;
+  k.attention_saved_numel = &full_attention_saved_numel;
+  k.attention_backward = [](Real* dqkv, Real* scratch, int64_t scratch_size, const Real* dout,
+                            const Real* qkv, const Real* att, const Real* /*out*/, int64_t B,
+                            int64_t T, int64_t C, int64_t NH, void*) {
+    cpu::attention_backward<Real>(dqkv, scratch, scratch_size, dout, qkv, att, B, T, C, NH);
+  };
   k.gelu_forward = &IgnoreStream<&cpu::gelu_forward<Real>>::call;
   k.gelu_backward = &IgnoreStream<&cpu::gelu_backward<Real>>::call;
   k.residual_forward = &IgnoreStream<&cpu::residual_forward<Real>>::call;
@@ -60,10 +70,21 @@ KernelSet<Real> make_cpu_set() {
   return k;
 }
 
+template <typename Real>
+std::atomic<const KernelSet<Real>*> g_cuda_override{nullptr};
+
 }  // namespace
 
 template <typename Real>
+void override_cuda_kernels(const KernelSet<Real>* set) {
+  g_cuda_override<Real>.store(set);
+}
+
+template <typename Real>
 const KernelSet<Real>& kernels_for(Device device) {
+  if (device.is_cuda()) {
+    if (const KernelSet<Real>* o = g_cuda_override<Real>.load()) return *o;
+  }
   if (device.is_cpu()) {
     if constexpr (std::is_same_v<Real, bf16>) {
       return cpu::bf16_reference_set();
@@ -91,5 +112,7 @@ const KernelSet<Real>& kernels_for(Device device) {
 template const KernelSet<float>& kernels_for<float>(Device);
 template const KernelSet<double>& kernels_for<double>(Device);
 template const KernelSet<bf16>& kernels_for<bf16>(Device);
+template void override_cuda_kernels<float>(const KernelSet<float>*);
+template void override_cuda_kernels<bf16>(const KernelSet<bf16>*);
 
 }  // namespace etr

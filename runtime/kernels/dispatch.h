@@ -51,11 +51,16 @@ struct KernelSet {
   // Elements of scratch attention_backward needs for micro-batches of B x T (C wide, NH
   // heads): the CPU's depends on T and its threads, the GPU's is one sequence's [NH, T, T].
   int64_t (*attention_backward_scratch_size)(int64_t B, int64_t T, int64_t C, int64_t NH) = nullptr;
+  // Elements of Real attention_forward saves in `att` for its backward: the probabilities
+  // [B, NH, T, T] (the CPU's, the fp32 GPU set's), or a flash attention's row statistics
+  // (the bf16 GPU set's: the log-sum-exp [B, NH, T] in f32, no T x T matrix).
+  int64_t (*attention_saved_numel)(int64_t B, int64_t T, int64_t C, int64_t NH) = nullptr;
   void (*attention_forward)(Real* out, Real* att, const Real* qkv, int64_t B, int64_t T, int64_t C,
                             int64_t NH, void* stream) = nullptr;
+  // `out`: the forward's output (a flash attention's backward reads it; the others ignore it).
   void (*attention_backward)(Real* dqkv, Real* scratch, int64_t scratch_size, const Real* dout,
-                             const Real* qkv, const Real* att, int64_t B, int64_t T, int64_t C,
-                             int64_t NH, void* stream) = nullptr;
+                             const Real* qkv, const Real* att, const Real* out, int64_t B,
+                             int64_t T, int64_t C, int64_t NH, void* stream) = nullptr;
   void (*gelu_forward)(Real* out, const Real* inp, int64_t n, void* stream) = nullptr;
   void (*gelu_backward)(Real* dinp, const Real* inp, const Real* dout, int64_t n,
                         void* stream) = nullptr;
@@ -84,6 +89,11 @@ struct KernelSet {
 template <typename Real>
 const KernelSet<Real>& kernels_for(Device device);
 
+// Profiling (etr-bench's kernel times): while `set` is not null, kernels_for<Real> on a
+// CUDA device returns it instead of the CUDA set; a stack placed meanwhile keeps it.
+template <typename Real>
+void override_cuda_kernels(const KernelSet<Real>* set);
+
 // A KernelSet bound to one stream: every call passes `stream` as the kernel's last argument.
 template <typename Real>
 class BoundKernels {
@@ -92,6 +102,9 @@ class BoundKernels {
   const char* name() const { return set_->name; }
   int64_t attention_backward_scratch_size(int64_t B, int64_t T, int64_t C, int64_t NH) const {
     return set_->attention_backward_scratch_size(B, T, C, NH);
+  }
+  int64_t attention_saved_numel(int64_t B, int64_t T, int64_t C, int64_t NH) const {
+    return set_->attention_saved_numel(B, T, C, NH);
   }
 
 #define ETR_BOUND_KERNEL(fn)                               \

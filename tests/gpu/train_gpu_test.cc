@@ -13,11 +13,12 @@
 // Mixed precision (runtime.precision = bf16, the GPU's bf16 kernel set): 5 steps follow
 // the host's bf16 reference (the CPU's bf16 set: float kernels on bf16-rounded inputs)
 // within 2e-2 relative in loss, and 100 steps stay within 2 % of the fp32 run on the host
-// (each of the last 10 losses, and the held-out loss).
+// (the median of every 10 steps, and the held-out loss).
 #include <gtest/gtest.h>
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -129,8 +130,8 @@ void save_and_resume(const std::string& saver_device, const std::string& resumer
 }
 
 TrainConfig precision(const std::string& device, const std::string& p) {
-  return config(device, {"runtime.precision=" + p, "schedule.max_steps=200", "schedule.warmup_steps=5",
-                         "optimizer.grad_clip=1.0"});
+  return config(device, {"runtime.precision=" + p, "schedule.max_steps=200", "schedule.warmup_steps=10",
+                         "optimizer.grad_clip=1.0", "optimizer.lr=2e-3", "batch.global_batch=8"});
 }
 
 TEST(TrainOnGpu, Bf16FollowsTheHostsBf16Reference) {
@@ -156,7 +157,15 @@ TEST(TrainOnGpu, Bf16LossFollowsFp32For100Steps) {
     b.push_back(gpu.train_step().loss);
     ASSERT_TRUE(std::isfinite(b.back())) << "step " << i + 1;
   }
-  for (int i = 90; i < 100; ++i) EXPECT_NEAR(b[i], a[i], 0.02 * a[i]) << "step " << i + 1;
+  // The median of every 10 steps (mixed_precision_train_test's measure on the host).
+  auto median10 = [](const std::vector<double>& v, int k) {
+    std::vector<double> w(v.begin() + 10 * k, v.begin() + 10 * k + 10);
+    std::nth_element(w.begin(), w.begin() + 5, w.end());
+    return w[5];
+  };
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_NEAR(median10(b, k), median10(a, k), 0.02 * median10(a, k)) << "steps " << 10 * k + 1 << "-" << 10 * k + 10;
+  }
   const double ea = host.evaluate(), eb = gpu.evaluate();
   EXPECT_NEAR(eb, ea, 0.02 * ea) << "held-out loss";
 }
@@ -167,7 +176,8 @@ TEST(TrainOnGpu, Bf16LossFollowsFp32For100Steps) {
 void graphs_are_bitwise(const std::string& p) {
   Trainer eager(precision("cuda", p), world(), test_log());
   Trainer graphed(config("cuda", {"runtime.precision=" + p, "schedule.max_steps=200",
-                                  "schedule.warmup_steps=5", "optimizer.grad_clip=1.0",
+                                  "schedule.warmup_steps=10", "optimizer.grad_clip=1.0",
+                                  "optimizer.lr=2e-3", "batch.global_batch=8",
                                   "runtime.cuda_graphs=true"}),
                   world(), test_log());
   for (int i = 0; i < 6; ++i) {

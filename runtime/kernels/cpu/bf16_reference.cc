@@ -95,8 +95,11 @@ void attention_forward(bf16* out, bf16* att, const bf16* qkv, int64_t B, int64_t
   narrow(att, a);
 }
 
+int64_t attention_saved(int64_t B, int64_t T, int64_t, int64_t NH) { return B * NH * T * T; }
+
 void attention_backward(bf16* dqkv, bf16*, int64_t, const bf16* dout, const bf16* qkv,
-                        const bf16* att, int64_t B, int64_t T, int64_t C, int64_t NH, void*) {
+                        const bf16* att, const bf16* /*out*/, int64_t B, int64_t T, int64_t C,
+                        int64_t NH, void*) {
   F d = widen(dqkv, B * T * 3 * C);
   F scratch = zeros(cpu::attention_backward_scratch_size(T, cpu::num_threads()));
   cpu::attention_backward<float>(ptr(d), scratch.data(), static_cast<int64_t>(scratch.size()),
@@ -180,6 +183,7 @@ KernelSet<bf16> make_set() {
   k.matmul_backward = &matmul_backward;
   k.attention_backward_scratch_size = &attention_scratch;
   k.attention_forward = &attention_forward;
+  k.attention_saved_numel = &attention_saved;
   k.attention_backward = &attention_backward;
   k.gelu_forward = &gelu_forward;
   k.gelu_backward = &gelu_backward;

@@ -77,9 +77,10 @@ KernelSet<float> make_set() {
                            int64_t C, int64_t NH, void* s) {
     attention_forward(out, att, qkv, B, T, C, NH, as_stream(s));
   };
+  k.attention_saved_numel = [](int64_t B, int64_t T, int64_t, int64_t NH) { return B * NH * T * T; };
   k.attention_backward = [](float* dqkv, float* scratch, int64_t scratch_size, const float* dout,
-                            const float* qkv, const float* att, int64_t B, int64_t T, int64_t C,
-                            int64_t NH, void* s) {
+                            const float* qkv, const float* att, const float* /*out*/, int64_t B,
+                            int64_t T, int64_t C, int64_t NH, void* s) {
     attention_backward(dqkv, scratch, scratch_size, dout, qkv, att, B, T, C, NH, as_stream(s));
   };
   k.gelu_forward = [](float* out, const float* inp, int64_t n, void* s) {

@@ -11,6 +11,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/kernels/cuda/bf16/attention_bf16.h"
 #include "runtime/kernels/cuda/bf16/encoder_bf16.h"
+#include "runtime/kernels/cuda/bf16/flash_attention.h"
 #include "runtime/kernels/cuda/bf16/layernorm_bf16.h"
 #include "runtime/kernels/cuda/bf16/matmul_bf16.h"
 #include "runtime/kernels/cuda/bf16/pointwise_bf16.h"
@@ -43,6 +44,37 @@ double sum_and_wait(const float* inp, int64_t n, void* stream) {
   return host;
 }
 
+// Attention: the flash attention (flash_attention.h) for heads of 64 or 128 unless
+// ETR_FLASH_ATTENTION=0, else the plain one (attention_bf16.h); the sizes follow the choice.
+void set_attention_kernels(KernelSet<bf16>& k) {
+  k.attention_backward_scratch_size = [](int64_t B, int64_t T, int64_t C, int64_t NH) {
+    return flash_attention_enabled(C, NH) ? flash_attention_backward_scratch_size(B, T, C, NH)
+                                          : attention_backward_scratch_size_bf16(B, T, C, NH);
+  };
+  k.attention_saved_numel = [](int64_t B, int64_t T, int64_t C, int64_t NH) {
+    return flash_attention_enabled(C, NH) ? flash_attention_saved_numel(B, T, C, NH)
+                                          : B * NH * T * T;
+  };
+  k.attention_forward = [](bf16* out, bf16* att, const bf16* qkv, int64_t B, int64_t T, int64_t C,
+                           int64_t NH, void* s) {
+    if (flash_attention_enabled(C, NH)) {
+      flash_attention_forward(out, att, qkv, B, T, C, NH, as_stream(s));
+    } else {
+      attention_forward(out, att, qkv, B, T, C, NH, as_stream(s));
+    }
+  };
+  k.attention_backward = [](bf16* dqkv, bf16* scratch, int64_t scratch_size, const bf16* dout,
+                            const bf16* qkv, const bf16* att, const bf16* out, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, void* s) {
+    if (flash_attention_enabled(C, NH)) {
+      flash_attention_backward(dqkv, scratch, scratch_size, dout, qkv, att, out, B, T, C, NH,
+                               as_stream(s));
+    } else {
+      attention_backward(dqkv, scratch, scratch_size, dout, qkv, att, B, T, C, NH, as_stream(s));
+    }
+  };
+}
+
 void set_layer_kernels(KernelSet<bf16>& k) {
   k.encoder_forward = [](bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
                          int64_t B, int64_t T, int64_t C, int64_t V, void* s) {
@@ -69,16 +101,6 @@ void set_layer_kernels(KernelSet<bf16>& k) {
                          const bf16* inp, const bf16* weight, int64_t N, int64_t C, int64_t OC,
                          void* s) {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, as_stream(s));
-  };
-  k.attention_backward_scratch_size = &attention_backward_scratch_size_bf16;
-  k.attention_forward = [](bf16* out, bf16* att, const bf16* qkv, int64_t B, int64_t T, int64_t C,
-                           int64_t NH, void* s) {
-    attention_forward(out, att, qkv, B, T, C, NH, as_stream(s));
-  };
-  k.attention_backward = [](bf16* dqkv, bf16* scratch, int64_t scratch_size, const bf16* dout,
-                            const bf16* qkv, const bf16* att, int64_t B, int64_t T, int64_t C,
-                            int64_t NH, void* s) {
-    attention_backward(dqkv, scratch, scratch_size, dout, qkv, att, B, T, C, NH, as_stream(s));
   };
   k.softmax_xent_forward = [](float* losses, const bf16* logits, const int32_t* targets, int64_t N,
                               int64_t V, int64_t Vp, void* s) {
@@ -120,6 +142,7 @@ KernelSet<bf16> make_set() {
   KernelSet<bf16> k;
   k.name = "cuda-bf16";
   set_layer_kernels(k);
+  set_attention_kernels(k);
   set_pointwise_kernels(k);
   return k;
 }
