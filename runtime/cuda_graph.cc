@@ -54,6 +54,7 @@ void CudaGraphCache::run(const Key& key, const std::function<void()>& work) {
     return;
   }
 #endif
+  (void)key;
   work();
 }
 

@@ -76,11 +76,9 @@ void TransformerBlock<Real>::forward(const Real* x, const Batch& b) {
   k.attention_forward(a_.atty, a_.att, a_.qkv, b.B, b.T, C, c_.n_head);
   // The attention projection lands in `out` for a moment, then x1 = x + it.
   k.matmul_forward(a_.out, a_.atty, p_[kProjW], p_[kProjB], N, C, C);
-  k.residual_forward(a_.x1, x, a_.out, N * C);
-  k.layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x1, p_[kLn2W], p_[kLn2B], N, C,
-                      kLayerNormEps);
-  k.matmul_forward(a_.fch, a_.ln2, p_[kFcW], p_[kFcB], N, C, 4 * C);
-  k.gelu_forward(a_.fch_gelu, a_.fch, N * 4 * C);
+  k.residual_layernorm_forward(a_.x1, a_.ln2, a_.ln2_mean, a_.ln2_rstd, x, a_.out, p_[kLn2W],
+                               p_[kLn2B], N, C, kLayerNormEps);
+  k.matmul_gelu_forward(a_.fch, a_.fch_gelu, a_.ln2, p_[kFcW], p_[kFcB], N, C, 4 * C);
   k.matmul_forward(a_.out, a_.fch_gelu, p_[kFcProjW], p_[kFcProjB], N, 4 * C, C);
   k.residual_forward(a_.out, a_.x1, a_.out, N * C);
 }

@@ -62,6 +62,17 @@ KernelSet<Real> make_cpu_set() {
   k.residual_backward = &IgnoreStream<&cpu::residual_backward<Real>>::call;
   k.softmax_xent_forward = &IgnoreStream<&cpu::softmax_xent_forward<Real>>::call;
   k.softmax_xent_forward_backward = &IgnoreStream<&cpu::softmax_xent_forward_backward<Real>>::call;
+  k.residual_layernorm_forward = [](Real* x1, Real* y, Real* mean, Real* rstd, const Real* inp1,
+                                    const Real* inp2, const Real* w, const Real* b, int64_t N,
+                                    int64_t C, double eps, void*) {
+    cpu::residual_forward<Real>(x1, inp1, inp2, N * C);
+    cpu::layernorm_forward<Real>(y, mean, rstd, x1, w, b, N, C, eps);
+  };
+  k.matmul_gelu_forward = [](Real* pre, Real* out, const Real* inp, const Real* w, const Real* b,
+                             int64_t N, int64_t C, int64_t OC, void*) {
+    cpu::matmul_forward<Real>(pre, inp, w, b, N, C, OC);
+    cpu::gelu_forward<Real>(out, pre, N * OC);
+  };
   k.fill = &IgnoreStream<&cpu::fill<Real>>::call;
   k.copy = &IgnoreStream<&cpu::copy<Real>>::call;
   k.add_inplace = &IgnoreStream<&cpu::add_inplace<Real>>::call;

@@ -68,6 +68,19 @@ struct KernelSet {
                            void* stream) = nullptr;
   void (*residual_backward)(Real* dinp1, Real* dinp2, const Real* dout, int64_t n,
                             void* stream) = nullptr;
+  // Fused forwards, each exactly its composition on the CPU (and in the fp32 GPU set):
+  //   residual_layernorm_forward: residual_forward(x1, inp1, inp2, N C) then
+  //     layernorm_forward(y, mean, rstd, x1, weight, bias, N, C, eps) (x1 may alias inp1 or
+  //     inp2; the bf16 GPU set reads the rows once);
+  //   matmul_gelu_forward: matmul_forward(pre, inp, weight, bias, N, C, OC) then
+  //     gelu_forward(out, pre, N OC) (the bf16 GPU set: one cuBLASLt product with the
+  //     GELU_AUX_BIAS epilogue, `pre` its auxiliary output).
+  void (*residual_layernorm_forward)(Real* x1, Real* y, Acc* mean, Acc* rstd, const Real* inp1,
+                                     const Real* inp2, const Real* weight, const Real* bias,
+                                     int64_t N, int64_t C, double eps, void* stream) = nullptr;
+  void (*matmul_gelu_forward)(Real* pre, Real* out, const Real* inp, const Real* weight,
+                              const Real* bias, int64_t N, int64_t C, int64_t OC,
+                              void* stream) = nullptr;
   void (*softmax_xent_forward)(Acc* losses, const Real* logits, const int32_t* targets, int64_t N,
                                int64_t V, int64_t Vp, void* stream) = nullptr;
   void (*softmax_xent_forward_backward)(Acc* losses, Real* dlogits, const Real* logits,
@@ -124,6 +137,8 @@ class BoundKernels {
   ETR_BOUND_KERNEL(gelu_backward)
   ETR_BOUND_KERNEL(residual_forward)
   ETR_BOUND_KERNEL(residual_backward)
+  ETR_BOUND_KERNEL(residual_layernorm_forward)
+  ETR_BOUND_KERNEL(matmul_gelu_forward)
   ETR_BOUND_KERNEL(softmax_xent_forward)
   ETR_BOUND_KERNEL(softmax_xent_forward_backward)
   ETR_BOUND_KERNEL(fill)

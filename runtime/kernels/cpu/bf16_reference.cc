@@ -139,6 +139,20 @@ void residual_backward(bf16* dinp1, bf16* dinp2, const bf16* dout, int64_t n, vo
   narrow(dinp2, d2);
 }
 
+// The fused forwards: their compositions (each part rounded once, as on its own).
+void residual_layernorm_forward(bf16* x1, bf16* y, float* mean, float* rstd, const bf16* inp1,
+                                const bf16* inp2, const bf16* weight, const bf16* bias, int64_t N,
+                                int64_t C, double eps, void* s) {
+  residual_forward(x1, inp1, inp2, N * C, s);
+  layernorm_forward(y, mean, rstd, x1, weight, bias, N, C, eps, s);
+}
+
+void matmul_gelu_forward(bf16* pre, bf16* out, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int64_t N, int64_t C, int64_t OC, void* s) {
+  matmul_forward(pre, inp, weight, bias, N, C, OC, s);
+  gelu_forward(out, pre, N * OC, s);
+}
+
 void softmax_xent_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
                           int64_t V, int64_t Vp, void*) {
   cpu::softmax_xent_forward<float>(losses, ptr(widen(logits, N * Vp)), targets, N, V, Vp);
@@ -189,6 +203,8 @@ KernelSet<bf16> make_set() {
   k.gelu_backward = &gelu_backward;
   k.residual_forward = &residual_forward;
   k.residual_backward = &residual_backward;
+  k.residual_layernorm_forward = &residual_layernorm_forward;
+  k.matmul_gelu_forward = &matmul_gelu_forward;
   k.softmax_xent_forward = &softmax_xent_forward;
   k.softmax_xent_forward_backward = &softmax_xent_forward_backward;
   k.fill = &fill;

@@ -95,6 +95,17 @@ KernelSet<float> make_set() {
   k.residual_backward = [](float* dinp1, float* dinp2, const float* dout, int64_t n, void* s) {
     residual_backward(dinp1, dinp2, dout, n, as_stream(s));
   };
+  k.residual_layernorm_forward = [](float* x1, float* y, float* mean, float* rstd,
+                                    const float* inp1, const float* inp2, const float* w,
+                                    const float* b, int64_t N, int64_t C, double eps, void* s) {
+    residual_forward(x1, inp1, inp2, N * C, as_stream(s));
+    layernorm_forward(y, mean, rstd, x1, w, b, N, C, eps, as_stream(s));
+  };
+  k.matmul_gelu_forward = [](float* pre, float* out, const float* inp, const float* w,
+                             const float* b, int64_t N, int64_t C, int64_t OC, void* s) {
+    matmul_forward(pre, inp, w, b, N, C, OC, as_stream(s));
+    gelu_forward(out, pre, N * OC, as_stream(s));
+  };
   k.softmax_xent_forward = [](float* losses, const float* logits, const int32_t* targets, int64_t N,
                               int64_t V, int64_t Vp, void* s) {
     softmax_xent_forward(losses, logits, targets, N, V, Vp, as_stream(s));

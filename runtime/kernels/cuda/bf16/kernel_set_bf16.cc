@@ -12,6 +12,7 @@
 #include "runtime/kernels/cuda/bf16/attention_bf16.h"
 #include "runtime/kernels/cuda/bf16/encoder_bf16.h"
 #include "runtime/kernels/cuda/bf16/flash_attention.h"
+#include "runtime/kernels/cuda/bf16/fused_bf16.h"
 #include "runtime/kernels/cuda/bf16/layernorm_bf16.h"
 #include "runtime/kernels/cuda/bf16/matmul_bf16.h"
 #include "runtime/kernels/cuda/bf16/pointwise_bf16.h"
@@ -101,6 +102,15 @@ void set_layer_kernels(KernelSet<bf16>& k) {
                          const bf16* inp, const bf16* weight, int64_t N, int64_t C, int64_t OC,
                          void* s) {
     matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, as_stream(s));
+  };
+  k.residual_layernorm_forward = [](bf16* x1, bf16* y, float* mean, float* rstd, const bf16* inp1,
+                                    const bf16* inp2, const bf16* w, const bf16* b, int64_t N,
+                                    int64_t C, double eps, void* s) {
+    residual_layernorm_forward(x1, y, mean, rstd, inp1, inp2, w, b, N, C, eps, as_stream(s));
+  };
+  k.matmul_gelu_forward = [](bf16* pre, bf16* out, const bf16* inp, const bf16* w, const bf16* b,
+                             int64_t N, int64_t C, int64_t OC, void* s) {
+    matmul_gelu_forward(pre, out, inp, w, b, N, C, OC, as_stream(s));
   };
   k.softmax_xent_forward = [](float* losses, const bf16* logits, const int32_t* targets, int64_t N,
                               int64_t V, int64_t Vp, void* s) {
