@@ -257,11 +257,14 @@ void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, boo
       stack.backward(batch, hooks_);
     };
     // Captured only where backward's hooks do nothing on the host (no reducer: one rank).
+    // The activations go back to the allocator after every step and usually come back at
+    // the same addresses: a graph stays valid as long as they do and the plan that laid
+    // them out (micro_batch_, T, recompute_) is the same, so all of that is in its key.
     if (!graphs_ || engine_->reducer() != nullptr) return work();
     auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
     graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
                   id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
-                  recompute_ ? 1 : 0},
+                  recompute_ ? 1 : 0, micro_batch_},
                  work);
   });
 }

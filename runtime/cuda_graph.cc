@@ -40,9 +40,11 @@ cudaGraphExec_t capture(void* stream, const std::function<void()>& work) {
 void CudaGraphCache::run(const Key& key, const std::function<void()>& work) {
 #ifdef ETR_HAVE_CUDA
   if (device_.is_cuda()) {
+    if (entries_.size() >= kMaxGraphs && entries_.find(key) == entries_.end()) clear();
     Entry& e = entries_[key];
-    if (e.exec == nullptr && e.seen++ == 0) {
-      work();  // eagerly, the first time
+    if (e.exec == nullptr && e.seen == 0) {
+      work();  // eagerly, the first time (counted once it finished: its lazy allocations made)
+      e.seen = 1;
       return;
     }
     if (e.exec == nullptr) {

@@ -14,7 +14,8 @@
 // work's launches depend on: every pointer and size it passes that may change (the
 // token slot, the micro-batch's size, the activations' plan: LayerStack::plan may move
 // them); the caller's host-side effects inside `work` (hooks) run at the capture only.
-// clear() forgets every graph (after a re-plan). On the host, and in a build without
+// clear() forgets every graph; more than kMaxGraphs keys (buffers that keep moving) clear
+// the cache too. On the host, and in a build without
 // CUDA, run() always calls `work` (there is nothing to capture).
 #pragma once
 
@@ -30,6 +31,7 @@ namespace etr {
 class CudaGraphCache {
  public:
   using Key = std::vector<int64_t>;
+  static constexpr size_t kMaxGraphs = 16;
   CudaGraphCache(Device device, void* stream) : device_(device), stream_(stream) {}
   ~CudaGraphCache() { clear(); }
   CudaGraphCache(const CudaGraphCache&) = delete;

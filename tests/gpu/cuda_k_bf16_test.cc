@@ -283,6 +283,90 @@ TEST(CudaBf16Determinism, ParameterGradientsRepeatBitwise) {
   }
 }
 
+// ---- column sums: matmul dbias, layernorm dweight and dbias ----
+// These sum over rows in two stages: chunks of >= 256 rows (at most 64 chunks) summed by
+// separate blocks, the partials then added in chunk order. N 1 and 37 take one chunk
+// (most row lanes empty or short); N 1001 three, the last a row shorter; N 8192 (GPT-2
+// 124M's B 8 x T 1024) 32, at GPT-2's widths (C 768, OC 3072). The odd widths (76, 45)
+// take the scalar loads and a partly filled last column tile. Every sum is compared with
+// the reference and repeated from the same starting values for the same bits.
+
+struct ColumnSumShape {
+  int64_t N, C, OC;
+};
+
+class CudaBf16ColumnSums : public ::testing::TestWithParam<ColumnSumShape> {};
+
+TEST_P(CudaBf16ColumnSums, MatmulDbiasMatchesReferenceAndRepeatsBitwise) {
+  ETR_REQUIRE_GPU();
+  const ColumnSumShape shape = GetParam();
+  const int64_t N = shape.N, C = shape.C, OC = shape.OC;
+  const std::vector<bf16> inp = random_bf16(N * C, 100), w = random_bf16(OC * C, 101);
+  const std::vector<bf16> dout = random_bf16(N * OC, 102);
+  const std::vector<float> db0 = random_floats(OC, 103);
+  DeviceArray<bf16> d_inp(inp), d_w(w), d_dout(dout);
+  std::vector<float> db = db0;
+  ref().matmul_backward(nullptr, nullptr, db.data(), dout.data(), inp.data(), w.data(), N, C, OC,
+                        nullptr);
+  auto run = [&] {
+    DeviceArray<float> d_db(db0);
+    gpu().matmul_backward(nullptr, nullptr, d_db.data(), d_dout.data(), d_inp.data(), d_w.data(), N,
+                          C, OC, s());
+    return d_db.download();
+  };
+  const std::vector<float> first = run(), second = run();
+  const std::string at = "N " + std::to_string(N) + ", OC " + std::to_string(OC);
+  expect_close(first, db, kTol, "matmul dbias, " + at);
+  testing::expect_same_bits(second, first, "matmul dbias rerun, " + at);
+}
+
+TEST_P(CudaBf16ColumnSums, LayernormDweightDbiasMatchReferenceAndRepeatBitwise) {
+  ETR_REQUIRE_GPU();
+  const ColumnSumShape shape = GetParam();
+  const int64_t N = shape.N, C = shape.C;
+  std::vector<bf16> inp = random_bf16(N * C, 110, 2.0f);
+  for (int64_t i = 0; i < N * C; ++i) inp[i] = bf16(static_cast<float>(inp[i]) + 0.5f);
+  const std::vector<bf16> w = random_bf16(C, 111), b = random_bf16(C, 112);
+  const std::vector<bf16> dout = random_bf16(N * C, 113), dinp0 = random_bf16(N * C, 114);
+  const std::vector<float> dw0 = random_floats(C, 115), db0 = random_floats(C, 116);
+  // The reference's statistics, uploaded: both backwards see the same mean and rstd.
+  std::vector<bf16> out(static_cast<size_t>(N * C));
+  std::vector<float> mean = zeros(N), rstd = zeros(N);
+  ref().layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
+                          C, 1e-5, nullptr);
+  std::vector<bf16> dinp = dinp0;
+  std::vector<float> dw = dw0, db = db0;
+  ref().layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                           mean.data(), rstd.data(), N, C, nullptr);
+  DeviceArray<bf16> d_inp(inp), d_w(w), d_dout(dout);
+  DeviceArray<float> d_mean(mean), d_rstd(rstd);
+  auto run = [&] {
+    DeviceArray<bf16> d_dinp(dinp0);
+    DeviceArray<float> d_dw(dw0), d_db(db0);
+    gpu().layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(), d_inp.data(),
+                             d_w.data(), d_mean.data(), d_rstd.data(), N, C, s());
+    return std::vector<std::vector<float>>{d_dw.download(), d_db.download(),
+                                           widen(d_dinp.download())};
+  };
+  const auto first = run(), second = run();
+  const std::string at = "N " + std::to_string(N) + ", C " + std::to_string(C);
+  expect_close(first[0], dw, kTol, "layernorm dweight, " + at);
+  expect_close(first[1], db, kTol, "layernorm dbias, " + at);
+  expect_close(first[2], widen(dinp), kTol, "layernorm dinp, " + at);
+  const char* names[] = {"dweight", "dbias", "dinp"};
+  for (size_t i = 0; i < first.size(); ++i) {
+    testing::expect_same_bits(second[i], first[i],
+                              std::string("layernorm ") + names[i] + " rerun, " + at);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBf16ColumnSums,
+                         ::testing::Values(ColumnSumShape{1, 768, 3072},
+                                           ColumnSumShape{37, 768, 3072},
+                                           ColumnSumShape{1001, 76, 45},
+                                           ColumnSumShape{8192, 768, 3072},
+                                           ColumnSumShape{8192, 768, 768}));
+
 // ---- encoder ----
 
 struct EncoderShape {

@@ -11,9 +11,11 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -473,10 +475,25 @@ int64_t stats_numel(int64_t B, int64_t T, int64_t NH) {
   return (2 * B * NH * T + 7) / 8 * 8;  // fp32 [B, NH, T] as bf16 elements, to 16 bytes
 }
 
-template <typename Kernel>
-void prepare(Kernel kernel, size_t smem) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(smem)));
+constexpr int kMaxDevices = 64;  // devices with a remembered opt-in; others opt in every launch
+
+// Opts Kernel in to Smem bytes of dynamic shared memory on the current device, once per
+// (kernel, device): the attribute belongs to the function on that device and stays set.
+// A device's flag is set only after the call succeeded; the mutex keeps two threads from
+// both calling (harmless, but needless).
+template <auto Kernel, size_t Smem>
+void prepare() {
+  static std::atomic<bool> done[kMaxDevices];  // value-initialised: false
+  static std::mutex mu;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const bool tracked = device >= 0 && device < kMaxDevices;
+  if (tracked && done[device].load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(mu);
+  if (tracked && done[device].load(std::memory_order_relaxed)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Smem)));
+  if (tracked) done[device].store(true, std::memory_order_release);
 }
 
 template <int HS>
@@ -484,7 +501,7 @@ void launch_forward(Bf* out, float* lse, const Bf* qkv, int64_t B, int64_t T, in
                     float scale, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((T + kBlock - 1) / kBlock), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
-  prepare(flash_forward_kernel<HS>, Layout<HS>::kForward);
+  prepare<flash_forward_kernel<HS>, Layout<HS>::kForward>();
   flash_forward_kernel<HS><<<grid, kThreads, Layout<HS>::kForward, stream>>>(
       out, lse, qkv, static_cast<int>(T), static_cast<int>(NH), C, scale);
   CUDA_CHECK(cudaGetLastError());
@@ -503,11 +520,11 @@ void launch_backward(Bf* dqkv, float* dsum, const Bf* dout, const Bf* qkv, const
   const dim3 grid(static_cast<unsigned>((T + kBlock - 1) / kBlock), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   constexpr size_t smem = Layout<HS>::kBackward;
-  prepare(flash_backward_dkdv_kernel<HS>, smem);
+  prepare<flash_backward_dkdv_kernel<HS>, smem>();
   flash_backward_dkdv_kernel<HS><<<grid, kThreads, smem, stream>>>(
       dqkv, dout, qkv, lse, dsum, static_cast<int>(T), static_cast<int>(NH), C, scale);
   CUDA_CHECK(cudaGetLastError());
-  prepare(flash_backward_dq_kernel<HS>, smem);
+  prepare<flash_backward_dq_kernel<HS>, smem>();
   flash_backward_dq_kernel<HS><<<grid, kThreads, smem, stream>>>(
       dqkv, dout, qkv, lse, dsum, static_cast<int>(T), static_cast<int>(NH), C, scale);
   CUDA_CHECK(cudaGetLastError());

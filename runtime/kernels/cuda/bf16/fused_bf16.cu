@@ -11,8 +11,8 @@
 //
 // The matmul is issued as in matmul_bf16.cu (column-major, operands swapped):
 //   out^T [OC, N] = gelu(op_T(weight^T as stored [C, OC]) . inp^T [C, N] + bias)
-// with pre^T [OC, N] (leading dimension OC) as the epilogue's AUX matrix. The cuBLASLt
-// descriptor plumbing is a minimal copy of matmul_bf16.cu's (file-static there).
+// with pre^T [OC, N] (leading dimension OC) as the epilogue's AUX matrix, through
+// cublaslt.h's cublaslt_matmul (the plan cached by shape, alignments and epilogue).
 #include <algorithm>
 #include <climits>
 #include <string>
@@ -121,86 +121,23 @@ void check_matmul_sizes(int64_t N, int64_t C, int64_t OC) {
   }
 }
 
-// The largest power of two dividing the address, at most 256 (as matmul_bf16.cu).
-uint32_t alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align /= 2;
-  return align;
-}
-
-// Destroys the descriptors of one call, also when a check throws.
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (d) (void)cublasLtMatrixLayoutDestroy(d);
-    if (b) (void)cublasLtMatrixLayoutDestroy(b);
-    if (a) (void)cublasLtMatrixLayoutDestroy(a);
-    if (op) (void)cublasLtMatmulDescDestroy(op);
-  }
-};
-
-// A bf16 column-major matrix: rows, columns, leading dimension.
-cublasLtMatrixLayout_t bf16_layout(int64_t rows, int64_t cols, int64_t ld) {
-  cublasLtMatrixLayout_t l = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, static_cast<uint64_t>(rows),
-                                          static_cast<uint64_t>(cols), ld));
-  return l;
-}
-
-template <typename T>
-void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, T v) {
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
-}
-
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, T v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)));
-}
-
 // out^T = gelu(weight . inp^T + bias), pre^T = the GELU's input, one cublasLtMatmul.
 // False, with nothing enqueued, when cuBLASLt's heuristic offers no algorithm.
-bool lt_matmul_gelu(cudaStream_t stream, __nv_bfloat16* pre, __nv_bfloat16* out,
-                    const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                    const __nv_bfloat16* bias, int64_t N, int64_t C, int64_t OC) {
-  LtCall call;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
+bool lt_matmul_gelu(cudaStream_t stream, bf16* pre, bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, int64_t N, int64_t C, int64_t OC) {
+  LtProduct p;
+  p.trans_a = true;  // weight^T as stored [C, OC], transposed
+  p.a = {CUDA_R_16BF, C, OC, C};
+  p.b = {CUDA_R_16BF, C, N, C};    // inp^T
+  p.d = {CUDA_R_16BF, OC, N, OC};  // out^T (also C, with beta 0)
+  p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  p.bias = bias;
+  p.bias_type = CUDA_R_16BF;
   // AUX (pre^T) has D's type (bf16, the default) and D's shape [OC, N]; its leading
   // dimension must be a multiple of 8 and at least D's rows (the caller checks OC % 8).
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(pre));
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(OC));
-  call.a = bf16_layout(C, OC, C);   // weight^T as stored, transposed by TRANSA
-  call.b = bf16_layout(C, N, C);    // inp^T
-  call.d = bf16_layout(OC, N, OC);  // out^T (also C, with beta 0)
-  const LtWorkspace ws = cublaslt_workspace(stream);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ws.bytes));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(weight));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(inp));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(out));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(out));
-  cublasLtHandle_t handle = cublaslt_handle();
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  // NOT_SUPPORTED (an epilogue, type or layout combination it lacks) falls back as
-  // found == 0 does.
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, call.op, call.a, call.b, call.d, call.d, call.pref, 1, &heuristic, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  CUBLAS_CHECK(status);
-  if (found == 0) return false;
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle, call.op, &alpha, weight, call.a, inp, call.b, &beta, out,
-                              call.d, out, call.d, &heuristic.algo, ws.ptr, ws.bytes, stream));
-  return true;
+  p.aux = pre;
+  p.aux_ld = OC;
+  return cublaslt_matmul(stream, p, weight, inp, out);
 }
 
 // True when [a, a + n) and [b, b + n) share an element.
@@ -252,10 +189,7 @@ void matmul_gelu_forward(bf16* pre, bf16* out, const bf16* inp, const bf16* weig
   if (N == 0 || OC == 0) return;
   const bool epilogue = bias != nullptr && C > 0 && OC % 8 == 0 && detail::aligned16({bias, pre}) &&
                         !overlap(pre, out, N * OC);
-  if (epilogue &&
-      lt_matmul_gelu(stream, nv(pre), nv(out), nv(inp), nv(weight), nv(bias), N, C, OC)) {
-    return;
-  }
+  if (epilogue && lt_matmul_gelu(stream, pre, out, inp, weight, bias, N, C, OC)) return;
   matmul_forward(pre, inp, weight, bias, N, C, OC, stream);
   gelu_forward(out, pre, N * OC, stream);
 }

@@ -17,9 +17,13 @@
 // Forward and dinp: one warp a row; 16-byte loads (8 values a lane) when C % 8 == 0 and
 // every row pointer is 16-byte aligned, else scalar loads; row sums are lane partials
 // combined by a warp butterfly; the variance in two passes (no cancellation). dweight and
-// dbias: the fp32 set's scheme, without atomics or scratch: a block owns 32 columns, 32
-// row-strided fp64 partials a column, added in order, the total rounded to fp32 and added
-// once. Every order is fixed by the sizes: two runs give the same bits.
+// dbias: a two-stage column sum without atomics: the rows split into S chunks of >= 256
+// (S <= 64; 1 for N < 512), a block a (64-column tile, chunk) summing dout xhat and dout
+// over its rows in fp32 in a fixed order (16-byte loads when C % 8 == 0 and dout, inp
+// are aligned), the [S, 2, C] fp32 partials kept in the stream's cuBLASLt workspace
+// (cublaslt.h; allocated on the stream's first use) and added per column in chunk order,
+// the total added into dweight and dbias once (S == 1: the block adds its own totals).
+// Every order is fixed by the sizes: two runs give the same bits.
 //
 // Device pointers; enqueued on `stream`, returns at once; N == 0 enqueues nothing. N < 0,
 // C < 1 or eps <= 0 throw etr::InvalidArgument.

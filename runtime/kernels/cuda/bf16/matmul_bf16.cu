@@ -23,8 +23,6 @@ namespace {
 
 using detail::nv;
 
-constexpr int kBiasCols = 32;   // dbias: columns a block
-constexpr int kBiasLanes = 32;  // dbias: row-strided partial sums a column
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 8192;
 
@@ -48,118 +46,162 @@ __global__ void broadcast_bias_kernel(__nv_bfloat16* __restrict__ out,
   }
 }
 
-// dbias [OC] += column sums of dout [N, OC]; block (kBiasCols, kBiasLanes): lane y sums
-// rows y, y + kBiasLanes, ... in order, then thread (x, 0) adds the lanes in lane order.
-__global__ void column_sum_kernel(float* __restrict__ dbias, const __nv_bfloat16* __restrict__ dout,
-                                  int64_t N, int64_t OC) {
-  __shared__ float partial[kBiasLanes][kBiasCols];
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kBiasCols + threadIdx.x;
-  float sum = 0.0f;
-  if (col < OC) {
-    for (int64_t row = threadIdx.y; row < N; row += kBiasLanes) {
-      sum += detail::to_f32(dout[row * OC + col]);
+// ---- dbias [OC] += column sums of dout [N, OC]: two launches, no atomics ----
+//
+// Stage 1, grid (ceil(OC / 64) column tiles, S row chunks): the block of tile t and chunk
+// s sums rows [s R, min(N, (s + 1) R)), R = ceil(N / S), of columns [64 t, 64 t + 64).
+// Thread (group g = x % 8, lane l = x / 8) owns columns [64 t + 8 g, + 8) and sums rows
+// first + l, first + l + 32, ... in that order (fp32), one 16-byte load a row when OC % 8
+// == 0 and dout is 16-byte aligned, else 8 scalar loads; a warp reads 4 rows x 128
+// contiguous bytes a step. The 32 lanes' sums go through shared memory and are added in
+// lane order. With S == 1 the block adds its total into dbias; else it stores it as
+// partials[s, col] (fp32 [S, OC] in the stream's cuBLASLt workspace), and stage 2, one
+// thread a column, adds the S partials in chunk order and that total into dbias once.
+// The order depends only on N and OC: vector and scalar loads give the same bits.
+
+constexpr int kSumThreads = 256;
+constexpr int kSumGroups = 8;                        // 8-column groups a tile
+constexpr int kSumCols = kSumGroups * detail::kVec;  // 64 columns a tile
+constexpr int kSumLanes = kSumThreads / kSumGroups;  // 32 row lanes
+constexpr int kSumUnroll = 4;                        // rows a lane loads at once
+constexpr int64_t kMinChunkRows = 256;
+constexpr int64_t kMaxChunks = 64;
+
+// Values [col0, col0 + 8) of a row, zeros past `cols`.
+template <bool Vec>
+__device__ inline void load_cols(const __nv_bfloat16* row, int64_t col0, int64_t cols,
+                                 float (&f)[detail::kVec]) {
+  if constexpr (Vec) {
+    detail::load8(row + col0, f);  // cols % 8 == 0: the whole group is in range
+  } else {
+#pragma unroll
+    for (int k = 0; k < detail::kVec; ++k) {
+      f[k] = col0 + k < cols ? detail::to_f32(row[col0 + k]) : 0.0f;
     }
   }
-  partial[threadIdx.y][threadIdx.x] = sum;
+}
+
+template <bool Vec>
+__global__ void __launch_bounds__(kSumThreads)
+    column_sum_chunk_kernel(float* __restrict__ dbias, float* __restrict__ partials,
+                            const __nv_bfloat16* __restrict__ dout, int64_t N, int64_t OC,
+                            int64_t chunk_rows) {
+  __shared__ __align__(16) float lanes[kSumLanes][kSumCols];
+  const int group = static_cast<int>(threadIdx.x) % kSumGroups;
+  const int lane = static_cast<int>(threadIdx.x) / kSumGroups;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kSumCols;
+  const int64_t col0 = tile0 + group * detail::kVec;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t end = first + chunk_rows < N ? first + chunk_rows : N;
+  float sum[detail::kVec] = {};
+  if (col0 < OC) {
+    int64_t n = first + lane;
+    for (; n + (kSumUnroll - 1) * kSumLanes < end; n += kSumUnroll * kSumLanes) {
+      float v[kSumUnroll][detail::kVec];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u)
+        load_cols<Vec>(dout + (n + u * kSumLanes) * OC, col0, OC, v[u]);
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+#pragma unroll
+        for (int k = 0; k < detail::kVec; ++k) sum[k] += v[u][k];
+      }
+    }
+    for (; n < end; n += kSumLanes) {
+      float v[detail::kVec];
+      load_cols<Vec>(dout + n * OC, col0, OC, v);
+#pragma unroll
+      for (int k = 0; k < detail::kVec; ++k) sum[k] += v[k];
+    }
+  }
+  float4* mine = reinterpret_cast<float4*>(&lanes[lane][group * detail::kVec]);
+  mine[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
+  mine[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
   __syncthreads();
-  if (threadIdx.y == 0 && col < OC) {
-    float total = partial[0][threadIdx.x];
-    for (int lane = 1; lane < kBiasLanes; ++lane) total += partial[lane][threadIdx.x];
-    dbias[col] += total;
+  const int64_t col = tile0 + threadIdx.x;
+  if (threadIdx.x < kSumCols && col < OC) {
+    float total = lanes[0][threadIdx.x];
+    for (int l = 1; l < kSumLanes; ++l) total += lanes[l][threadIdx.x];
+    if (gridDim.y == 1) {
+      dbias[col] += total;
+    } else {
+      partials[blockIdx.y * OC + col] = total;
+    }
   }
 }
 
-// The largest power of two dividing the address, at most 256 (cuBLASLt's default
-// assumption, which a pointer into a flat buffer need not meet).
-uint32_t alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align /= 2;
-  return align;
+// dbias[c] += partials[0, c] + partials[1, c] + ... (chunk order), one thread a column.
+__global__ void add_partials_kernel(float* __restrict__ dbias, const float* __restrict__ partials,
+                                    int chunks, int64_t OC) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < OC;
+       c += stride) {
+    float total = partials[c];
+    for (int s = 1; s < chunks; ++s) total += partials[s * OC + c];
+    dbias[c] += total;
+  }
 }
 
-// A matrix as stored (column-major): its element type, rows, columns, leading dimension.
+// Row chunks for N rows: >= kMinChunkRows rows each, at most kMaxChunks, and no more than
+// the workspace holds partials [chunks, OC] fp32 for.
+int64_t row_chunks(int64_t N, int64_t OC) {
+  const int64_t want = std::clamp<int64_t>(N / kMinChunkRows, 1, kMaxChunks);
+  const int64_t fit =
+      static_cast<int64_t>(kLtWorkspaceBytes / sizeof(float)) / std::max<int64_t>(OC, 1);
+  return std::max<int64_t>(1, std::min(want, fit));
+}
+
+void column_sums(float* dbias, const __nv_bfloat16* dout, int64_t N, int64_t OC,
+                 cudaStream_t stream) {
+  const int64_t chunks = row_chunks(N, OC);
+  const int64_t chunk_rows = (N + chunks - 1) / chunks;
+  float* partials = nullptr;
+  if (chunks > 1) {
+    const LtWorkspace ws = cublaslt_workspace(stream);
+    if (static_cast<size_t>(chunks * OC) * sizeof(float) > ws.bytes) {
+      throw InvalidArgument("matmul_backward (bf16): dbias partials exceed the workspace");
+    }
+    partials = static_cast<float*>(ws.ptr);
+  }
+  const dim3 grid(static_cast<unsigned>((OC + kSumCols - 1) / kSumCols),
+                  static_cast<unsigned>(chunks));
+  if (OC % detail::kVec == 0 && detail::aligned16({dout})) {
+    column_sum_chunk_kernel<true>
+        <<<grid, kSumThreads, 0, stream>>>(dbias, partials, dout, N, OC, chunk_rows);
+  } else {
+    column_sum_chunk_kernel<false>
+        <<<grid, kSumThreads, 0, stream>>>(dbias, partials, dout, N, OC, chunk_rows);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  if (chunks > 1) {
+    const int blocks =
+        static_cast<int>(std::min<int64_t>((OC + kThreads - 1) / kThreads, kMaxBlocks));
+    add_partials_kernel<<<blocks, kThreads, 0, stream>>>(dbias, partials, static_cast<int>(chunks),
+                                                         OC);
+    CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+// A matrix as stored (column-major) and where it is.
 struct Operand {
   const void* ptr;
   cudaDataType_t type;
   int64_t rows, cols, ld;
+  LtMatrix matrix() const { return {type, rows, cols, ld}; }
 };
-
-// Destroys the descriptors of one call, also when a check throws.
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtCall() {
-    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (d) (void)cublasLtMatrixLayoutDestroy(d);
-    if (b) (void)cublasLtMatrixLayoutDestroy(b);
-    if (a) (void)cublasLtMatrixLayoutDestroy(a);
-    if (op) (void)cublasLtMatmulDescDestroy(op);
-  }
-};
-
-cublasLtMatrixLayout_t layout(const Operand& x) {
-  cublasLtMatrixLayout_t l = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, x.type, static_cast<uint64_t>(x.rows),
-                                          static_cast<uint64_t>(x.cols), x.ld));
-  return l;
-}
-
-template <typename T>
-void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, T v) {
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
-}
-
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, T v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)));
-}
-
-// D = op(A) . op(B) + beta D (+ bias per row of D), fp32 compute; D is C (in place).
-// False, with nothing enqueued, when cuBLASLt's heuristic offers no algorithm.
-bool lt_matmul(cudaStream_t stream, bool trans_a, bool trans_b, const Operand& A, const Operand& B,
-               const Operand& D, float beta, const __nv_bfloat16* bias) {
-  LtCall call;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-  set_desc(call.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  if (bias != nullptr) {
-    set_desc(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
-    set_desc(call.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF));
-  }
-  call.a = layout(A);
-  call.b = layout(B);
-  call.d = layout(D);
-  const LtWorkspace ws = cublaslt_workspace(stream);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(ws.bytes));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(A.ptr));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(B.ptr));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(D.ptr));
-  set_pref(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(D.ptr));
-  cublasLtHandle_t handle = cublaslt_handle();
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  // NOT_SUPPORTED (a type combination or layout it lacks) falls back as found == 0 does.
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, call.op, call.a, call.b, call.d, call.d, call.pref, 1, &heuristic, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  CUBLAS_CHECK(status);
-  if (found == 0) return false;
-  const float alpha = 1.0f;
-  void* d = const_cast<void*>(D.ptr);
-  CUBLAS_CHECK(cublasLtMatmul(handle, call.op, &alpha, A.ptr, call.a, B.ptr, call.b, &beta, d,
-                              call.d, d, call.d, &heuristic.algo, ws.ptr, ws.bytes, stream));
-  return true;
-}
 
 // The product without epilogue: cuBLASLt, or cublasGemmEx (the same types, fp32 compute)
 // for a shape or alignment cuBLASLt's heuristic has no algorithm for.
 void product(cudaStream_t stream, bool trans_a, bool trans_b, const Operand& A, const Operand& B,
              const Operand& D, float beta) {
-  if (lt_matmul(stream, trans_a, trans_b, A, B, D, beta, nullptr)) return;
+  LtProduct p;
+  p.trans_a = trans_a;
+  p.trans_b = trans_b;
+  p.a = A.matrix();
+  p.b = B.matrix();
+  p.d = D.matrix();
+  p.beta = beta;
+  if (cublaslt_matmul(stream, p, A.ptr, B.ptr, const_cast<void*>(D.ptr))) return;
   const float alpha = 1.0f;
   const int64_t k = trans_a ? A.rows : A.cols;
   CUBLAS_CHECK(cublasGemmEx(cublas_handle(stream), trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -179,9 +221,15 @@ void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* 
   const Operand w_op{weight, CUDA_R_16BF, C, OC, C}, inp_op{inp, CUDA_R_16BF, C, N, C};
   const Operand out_op{out, CUDA_R_16BF, OC, N, OC};
   // The BIAS epilogue when the bias is 16-byte aligned and cuBLASLt has an algorithm for it.
-  if (bias != nullptr && C > 0 && detail::aligned16({bias}) &&
-      lt_matmul(stream, true, false, w_op, inp_op, out_op, 0.0f, nv(bias))) {
-    return;
+  if (bias != nullptr && C > 0 && detail::aligned16({bias})) {
+    LtProduct p;
+    p.trans_a = true;
+    p.a = w_op.matrix();
+    p.b = inp_op.matrix();
+    p.d = out_op.matrix();
+    p.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    p.bias = bias;
+    if (cublaslt_matmul(stream, p, weight, inp, out)) return;
   }
   if (bias != nullptr) {  // else the bias broadcast into out, the product added (beta 1)
     const int blocks = static_cast<int>(std::min<int64_t>(N, kMaxBlocks));
@@ -211,10 +259,7 @@ void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
             {dweight, CUDA_R_32F, C, OC, C}, 1.0f);
   }
   if (dbias != nullptr && OC > 0) {
-    const dim3 block(kBiasCols, kBiasLanes);
-    const unsigned grid = static_cast<unsigned>((OC + kBiasCols - 1) / kBiasCols);
-    column_sum_kernel<<<grid, block, 0, stream>>>(dbias, nv(dout), N, OC);
-    CUDA_CHECK(cudaGetLastError());
+    column_sums(dbias, nv(dout), N, OC, stream);
   }
 }
 

@@ -20,12 +20,17 @@
 // offers no algorithm (odd leading dimensions, unaligned pointers), the product falls
 // back to cublasGemmEx with the same types and fp32 compute (cublas.h's handle). Accumulated
 // outputs use beta = 1 (one rounding of old + product for bf16 dinp). The workspace is cublaslt.h's
-// (32 MiB a stream). dbias is our own column sum (no atomics): 32 row-strided fp32
-// partials a column, added in lane order.
+// (32 MiB a stream); the product's plan (descriptors, algorithm) is cached there by shape,
+// types and alignments. dbias is our own column sum in two launches (no atomics): the rows
+// split into S chunks of >= 256 (S <= 64, 1 for N < 512), a block a (64-column tile,
+// chunk) summing its rows in fp32 in a fixed order, the [S, OC] fp32 partials kept in the
+// stream's cuBLASLt workspace, then added per column in chunk order and into dbias once
+// (S == 1: the one block a tile adds into dbias itself). See matmul_bf16.cu.
 //
-// Determinism: the column sums have a fixed order; cuBLASLt's algorithm is its heuristic's
-// first choice for the shapes, types and pointer alignments (the call's), and is bitwise
-// reproducible on one GPU model and library version. The three gradients are independent
+// Determinism: the column sums' order depends only on N and OC; cuBLASLt's algorithm is
+// its heuristic's first choice for the shapes, types and pointer alignments (the call's,
+// chosen once a key per process), and is bitwise reproducible on one GPU model and
+// library version. The three gradients are independent
 // launches: leaving any out (nullptr) does not change the others. Enqueued on `stream`;
 // returns at once. Sizes must fit 32 bits (checked, etr::InvalidArgument); sizes of 0
 // behave as in the fp32 set (C == 0: out = bias or 0, and dbias still sums dout).
