@@ -57,7 +57,8 @@ void TrainSession::setup_device(const Group& group) {
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
               format_bytes(static_cast<double>(device_budget_)),
               sharing_ > 1 ? " (the GPU's share of " + std::to_string(sharing_) + " ranks)" : "",
-              " (the allocator's: that less cuBLAS's 32 MiB workspace)");
+              rt.precision() == "fp32" ? " (the allocator's: that less cuBLAS's 32 MiB workspace)"
+                                        : " (the allocator's: that less cuBLAS's and cuBLASLt's 32 MiB workspaces)");
   }
   loss_copy_ = PinnedBuffer(d, sizeof(double));
 }
@@ -65,12 +66,14 @@ void TrainSession::setup_device(const Group& group) {
 // The device's budget: ETR_CUDA_MEMORY_BUDGET when set (read again at every step
 // boundary), else the device's free memory when the session began, either divided among
 // the ranks of the node that share the GPU; at most `cut` (the
-// test's, ETR_TEST_BUDGET_CUT). The allocator gets it less cuBLAS's workspace, which the
-// handle holds outside it (NVIDIA's figure for Hopper, cublasSetWorkspace's
+// test's, ETR_TEST_BUDGET_CUT). The allocator gets it less cuBLAS's workspace (and the bf16
+// set's cuBLASLt one), which the handles hold outside it (NVIDIA's figure for Hopper, cublasSetWorkspace's
 // documentation), so that the memory model, which plans what the allocator holds, fits
 // the device.
 void TrainSession::read_device_budget(size_t cut) {
-  constexpr size_t kOutside = size_t{32} << 20;
+  // cuBLAS's workspace, and under bf16 (or auto, which is bf16 on a GPU) the bf16 set's
+  // cuBLASLt workspace of the same size (runtime/kernels/cuda/bf16/cublaslt.h).
+  const size_t kOutside = (size_t{32} << 20) * (config_.runtime().precision() == "fp32" ? 1 : 2);
   size_t bytes = device_budget_;
   const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET");
   if (const auto set = budget_setting(v ? v : "", "ETR_CUDA_MEMORY_BUDGET")) {

@@ -406,7 +406,9 @@ std::vector<std::string> TrainSession::memory_plan() const {
     lines.insert(lines.begin(),
                  "on " + device().str() + " (" + device_.describe() + "): the device's budget " +
                      format_bytes(static_cast<double>(device_budget_)) +
-                     ", less cuBLAS's 32 MiB workspace for the allocator");
+                     (config_.runtime().precision() == "fp32"
+                          ? ", less cuBLAS's 32 MiB workspace for the allocator"
+                          : ", less cuBLAS's and cuBLASLt's 32 MiB workspaces for the allocator"));
   }
   return lines;
 }
