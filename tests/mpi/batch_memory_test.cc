@@ -70,6 +70,9 @@ TEST(BatchMemory, ModelWithinFivePercentOfTheMeasuredPeak) {
   }
   grid.push_back({"runtime.recompute=blocks", "batch.micro_batch=4"});
   grid.push_back({"runtime.recompute=blocks", "parallel.zero_stage=3", "batch.micro_batch=2"});
+  // Mixed precision: bf16 activations with f32 statistics and the bf16 parameter copy.
+  grid.push_back({"runtime.precision=bf16", "batch.micro_batch=2"});
+  grid.push_back({"runtime.precision=bf16", "runtime.recompute=blocks", "batch.micro_batch=4"});
   if (n % 2 == 0) {
     for (const char* s : {"gpipe", "1f1b", "zb-h1"}) {
       grid.push_back({"parallel.pp=2", std::string("parallel.pp_schedule=") + s, "batch.micro_batch=1"});
@@ -108,6 +111,21 @@ TEST(BatchMemory, OutOfMemoryInTheFirstStepEqualsTheHalfMicroBatchBitwise) {
   EXPECT_EQ(t.session().micro_batch(), 2);
   expect_bitwise(want, got, "out of memory at step 1, " + cut);
   EXPECT_LE(t.session().allocator().stats().peak, t.session().allocator().stats().budget);
+}
+
+TEST(BatchMemory, OutOfMemoryInBf16EqualsTheHalfMicroBatchBitwise) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"runtime.precision=bf16", "batch.micro_batch=2"}), w);
+    return train(t, 3);
+  }();
+  const std::string cut = "1:" + std::to_string(budget_between(config({"runtime.precision=bf16"}), 2));
+  ScopedEnv env("ETR_TEST_BUDGET_CUT", cut);
+  Trainer t(config({"runtime.precision=bf16"}), w);
+  const State got = train(t, 3);
+  EXPECT_EQ(t.session().oom_recoveries(), 1);
+  EXPECT_EQ(t.session().micro_batch(), 2);
+  expect_bitwise(want, got, "bf16, out of memory at step 1, " + cut);
 }
 
 TEST(BatchMemory, OutOfMemoryOnOneRankLaterIsRedoneWithinRounding) {
