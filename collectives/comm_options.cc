@@ -44,6 +44,10 @@ CommOptions CommOptions::from_config(const config::CommConfig& c) {
   o.spin_polls = std::max(-1, c.spin_polls());
   o.yield_polls = std::max(-1, c.yield_polls());
   o.max_idle_sleep = std::chrono::microseconds(c.max_idle_sleep_us() > 0 ? c.max_idle_sleep_us() : -1);
+  o.device_backend = c.device_backend().empty() ? "auto" : c.device_backend();
+  if (o.device_backend != "auto" && o.device_backend != "nccl" && o.device_backend != "staged") {
+    throw ConfigError("comm.device_backend = \"" + o.device_backend + "\" is not auto, nccl or staged");
+  }
   return o;
 }
 
@@ -59,7 +63,8 @@ std::string CommOptions::str() const {
     << (yield_polls < 0 ? std::string("auto") : std::to_string(yield_polls))
     << " max_idle_sleep="
     << (max_idle_sleep.count() < 0 ? std::string("auto")
-                                   : std::to_string(max_idle_sleep.count()) + "us");
+                                   : std::to_string(max_idle_sleep.count()) + "us")
+    << " device_backend=" << device_backend;
   return s.str();
 }
 

@@ -52,6 +52,8 @@ struct CommOptions {
   int spin_polls = -1;  // -1: decided from ranks per core (HostCommunicator)
   int yield_polls = -1;  // -1: OpContext::kDefaultYieldPolls
   std::chrono::microseconds max_idle_sleep{-1};  // negative: IdlePolicy's default (50 us)
+  // comm.device_backend: "auto", "nccl" or "staged" (ranks on GPUs; the engines decide).
+  std::string device_backend = "auto";
 
   // From a resolved config's comm section (ConfigError on values resolve() would refuse).
   static CommOptions from_config(const config::CommConfig& comm);

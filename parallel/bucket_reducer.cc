@@ -107,14 +107,16 @@ void BucketReducer::launch(size_t i) {
     local_sq_ += sq;
   }
   if (before_launch_) before_launch_(i, b, grads_ + b.begin);
-  TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32);
+  // The gradients are where the communicator works (host memory, or its GPU's for NCCL).
+  TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32, comm_.device());
   if (options_.op == BucketOp::kAllreduce || b.replicated) {
     work_[i] = comm_.allreduce(view, ReduceOp::kSum);
     return;
   }
   const int64_t block = (b.end - b.begin) / comm_.size();
   float* out = scatter_out_ ? scatter_out_(i) : grads_ + b.begin + comm_.rank() * block;
-  work_[i] = comm_.reduce_scatter(view, TensorView::flat(out, block, DType::kF32), ReduceOp::kSum);
+  work_[i] = comm_.reduce_scatter(view, TensorView::flat(out, block, DType::kF32, comm_.device()),
+                                  ReduceOp::kSum);
 }
 
 void BucketReducer::poll_completed() {

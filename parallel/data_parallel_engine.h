@@ -40,6 +40,9 @@ struct DataParallelOptions {
   // Elements [0, norm_begin) of the layout are left out of grad_norm(): a pipeline
   // stage's borrowed copies of tied parameters (their owner's stage counts them).
   int64_t norm_begin = 0;
+  // DeviceEngine on GPUs: sum the gradients with NCCL on the device (TrainSession's
+  // choice from comm.device_backend), else through the host (the staged reducer).
+  bool nccl = false;
 };
 
 // The gradient communicator's options: `o` with the defaults above filled in where it

@@ -5,6 +5,12 @@
 #include <vector>
 
 #include "collectives/host_topology.h"
+#ifdef ETR_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "collectives/nccl_communicator.h"
+#endif
+#include "runtime/error.h"
 #include "runtime/bytes.h"
 #include "runtime/state_names.h"
 
@@ -12,6 +18,25 @@ namespace etr {
 namespace {
 
 constexpr std::string_view kSaved[] = {etr::state::kParam, etr::state::kAdamM, etr::state::kAdamV};
+
+// The NCCL communicator of the gradients on `device`, ordered after `stream`'s work.
+std::unique_ptr<Communicator> make_nccl(const Group& group, Device device, void* stream,
+                                        const CommOptions& options) {
+#ifdef ETR_HAVE_CUDA
+  if (!device.is_cuda()) {
+    throw ConfigError("comm.device_backend = nccl sums gradients on GPUs; this engine's state is on " +
+                      device.str());
+  }
+  auto comm = std::make_unique<NcclCommunicator>(group, device.index, gradient_comm_options(options));
+  comm->set_compute_stream(static_cast<cudaStream_t>(stream));
+  return comm;
+#else
+  (void)group;
+  (void)stream;
+  (void)options;
+  throw ConfigError("comm.device_backend = nccl in a build without CUDA (" + device.str() + ")");
+#endif
+}
 
 }  // namespace
 
@@ -31,12 +56,17 @@ DeviceEngine::DeviceEngine(LayerStack<Real>& stack, Allocator& alloc, void* stre
   }
   if (mixed_) state_.add(etr::state::kParamBf16, DType::kBF16);
   stack.bind(state_);
-  if (grid && grid->dp_size() > 1) {
+  if (grid && (grid->dp_size() > 1 || options_.nccl)) {
     ranks_ = grid->dp_size();
     options_.buckets.shard_ranks = grid->dp_size();  // DataParallelEngine's plan, bucket for bucket
     comm_ = std::make_unique<HostCommunicator>(grid->dp_group(), gradient_comm_options(options_.comm));
-    staged_ = std::make_unique<StagedReducer>(layout_, grads(), alloc.device(), stream_,
-                                              *comm_, options_.buckets, tracer);
+    if (options_.nccl) {
+      nccl_ = make_nccl(grid->dp_group(), alloc.device(), stream_, options_.comm);
+      reducer_ = std::make_unique<BucketReducer>(layout_, grads(), *nccl_, options_.buckets, tracer);
+    } else {
+      staged_ = std::make_unique<StagedReducer>(layout_, grads(), alloc.device(), stream_,
+                                                *comm_, options_.buckets, tracer);
+    }
   }
 }
 
@@ -109,6 +139,14 @@ EngineMemory DeviceEngine::memory() const {
 std::string DeviceEngine::describe() const {
   std::string s = "state on " + device().str() + " (" + format_bytes(static_cast<double>(state_.bytes())) +
                   " a rank" + (mixed_ ? ", bf16 parameter copy included" : "") + ")";
+  if (reducer_) {
+    const BucketOptions& b = reducer_->options();
+    return s + "; " + std::to_string(reducer_->buckets().size()) +
+           " gradient buckets summed by NCCL on the device (first " +
+           format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
+           format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " +
+           (b.overlap ? "on" : "off");
+  }
   if (!staged_) return s + ", one rank, no gradient communication";
   const BucketOptions& b = staged_->host().options();
   return s + "; " + std::to_string(staged_->host().buckets().size()) +
@@ -120,14 +158,19 @@ std::string DeviceEngine::describe() const {
 
 void DeviceEngine::begin_backward(bool last) {
   if (last && staged_) staged_->begin_step();
+  if (last && reducer_) reducer_->begin_step();
 }
 
 void DeviceEngine::layer_grads_final(int layer) {
   // Only the last micro-batch armed the reducer; earlier ones just accumulate.
   if (staged_ && staged_->armed()) staged_->layer_ready(layer);
+  if (reducer_ && reducer_->armed()) reducer_->layer_ready(layer);
 }
 
-ReduceStats DeviceEngine::end_backward() { return staged_ ? staged_->finish() : ReduceStats{}; }
+ReduceStats DeviceEngine::end_backward() {
+  if (reducer_) return reducer_->finish();  // waits for NCCL's last bucket (its event)
+  return staged_ ? staged_->finish() : ReduceStats{};
+}
 
 void DeviceEngine::begin_step() {
   ops_.zero(grads(), static_cast<size_t>(state_.held_numel()) * sizeof(float), stream_);

@@ -5,7 +5,10 @@
 // stream:
 //
 //   begin_step       gradients zeroed on the device
-//   backward         on several ranks, the staged reducer (parallel/staged_reducer.h)
+//   backward         on several ranks, with options.nccl, a BucketReducer over NCCL on the
+//                    device gradients (each bucket launched on NCCL's stream after an event
+//                    of the compute stream: backward never waits; end_backward() waits for
+//                    the last bucket); otherwise the staged reducer (parallel/staged_reducer.h)
 //                    copies each layer's final gradients to the host as backward reaches
 //                    them and sums them over the ranks in the host reducer's buckets,
 //                    overlapped with the rest of backward; end_backward() waits for the
@@ -61,7 +64,10 @@ class DeviceEngine final : public Engine {
   Device device() const { return state_.device(); }
   bool mixed_precision() const { return mixed_; }
   int zero_stage() const override { return 0; }
-  const BucketReducer* reducer() const override { return staged_ ? &staged_->host() : nullptr; }
+  const BucketReducer* reducer() const override {
+    return staged_ ? &staged_->host() : reducer_.get();
+  }
+  // (the NCCL path cannot: its buckets are on the device; TrainSession does not ask it)
   void measure_local_norm(bool on) override {
     if (staged_) staged_->host().measure_local_norm(on);
   }
@@ -108,8 +114,12 @@ class DeviceEngine final : public Engine {
   PinnedBuffer norm_host_;  // its copy
   PinnedHostAllocator host_alloc_;  // the mirror: page-locked where there is a GPU
   std::unique_ptr<FlatState> mirror_;
-  std::unique_ptr<HostCommunicator> comm_;  // several ranks: the gradients' and the broadcast's
+  std::unique_ptr<HostCommunicator> comm_;  // several ranks: the broadcast's (and the staged sums')
   std::unique_ptr<StagedReducer> staged_;
+  // options.nccl: the gradients summed on the device, bucket by bucket on NCCL's stream
+  // after an event of the compute stream (collectives/nccl_communicator.h).
+  std::unique_ptr<Communicator> nccl_;
+  std::unique_ptr<BucketReducer> reducer_;
 };
 
 }  // namespace etr

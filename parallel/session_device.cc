@@ -107,6 +107,37 @@ void TrainSession::place_stack(LayerStack<Real>& stack) {
 template void TrainSession::place_stack(LayerStack<float>&);
 template void TrainSession::place_stack(LayerStack<bf16>&);
 
+// comm.device_backend: nccl needs a GPU to every rank (NCCL refuses two ranks on one) and
+// each rank's gradient norm before the sum is not measured on its path (the automatic
+// global batch needs it); auto takes nccl where both hold and there is someone to sum
+// with. Every rank alike: the most ranks sharing a GPU anywhere decides.
+bool TrainSession::choose_nccl() {
+  if (!device().is_cuda()) return false;
+  const std::string& backend = config_.comm().device_backend();
+  int most_sharing = sharing_;
+  MPI_CHECK(MPI_Allreduce(&sharing_, &most_sharing, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm()));
+  const bool auto_batch = config_.batch().global_batch() == 0;
+  if (backend == "nccl") {
+    if (most_sharing > 1) {
+      throw ConfigError("comm.device_backend = nccl needs a GPU of its own for every rank, but " +
+                        std::to_string(most_sharing) +
+                        " ranks share a GPU here; use comm.device_backend = staged (or auto).");
+    }
+    if (auto_batch) {
+      throw ConfigError("comm.device_backend = nccl does not combine with batch.global_batch = auto "
+                        "yet (it needs each rank's gradient norm before the sum); use "
+                        "comm.device_backend = staged (or auto).");
+    }
+  }
+  const bool nccl = backend == "nccl" ||
+                    (backend == "auto" && most_sharing == 1 && !auto_batch && grid_->dp_size() > 1);
+  if (leader() && grid_->dp_size() > 1) {
+    log_.info("gradients on the GPUs: ", nccl ? "NCCL" : "staged through the host",
+              " (comm.device_backend = ", backend, ")");
+  }
+  return nccl;
+}
+
 // runtime.precision: bf16 asks for mixed precision on either device (on the host, the
 // reference of the GPU's kernels), auto takes it on a GPU when the model has bf16 layers
 // and the layout is data parallel, fp32 never.

@@ -127,6 +127,7 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
   choose_precision();
+  nccl_ = choose_nccl();
   place_stack(*model_.stack);
   if (mixed_) place_stack(*model_.stack_bf16);
   const int64_t T = config_.model().seq_len();
@@ -135,8 +136,10 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
     build_pipeline(program, ctx);
   } else {
     if (mixed_) {  // DeviceEngine on either device: the bf16 copy beside the f32 state
+      DataParallelOptions dp = data_parallel_options(config_);
+      dp.nccl = nccl_;
       engine_ = std::make_unique<DeviceEngine>(*model_.stack_bf16, work_alloc(), device_.stream(),
-                                               data_parallel_options(config_), grid_.get(), &tracer_);
+                                               std::move(dp), grid_.get(), &tracer_);
     } else {
       engine_ = make_engine(*model_.stack);
     }
@@ -278,6 +281,7 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   const bool test_on_host = host_device_engine && std::string_view(host_device_engine) == "1" &&
                             stage == 0 && grid_->pp_size() == 1;
   if (device().is_cuda() || test_on_host) {
+    dp.nccl = nccl_;
     return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp, grid_.get(), &tracer_);
   }
   if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);

@@ -220,6 +220,8 @@ class TrainSession {
   void place_stack(LayerStack<Real>& stack);
   // runtime.precision against the device and the model (session_device.cc): sets mixed_.
   void choose_precision();
+  // comm.device_backend on GPUs (session_device.cc; collective): true for NCCL.
+  bool choose_nccl();
   // f(the stack that trains): the bf16 one under mixed precision, else the fp32 one.
   template <typename F>
   decltype(auto) with_stack(F&& f) {
@@ -339,6 +341,7 @@ class TrainSession {
   int memory_halvings_ = 0;  // ETR_RUN_MEMORY_HALVINGS
   bool recompute_ = false;
   bool mixed_ = false;  // bf16 layers with f32 master state (runtime.precision)
+  bool nccl_ = false;   // gradients summed by NCCL on the GPUs (comm.device_backend)
   std::unique_ptr<CudaGraphCache> graphs_;  // runtime.cuda_graphs on a GPU
   // A micro-batch's forward and backward, through graphs_ where it may be captured.
   void run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last);

@@ -53,6 +53,11 @@ const Entry kEntries[] = {
     {{"ETR_MAX_IDLE_SLEEP_US", "comm.max_idle_sleep_us",
       "a positive number of microseconds (or -1 for etr's choice)"},
      [](const CommConfig& c) { return c.max_idle_sleep_us() > 0 || c.max_idle_sleep_us() == -1; }},
+    {{"ETR_DEVICE_BACKEND", "comm.device_backend", "a device backend (auto, nccl or staged)"},
+     [](const CommConfig& c) {
+       return c.device_backend() == "auto" || c.device_backend() == "nccl" ||
+              c.device_backend() == "staged";
+     }},
 };
 
 const std::vector<EnvSetting>& settings_list() {

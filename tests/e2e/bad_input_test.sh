@@ -154,6 +154,8 @@ expect_fail 1 'runtime\.device = "gpu" is not cpu, cuda or auto' -- "${train_tin
 expect_fail 1 'runtime\.device = cuda but (this process sees no GPU|this etr was built without CUDA)' -- \
   env CUDA_VISIBLE_DEVICES= "${train_tiny[@]}" --set runtime.device=cuda
 expect_fail 1 'runtime\.gpu_matmul = "tf16" is not tf32 or fp32' -- "${train_tiny[@]}" --set runtime.gpu_matmul=tf16
+expect_fail 1 'comm\.device_backend = "gpu" is not a device backend \(auto, nccl or staged\)' -- \
+  "${train_tiny[@]}" --set comm.device_backend=gpu
 # runtime.precision: a bad value; bf16 where it does not run yet (ZeRO).
 expect_fail 1 'runtime\.precision = "fp16" is not auto, fp32 or bf16' -- "${train_tiny[@]}" --set runtime.precision=fp16
 expect_fail 1 'runtime\.precision = bf16 is not available here: parallel\.zero_stage = 1' -- \

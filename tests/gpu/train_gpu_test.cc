@@ -30,6 +30,7 @@
 #include "mpi/mpi_test_main.h"
 #include "runtime/config/train_config.h"
 #include "runtime/device_context.h"
+#include "runtime/error.h"
 
 namespace etr::train {
 namespace {
@@ -196,6 +197,28 @@ TEST(TrainOnGpu, GraphCapturedStepsAreBitwiseTheEagerOnes) {
   REQUIRE_A_GPU();
   graphs_are_bitwise("fp32");
   graphs_are_bitwise("bf16");
+}
+
+// comm.device_backend = nccl at np 1: the gradients go through NCCL's path (a BucketReducer
+// over an NcclCommunicator of one rank, each bucket after the compute stream's event) and
+// the step is bitwise the one without communication. At np 2 the ranks share the one GPU,
+// which NCCL refuses: the session says so.
+TEST(TrainOnGpu, NcclBackendAtOneRankIsBitwiseTheLocalStep) {
+  REQUIRE_A_GPU();
+  if (world().size() > 1) {
+    EXPECT_THROW(Trainer(config("cuda", {"comm.device_backend=nccl"}), world(), test_log()),
+                 ConfigError);
+    return;
+  }
+  Trainer local(config("cuda"), world(), test_log());
+  Trainer nccl(config("cuda", {"comm.device_backend=nccl"}), world(), test_log());
+  ASSERT_NE(nccl.reducer(), nullptr) << "the NCCL reducer";
+  for (int i = 0; i < 3; ++i) {
+    const StepStats a = local.train_step(), b = nccl.train_step();
+    EXPECT_EQ(a.loss, b.loss) << "step " << i + 1;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(local.gather_state(state::kParam), nccl.gather_state(state::kParam));
 }
 
 TEST(TrainOnGpu, AGpuCheckpointResumesOnTheHost) {

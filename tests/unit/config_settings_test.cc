@@ -37,7 +37,7 @@ TEST(SettingsRegistry, EveryVariableSetsADistinctFieldThatHasADefault) {
     EXPECT_TRUE(paths.insert(std::string(s.path)).second) << s.path;
     EXPECT_EQ(find_env_setting(s.env), &s);
   }
-  EXPECT_EQ(env_settings().size(), 9u);
+  EXPECT_EQ(env_settings().size(), 10u);
   config::TrainConfig c;
   apply_field_defaults(c);
   EXPECT_NO_THROW(validate_env_settings(c));  // the defaults are valid
@@ -90,7 +90,7 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   config::TrainConfig c = parse_config(
       "comm { timeout_s: 2.5 allreduce_algo: \"rd\" allreduce_small_bytes: \"4KiB\" "
       "ring_chunk_bytes: \"1MiB\" ring_depth: 6 inline_bytes: \"0\" spin_polls: 7 "
-      "yield_polls: 0 max_idle_sleep_us: 300 }");
+      "yield_polls: 0 max_idle_sleep_us: 300 device_backend: \"staged\" }");
   const CommOptions o = CommOptions::from_config(c.comm());
   EXPECT_EQ(o.timeout.count(), 2500);
   EXPECT_EQ(o.allreduce_algo, AllreduceAlgo::kRecursiveDoubling);
@@ -101,6 +101,7 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   EXPECT_EQ(o.spin_polls, 7);
   EXPECT_EQ(o.yield_polls, 0);
   EXPECT_EQ(o.max_idle_sleep.count(), 300);
+  EXPECT_EQ(o.device_backend, "staged");
   // The defaults leave the choices to etr (-1).
   config::TrainConfig d;
   apply_field_defaults(d);
@@ -109,6 +110,7 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   EXPECT_EQ(od.yield_polls, -1);
   EXPECT_LT(od.max_idle_sleep.count(), 0);
   EXPECT_EQ(od.timeout.count(), 300'000);
+  EXPECT_EQ(od.device_backend, "auto");
 }
 
 }  // namespace
