@@ -5,14 +5,15 @@
 #include <vector>
 
 #include "collectives/host_topology.h"
+#include "runtime/bytes.h"
+#include "runtime/error.h"
+#include "runtime/state_names.h"
+
 #ifdef ETR_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "collectives/nccl_communicator.h"
 #endif
-#include "runtime/error.h"
-#include "runtime/bytes.h"
-#include "runtime/state_names.h"
 
 namespace etr {
 namespace {

@@ -57,8 +57,7 @@ void TrainSession::setup_device(const Group& group) {
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
               format_bytes(static_cast<double>(device_budget_)),
               sharing_ > 1 ? " (the GPU's share of " + std::to_string(sharing_) + " ranks)" : "",
-              rt.precision() == "fp32" ? " (the allocator's: that less cuBLAS's 32 MiB workspace)"
-                                        : " (the allocator's: that less cuBLAS's and cuBLASLt's 32 MiB workspaces)");
+              " (the allocator's: that less cuBLAS's 32 MiB workspace, and cuBLASLt's under bf16)");
   }
   loss_copy_ = PinnedBuffer(d, sizeof(double));
 }
@@ -73,20 +72,20 @@ void TrainSession::setup_device(const Group& group) {
 void TrainSession::read_device_budget(size_t cut) {
   // cuBLAS's workspace, and under bf16 (or auto, which is bf16 on a GPU) the bf16 set's
   // cuBLASLt workspace of the same size (runtime/kernels/cuda/bf16/cublaslt.h).
-  const size_t kOutside = (size_t{32} << 20) * (config_.runtime().precision() == "fp32" ? 1 : 2);
+  const size_t outside = (size_t{32} << 20) * (mixed_ ? 2 : 1);
   size_t bytes = device_budget_;
   const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET");
   if (const auto set = budget_setting(v ? v : "", "ETR_CUDA_MEMORY_BUDGET")) {
     bytes = *set / static_cast<size_t>(sharing_);
   }
   bytes = std::min(bytes, cut);
-  const size_t budget = bytes > kOutside ? bytes - kOutside : 0;
+  const size_t budget = bytes > outside ? bytes - outside : 0;
   const size_t before = device_alloc_->stats().budget;
   if (budget == before) return;
   const double moved = std::fabs(static_cast<double>(budget) - static_cast<double>(before));
   if (device_budget_read_ && moved > 0.05 * static_cast<double>(before)) {
     log_.info("rank ", grid_->rank(), ": device memory budget ",
-              format_bytes(static_cast<double>(before + kOutside)), " -> ",
+              format_bytes(static_cast<double>(before + outside)), " -> ",
               format_bytes(static_cast<double>(bytes)), " (",
               cut != SIZE_MAX && bytes == cut ? "ETR_TEST_BUDGET_CUT" : "ETR_CUDA_MEMORY_BUDGET", ")");
   }
@@ -115,7 +114,7 @@ bool TrainSession::choose_nccl() {
   if (!device().is_cuda()) return false;
   const std::string& backend = config_.comm().device_backend();
   int most_sharing = sharing_;
-  MPI_CHECK(MPI_Allreduce(&sharing_, &most_sharing, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm()));
+  MPI_CHECK(MPI_Allreduce(&sharing_, &most_sharing, 1, MPI_INT, MPI_MAX, grid_->world_group().comm()));
   const bool auto_batch = config_.batch().global_batch() == 0;
   if (backend == "nccl") {
     if (most_sharing > 1) {
@@ -138,6 +137,21 @@ bool TrainSession::choose_nccl() {
   return nccl;
 }
 
+namespace {
+
+// The bf16 twin must declare the fp32 stack's layout: checkpoints, exports and the logs
+// read the fp32 one's, while the state is bound by the bf16 one's.
+void check_same_layout(const ParamLayout& a, const ParamLayout& b) {
+  bool same = a.numel() == b.numel() && a.entries().size() == b.entries().size();
+  for (size_t i = 0; same && i < a.entries().size(); ++i) {
+    const TensorEntry &x = a.entries()[i], &y = b.entries()[i];
+    same = x.name == y.name && x.offset == y.offset && x.shape == y.shape;
+  }
+  if (!same) throw InvalidArgument("the model's bf16 layers declare another layout than its fp32 ones");
+}
+
+}  // namespace
+
 // runtime.precision: bf16 asks for mixed precision on either device (on the host, the
 // reference of the GPU's kernels), auto takes it on a GPU when the model has bf16 layers
 // and the layout is data parallel, fp32 never.
@@ -157,9 +171,8 @@ void TrainSession::choose_precision() {
                       "use runtime.precision = fp32.");
   }
   mixed_ = p == "bf16" || (p == "auto" && device().is_cuda() && why.empty());
-  if (mixed_ && model_.stack_bf16->layout().numel() != model_.stack->layout().numel()) {
-    throw InvalidArgument("the model's bf16 layers declare another layout than its fp32 ones");
-  }
+  if (mixed_) check_same_layout(model_.stack->layout(), model_.stack_bf16->layout());
+  if (mixed_ && device().is_cuda()) read_device_budget(SIZE_MAX);  // the cuBLASLt workspace too
   if (leader()) {
     log_.info("precision: ", mixed_ ? "bf16 (mixed: bf16 activations and parameter copy, f32 "
                                       "master parameters, gradients and AdamW state)"
@@ -207,14 +220,30 @@ void TrainSession::measure_device_peak() {
 
 LayerStack<float>& TrainSession::host_stack() {
   move_stack_to_host();
-  return *model_.stack;
+  LayerStack<float>& stack = *model_.stack;
+  // Between steps the training activations are back with the allocator: one sequence's.
+  if (stack.in_flight() == 0) stack.plan(alloc_, 1, data_->seq_len());
+  return stack;
 }
 
-// At the end of a GPU run (or a bf16 one), before the text sample: the fp32 stack runs on
-// the host from a copy of the parameters (generation reads the logits on the host).
+// At the end of a GPU run, before the text sample: the fp32 stack runs on the host from a
+// copy of the parameters (generation reads the logits on the host), and the session
+// trains no more. Under bf16 on the host the fp32 twin is bound to a copy of the master,
+// taken again at every call, and training goes on.
 void TrainSession::move_stack_to_host() {
-  if ((device().is_cpu() && !mixed_) || host_state_) return;
+  if (device().is_cpu() && !mixed_) return;
   LayerStack<float>& stack = *model_.stack;
+  if (device().is_cpu()) {
+    if (!host_state_) {
+      host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
+      host_state_->add(state::kParam);
+      host_state_->add(state::kGrad);
+      stack.bind(*host_state_);
+    }
+    engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+    return;
+  }
+  if (host_state_) return;
   stack.release();
   host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
   host_state_->add(state::kParam);

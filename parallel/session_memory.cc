@@ -406,9 +406,8 @@ std::vector<std::string> TrainSession::memory_plan() const {
     lines.insert(lines.begin(),
                  "on " + device().str() + " (" + device_.describe() + "): the device's budget " +
                      format_bytes(static_cast<double>(device_budget_)) +
-                     (config_.runtime().precision() == "fp32"
-                          ? ", less cuBLAS's 32 MiB workspace for the allocator"
-                          : ", less cuBLAS's and cuBLASLt's 32 MiB workspaces for the allocator"));
+                     (mixed_ ? ", less cuBLAS's and cuBLASLt's 32 MiB workspaces for the allocator"
+                             : ", less cuBLAS's 32 MiB workspace for the allocator"));
   }
   return lines;
 }

@@ -380,7 +380,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
 
 StepStats TrainSession::train_step() {
   const auto t0 = Clock::now();
-  if (host_state_) {
+  if (host_state_ && device().is_cuda()) {
     throw InvalidArgument("the model was moved from the GPU to the host for generation; this "
                           "session trains no more steps");
   }

@@ -150,9 +150,11 @@ class TrainSession {
 
   const TrainConfig& config() const { return config_; }
   LayerStack<float>& stack() { return *model_.stack; }
-  // The stack for use on the host after training (generation reads the logits there): on
-  // a GPU it is moved to the host with a copy of the parameters, and the session trains
-  // no more steps; on the host, the stack itself.
+  // The fp32 stack for use on the host (generation reads the logits there): on a GPU it is
+  // moved to the host with a copy of the parameters, and the session trains no more
+  // steps; under bf16 on the host it is bound to a copy of the master taken at each call;
+  // otherwise the stack itself. (stack() is that fp32 stack as it is: under bf16 it is
+  // bound only once host_stack() has run.)
   LayerStack<float>& host_stack();
   Engine& engine() { return *engine_; }
   // Micro-batches replayed from a CUDA graph so far (runtime.cuda_graphs; 0 without).

@@ -82,19 +82,19 @@ KernelSet<Real> make_cpu_set() {
 }
 
 template <typename Real>
-std::atomic<const KernelSet<Real>*> g_cuda_override{nullptr};
+std::atomic<const KernelSet<Real>*> cuda_override{nullptr};
 
 }  // namespace
 
 template <typename Real>
 void override_cuda_kernels(const KernelSet<Real>* set) {
-  g_cuda_override<Real>.store(set);
+  cuda_override<Real>.store(set);
 }
 
 template <typename Real>
 const KernelSet<Real>& kernels_for(Device device) {
   if (device.is_cuda()) {
-    if (const KernelSet<Real>* o = g_cuda_override<Real>.load()) return *o;
+    if (const KernelSet<Real>* o = cuda_override<Real>.load()) return *o;
   }
   if (device.is_cpu()) {
     if constexpr (std::is_same_v<Real, bf16>) {

@@ -5,7 +5,8 @@
 //   one (the median of every 10 steps, and the held-out loss after the 100), and it
 //   learns (the loss falls by more than half);
 // - the bf16 copy the layers compute with is the f32 master rounded to nearest even,
-//   bitwise, after every step, and the replicas are the same bits on every rank;
+//   bitwise, after steps 25, 50, 75 and 100, and the replicas' masters are the same bits
+//   on every rank;
 // - a checkpoint holds the f32 master only (no "param.bf16" anywhere in it): one written
 //   in bf16 resumes in fp32 and one written in fp32 resumes in bf16, the restored state
 //   bitwise the saved one;
@@ -139,6 +140,21 @@ void save_and_resume(const std::string& saved_in, const std::string& resumed_in)
 TEST(MixedPrecisionTraining, ABf16CheckpointResumesInFp32) { save_and_resume("bf16", "fp32"); }
 
 TEST(MixedPrecisionTraining, AnFp32CheckpointResumesInBf16) { save_and_resume("fp32", "bf16"); }
+
+// Generation under bf16 on the host runs the fp32 twin on a copy of the master and leaves
+// the session training (on a GPU it would end training): sampling twice between steps
+// works, and the steps after it are the steps of a run that never sampled.
+TEST(MixedPrecisionTraining, GeneratingBetweenStepsLeavesTrainingAsItWas) {
+  Trainer sampled(config("bf16"), world(), test_log());
+  Trainer plain(config("bf16"), world(), test_log());
+  for (int i = 0; i < 3; ++i) {
+    const double a = sampled.train_step().loss, b = plain.train_step().loss;
+    EXPECT_EQ(a, b) << "step " << i + 1;
+    const std::string text = sampled.generate("ab", 4);  // every rank: no collective
+    EXPECT_FALSE(text.empty()) << "after step " << i + 1;
+  }
+  EXPECT_EQ(sampled.gather_state(state::kParam), plain.gather_state(state::kParam));
+}
 
 TEST(MixedPrecisionTraining, Bf16WithZeroIsRefused) {
   try {
