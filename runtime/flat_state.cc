@@ -37,6 +37,10 @@ void FlatState::add(std::string_view name, DType dtype) {
   zero(name);
 }
 
+DType FlatState::dtype(std::string_view name) const {
+  return const_cast<FlatState*>(this)->find(name).dtype;
+}
+
 bool FlatState::has(std::string_view name) const {
   for (const Named& n : states_) {
     if (n.name == name) return true;

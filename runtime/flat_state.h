@@ -66,6 +66,8 @@ class FlatState {
   void add(std::string_view name);
   void add(std::string_view name, DType dtype);
   bool has(std::string_view name) const;
+  // The element type of state `name` (InvalidArgument when there is none).
+  DType dtype(std::string_view name) const;
   // Names in the order they were added.
   std::vector<std::string> names() const;
 

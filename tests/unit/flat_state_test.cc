@@ -1,11 +1,13 @@
 // FlatState (runtime/flat_state.h), the state seam: the held ranges are checked; each
 // state's storage is the held ranges back to back (range(i) points at held()[i].begin's
 // element); memory comes from the allocator and is what is held (the allocator's own count
-// is the reference); names, element types and zeroing.
+// is the reference); names, element types and zeroing; states of several element types
+// (mixed precision's bf16 parameter copy).
 #include "runtime/flat_state.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "runtime/error.h"
@@ -85,6 +87,28 @@ TEST(FlatState, NamesTypesAndZeroing) {
   s.zero(state::kGrad);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(g[i], 0.0f);
   EXPECT_EQ(s.data<float>(state::kParam)[3], 7.0f);  // the other state untouched
+}
+
+// Mixed precision: a state of another element type beside the f32 ones (the bf16
+// parameter copy) has its own bytes, is zeroed, and refuses another element size.
+TEST(FlatState, StatesOfSeveralElementTypes) {
+  const ParamLayout layout = three_tensors();
+  HostAllocator alloc;
+  FlatState s(layout, alloc);
+  s.add(state::kParam);
+  s.add(state::kParamBf16, DType::kBF16);
+  EXPECT_EQ(s.dtype(state::kParam), DType::kF32);
+  EXPECT_EQ(s.dtype(state::kParamBf16), DType::kBF16);
+  EXPECT_EQ(s.bytes(), static_cast<size_t>(layout.numel()) * (4 + 2));
+  EXPECT_EQ(alloc.stats().in_use, s.bytes());
+  const uint16_t* p16 = s.data<uint16_t>(state::kParamBf16);
+  for (int64_t i = 0; i < s.held_numel(); ++i) ASSERT_EQ(p16[i], 0u) << i;
+  EXPECT_THROW(s.data<float>(state::kParamBf16), InvalidArgument);
+  EXPECT_THROW(s.data<uint16_t>(state::kParam), InvalidArgument);
+  EXPECT_THROW(s.dtype("no such"), InvalidArgument);
+  s.data<uint16_t>(state::kParamBf16)[3] = 7;
+  s.zero(state::kParamBf16);
+  EXPECT_EQ(s.data<uint16_t>(state::kParamBf16)[3], 0u);
 }
 
 }  // namespace

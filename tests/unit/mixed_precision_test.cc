@@ -150,6 +150,30 @@ TEST(MixedPrecision, ActivationsTakeAboutHalfTheBytes) {
   s16->release();
 }
 
+// numel_as and ActivationCarver: a no-op for float and double (the fp32 plan unchanged);
+// under bf16 every array rounded up to 16 bytes, so fp32 arrays among bf16 ones are aligned.
+TEST(MixedPrecision, CarvingKeepsFloatAsItWasAndAlignsBf16) {
+  EXPECT_EQ((numel_as<float>(37)), 37);
+  EXPECT_EQ((numel_as<double>(37)), 37);
+  EXPECT_EQ((numel_as<bf16>(37)), 40);         // 74 bytes -> 80
+  EXPECT_EQ((numel_as<bf16, float>(37)), 80);  // 148 bytes -> 160
+  EXPECT_EQ((numel_as<bf16>(8)), 8);
+  EXPECT_EQ((numel_as<bf16>(0)), 0);
+  alignas(16) bf16 buffer[256];
+  ActivationCarver<bf16> c(buffer);
+  bf16* a = c.take(37);
+  float* m = c.take<float>(5);
+  bf16* b = c.take(3);
+  EXPECT_EQ(reinterpret_cast<char*>(m) - reinterpret_cast<char*>(a), 80);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m) % 16, 0u);
+  EXPECT_EQ(reinterpret_cast<char*>(b) - reinterpret_cast<char*>(m), 32);
+  float fbuf[64];
+  ActivationCarver<float> f(fbuf);
+  float* x = f.take(37);
+  float* y = f.take(5);
+  EXPECT_EQ(y - x, 37);
+}
+
 TEST(MixedPrecision, AdamWWritesTheRoundedCopyInTheSamePass) {
   ParamLayout layout;
   layout.add("w", Shape{37}, 0, true);
