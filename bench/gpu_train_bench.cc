@@ -165,19 +165,6 @@ TrainResult train_with_session(BenchContext& ctx, const gpt::GptConfig& c, const
   return r;
 }
 
-// The card's dense (no sparsity) tensor-core peak in TFLOP/s for `precision`, from
-// NVIDIA's datasheets: TF32 494.7 for fp32 (whose products run in TF32), bf16 989 (as
-// llm.c counts it) for bf16, on the SXM parts of the H100 ("H100 80GB HBM3") and the H200
-// ("H200", not "H200 NVL"); 0 (no MFU) for any other, PCIe and NVL parts included (their
-// clocks and peaks are lower). The card's name is cudaGetDeviceProperties' prop.name.
-double dense_peak_tflops(const std::string& card, const std::string& precision) {
-  const bool h100_sxm = card.find("H100 80GB HBM3") != std::string::npos;
-  const bool h200_sxm =
-      card.find("H200") != std::string::npos && card.find("NVL") == std::string::npos;
-  if (!h100_sxm && !h200_sxm) return 0;
-  return precision == "bf16" ? 989.0 : 494.7;
-}
-
 // From pageable memory: cudaMemcpy returns before the DMA lands, and the steps run on a
 // non-blocking stream, so the device is synchronised before returning.
 Buffer upload(CudaCachingAllocator& alloc, const void* host, size_t bytes) {

@@ -1,5 +1,6 @@
-// What the GPU benchmarks share (bench/gpu_bench.cc, bench/gpu_kernels_bench.cc): the
-// one-rank, one-GPU premise and timing on a stream with CUDA events.
+// What the GPU benchmarks share (bench/gpu_bench.cc, bench/gpu_kernels_bench.cc,
+// bench/gpu_train_bench.cc): the one-rank, one-GPU premise, the card's peak, and timing on
+// a stream with CUDA events.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,19 @@
 #include "runtime/cuda_check.h"
 
 namespace etr::bench {
+
+// The card's dense (no sparsity) tensor-core peak in TFLOP/s for `precision`, from
+// NVIDIA's datasheets: TF32 494.7 for fp32 (whose products run in TF32), bf16 989 (as
+// llm.c counts it) for bf16, on the SXM parts of the H100 ("H100 80GB HBM3") and the H200
+// ("H200", not "H200 NVL"); 0 (no MFU) for any other, PCIe and NVL parts included (their
+// clocks and peaks are lower). The card's name is cudaGetDeviceProperties' prop.name.
+inline double dense_peak_tflops(const std::string& card, const std::string& precision) {
+  const bool h100_sxm = card.find("H100 80GB HBM3") != std::string::npos;
+  const bool h200_sxm =
+      card.find("H200") != std::string::npos && card.find("NVL") == std::string::npos;
+  if (!h100_sxm && !h200_sxm) return 0;
+  return precision == "bf16" ? 989.0 : 494.7;
+}
 
 // Every rank agrees that this is a one-rank run on a machine with a GPU; the name of the
 // card for the header.

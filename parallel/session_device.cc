@@ -1,7 +1,8 @@
 // TrainSession: the device the model trains on (train_session.h; runtime.device): the
-// choice, its allocator and stream, the tokens' staging, the step's loss kept on the
-// device and read once, and the end of a GPU run's move of the model to the host (for
-// the text sample).
+// choice, its allocator and stream, the precision (runtime.precision) and the gradients'
+// backend on GPUs (comm.device_backend), a micro-batch's run (through CUDA graphs when
+// asked), the step's loss kept on the device and read once, and the end of a GPU run's
+// move of the model to the host (for the text sample).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -180,6 +181,28 @@ void TrainSession::choose_precision() {
               p == "auto" && !mixed_ && device().is_cuda() ? " (runtime.precision = auto: " + why + ")"
                                                            : std::string());
   }
+}
+
+// A micro-batch's forward and backward on the training stack, replayed from a CUDA graph
+// under runtime.cuda_graphs (runtime/cuda_graph.h).
+void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last) {
+  with_stack([&](auto& stack) {
+    auto work = [&] {
+      stack.forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B), hooks_);
+      engine_->begin_backward(last);
+      stack.backward(batch, hooks_);
+    };
+    // Captured only where backward's hooks do nothing on the host (no reducer: one rank).
+    // The activations go back to the allocator after every step and usually come back at
+    // the same addresses: a graph stays valid as long as they do and the plan that laid
+    // them out (micro_batch_, T, recompute_) is the same, so all of that is in its key.
+    if (!graphs_ || engine_->reducer() != nullptr) return work();
+    auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
+    graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
+                  id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
+                  recompute_ ? 1 : 0, micro_batch_},
+                 work);
+  });
 }
 
 // The loss of a step: zeroed before its micro-batches, which add theirs on the device

@@ -252,26 +252,6 @@ void TrainSession::setup_parallel() {
   }
 }
 
-void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last) {
-  with_stack([&](auto& stack) {
-    auto work = [&] {
-      stack.forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B), hooks_);
-      engine_->begin_backward(last);
-      stack.backward(batch, hooks_);
-    };
-    // Captured only where backward's hooks do nothing on the host (no reducer: one rank).
-    // The activations go back to the allocator after every step and usually come back at
-    // the same addresses: a graph stays valid as long as they do and the plan that laid
-    // them out (micro_batch_, T, recompute_) is the same, so all of that is in its key.
-    if (!graphs_ || engine_->reducer() != nullptr) return work();
-    auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
-    graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
-                  id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
-                  recompute_ ? 1 : 0, micro_batch_},
-                 work);
-  });
-}
-
 std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {
   const int stage = config_.parallel().zero_stage();
   DataParallelOptions dp = data_parallel_options(config_);

@@ -49,7 +49,6 @@ void CudaGraphCache::run(const Key& key, const std::function<void()>& work) {
     }
     if (e.exec == nullptr) {
       e.exec = capture(stream_, work);
-      ++captures_;
     }
     CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(e.exec), as_stream(stream_)));
     ++launches_;

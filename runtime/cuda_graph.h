@@ -39,9 +39,8 @@ class CudaGraphCache {
 
   void run(const Key& key, const std::function<void()>& work);
   void clear();
-  // Graphs launched, captured (for the progress line and tests).
+  // Graphs launched so far (TrainSession::graph_launches: the tests).
   int64_t launches() const { return launches_; }
-  int64_t captures() const { return captures_; }
 
  private:
   struct Entry {
@@ -51,7 +50,7 @@ class CudaGraphCache {
   Device device_;
   void* stream_;
   std::map<Key, Entry> entries_;
-  int64_t launches_ = 0, captures_ = 0;
+  int64_t launches_ = 0;
 };
 
 }  // namespace etr

@@ -6,8 +6,6 @@
 // process's life).
 #include <cuda_runtime_api.h>
 
-#include <unordered_map>
-
 #include "runtime/cuda_check.h"
 #include "runtime/kernels/cuda/bf16/attention_bf16.h"
 #include "runtime/kernels/cuda/bf16/encoder_bf16.h"
@@ -18,31 +16,12 @@
 #include "runtime/kernels/cuda/bf16/pointwise_bf16.h"
 #include "runtime/kernels/cuda/bf16/softmax_xent_bf16.h"
 #include "runtime/kernels/cuda/kernel_set.h"
-#include "runtime/kernels/cuda/vector_ops.h"
 
 namespace etr::cuda {
 namespace {
 
 cudaStream_t as_stream(void* stream) {
   return static_cast<cudaStream_t>(stream);
-}
-
-double* sum_scratch() {
-  thread_local std::unordered_map<int, double*> by_device;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  double*& p = by_device[device];
-  if (p == nullptr) CUDA_CHECK(cudaMalloc(&p, sizeof(double)));
-  return p;
-}
-
-double sum_and_wait(const float* inp, int64_t n, void* stream) {
-  double* d = sum_scratch();
-  double host = 0;
-  sum(d, inp, n, as_stream(stream));
-  CUDA_CHECK(cudaMemcpyAsync(&host, d, sizeof(double), cudaMemcpyDeviceToHost, as_stream(stream)));
-  CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
-  return host;
 }
 
 // Attention: the flash attention (flash_attention.h) for heads of 64 or 128 unless
@@ -141,11 +120,9 @@ void set_pointwise_kernels(KernelSet<bf16>& k) {
   k.add_inplace = [](bf16* out, const bf16* inp, int64_t n, void* s) {
     add_inplace(out, inp, n, as_stream(s));
   };
-  k.sum = &sum_and_wait;
-  k.accumulate_mean = [](double* acc, const float* inp, int64_t n, double divisor, double num,
-                         double den, void* s) {
-    accumulate_mean(acc, inp, n, divisor, num, den, as_stream(s));
-  };
+  // The losses are f32: the fp32 set's sum and accumulate_mean are these.
+  k.sum = kernel_set().sum;
+  k.accumulate_mean = kernel_set().accumulate_mean;
 }
 
 KernelSet<bf16> make_set() {
