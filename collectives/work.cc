@@ -56,10 +56,11 @@ WorkTiming HostWork::timing() {
   return timing_;
 }
 
-void HostWork::mark_started() {
-  const auto now = std::chrono::steady_clock::now();
+void HostWork::mark_started() { mark_started(std::chrono::steady_clock::now()); }
+
+void HostWork::mark_started(std::chrono::steady_clock::time_point at) {
   std::lock_guard<std::mutex> lock(mutex_);
-  timing_.started = now;
+  timing_.started = at;
 }
 
 void HostWork::mark_done() {

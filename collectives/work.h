@@ -73,8 +73,10 @@ class HostWork final : public Work {
   const std::string& description() const override;
   WorkTiming timing() override;
 
-  // Called by the thread that starts executing the operation.
+  // Called by the thread that starts executing the operation (at `at`: a backend whose
+  // operations pass through several threads says when its own part began).
   void mark_started();
+  void mark_started(std::chrono::steady_clock::time_point at);
   void mark_done();
   void mark_failed(std::exception_ptr error);
 
