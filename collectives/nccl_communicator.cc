@@ -107,6 +107,11 @@ NcclCommunicator::NcclCommunicator(const Group& group, int cuda_device, CommOpti
     CUDA_CHECK(cudaMallocAsync(&scratch, sizeof(int), stream_));
     barrier_scratch_ = static_cast<int*>(scratch);
     CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(int), stream_));
+    CUDA_CHECK(cudaEventCreate(&state_->anchor));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaEventRecord(state_->anchor, stream_));
+    CUDA_CHECK(cudaEventSynchronize(state_->anchor));
+    state_->anchor_time = std::chrono::steady_clock::now();
   } catch (...) {
     release();
     throw;
@@ -202,20 +207,28 @@ WorkPtr NcclCommunicator::enqueue(std::string description, bool empty, Launch&& 
                     "; create a new communicator (restart from the last checkpoint)");
   }
   CudaDeviceGuard guard(device_);
-  cudaEvent_t done = nullptr;
-  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  // Timing events (WorkTiming): the start after the wait for the compute stream, so that
+  // the operation's time is its own.
+  cudaEvent_t start = nullptr, done = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  if (cudaEventCreate(&done) != cudaSuccess) {
+    (void)cudaEventDestroy(start);
+    CUDA_CHECK(cudaGetLastError());
+  }
   try {
     if (has_compute_stream_) {
       CUDA_CHECK(cudaEventRecord(compute_ready_, compute_stream_));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
     }
+    CUDA_CHECK(cudaEventRecord(start, stream_));
     if (!empty) launch(state_->comm, stream_);
     CUDA_CHECK(cudaEventRecord(done, stream_));
   } catch (...) {
+    (void)cudaEventDestroy(start);
     (void)cudaEventDestroy(done);
     throw;
   }
-  return std::make_shared<NcclWork>(state_, std::move(description), done);
+  return std::make_shared<NcclWork>(state_, std::move(description), start, done);
 }
 
 WorkPtr NcclCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) {

@@ -34,15 +34,37 @@ void NcclCommState::abort_locked(const std::string& reason) {
   }
 }
 
-NcclWork::NcclWork(std::shared_ptr<NcclCommState> state, std::string description, cudaEvent_t done)
+NcclWork::NcclWork(std::shared_ptr<NcclCommState> state, std::string description, cudaEvent_t start,
+                   cudaEvent_t done)
     : state_(std::move(state)),
       description_(std::move(description)),
+      start_event_(start),
       done_(done),
       start_(std::chrono::steady_clock::now()) {}
 
 NcclWork::~NcclWork() {
   // Safe while the event is still pending: CUDA releases it once it completes.
   if (done_) (void)cudaEventDestroy(done_);
+  if (start_event_) (void)cudaEventDestroy(start_event_);
+}
+
+WorkTiming NcclWork::timing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (poll_locked() != Status::kDone || !state_->anchor) return {};
+  CudaDeviceGuard guard(state_->device);
+  float from_anchor = 0, duration = 0;
+  if (cudaEventElapsedTime(&from_anchor, state_->anchor, start_event_) != cudaSuccess ||
+      cudaEventElapsedTime(&duration, start_event_, done_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  using us = std::chrono::microseconds;
+  WorkTiming t;
+  t.started = state_->anchor_time + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        us(static_cast<int64_t>(from_anchor * 1000.0)));
+  t.finished = t.started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               us(static_cast<int64_t>(duration * 1000.0)));
+  return t;
 }
 
 void NcclWork::fail_locked(std::exception_ptr error) {

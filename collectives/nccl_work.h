@@ -30,6 +30,12 @@ namespace etr {
 
 // Shared by an NcclCommunicator and every NcclWork it returned; outlives either.
 struct NcclCommState {
+  NcclCommState() = default;
+  NcclCommState(const NcclCommState&) = delete;
+  NcclCommState& operator=(const NcclCommState&) = delete;
+  ~NcclCommState() {
+    if (anchor) (void)cudaEventDestroy(anchor);
+  }
   std::mutex mutex;           // guards every field below and every call on `comm`
   ncclComm_t comm = nullptr;  // null once destroyed or aborted
   bool broken = false;
@@ -40,6 +46,11 @@ struct NcclCommState {
   int size = 0;
   int device = 0;
   std::chrono::milliseconds timeout{0};
+  // Timing: an event recorded on the communicator's stream at set-up, once the stream was
+  // idle, and the host's clock then; an operation's start and done events are placed on
+  // the host's clock by their elapsed time from it (WorkTiming).
+  cudaEvent_t anchor = nullptr;
+  std::chrono::steady_clock::time_point anchor_time{};
 
   // Marks the communicator broken and calls ncclCommAbort, once; later calls keep the
   // first reason. Needs `mutex` held.
@@ -48,8 +59,10 @@ struct NcclCommState {
 
 class NcclWork final : public Work {
  public:
-  // Takes ownership of `done` (recorded on the communicator's stream after the operation).
-  NcclWork(std::shared_ptr<NcclCommState> state, std::string description, cudaEvent_t done);
+  // Takes ownership of `start` and `done` (timing events recorded on the communicator's
+  // stream before and after the operation).
+  NcclWork(std::shared_ptr<NcclCommState> state, std::string description, cudaEvent_t start,
+           cudaEvent_t done);
   ~NcclWork() override;
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
@@ -58,6 +71,9 @@ class NcclWork final : public Work {
   void wait(std::chrono::milliseconds timeout = kForever) override;
   std::exception_ptr error() override;
   const std::string& description() const override { return description_; }
+  // When the operation ran on the communicator's stream (from its events), once complete;
+  // zero before. The duration is exact to the events' resolution (about 0.5 us).
+  WorkTiming timing() override;
 
   // Makes `stream` wait (on the device, without blocking the host) until this operation
   // is done: the way to consume a result on a compute stream without wait().
@@ -72,6 +88,7 @@ class NcclWork final : public Work {
 
   std::shared_ptr<NcclCommState> state_;
   std::string description_;
+  cudaEvent_t start_event_;
   cudaEvent_t done_;
   std::chrono::steady_clock::time_point start_;
   std::mutex mutex_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "collectives/host_topology.h"
+#include "collectives/staged_communicator.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/state_names.h"
@@ -62,12 +63,13 @@ DeviceEngine::DeviceEngine(LayerStack<Real>& stack, Allocator& alloc, void* stre
     options_.buckets.shard_ranks = grid->dp_size();  // DataParallelEngine's plan, bucket for bucket
     comm_ = std::make_unique<HostCommunicator>(grid->dp_group(), gradient_comm_options(options_.comm));
     if (options_.nccl) {
-      nccl_ = make_nccl(grid->dp_group(), alloc.device(), stream_, options_.comm);
-      reducer_ = std::make_unique<BucketReducer>(layout_, grads(), *nccl_, options_.buckets, tracer);
+      device_comm_ = make_nccl(grid->dp_group(), alloc.device(), stream_, options_.comm);
     } else {
-      staged_ = std::make_unique<StagedReducer>(layout_, grads(), alloc.device(), stream_,
-                                                *comm_, options_.buckets, tracer);
+      device_comm_ = std::make_unique<StagedCommunicator>(*comm_, make_staged_copier(alloc.device(), stream_));
     }
+    reducer_ = std::make_unique<BucketReducer>(layout_, grads(), *device_comm_, options_.buckets, tracer);
+    local_sq_ = Buffer(alloc, reducer_->buckets().size() * sizeof(double));
+    local_sq_host_ = PinnedBuffer(alloc.device(), reducer_->buckets().size() * sizeof(double));
   }
 }
 
@@ -140,37 +142,53 @@ EngineMemory DeviceEngine::memory() const {
 std::string DeviceEngine::describe() const {
   std::string s = "state on " + device().str() + " (" + format_bytes(static_cast<double>(state_.bytes())) +
                   " a rank" + (mixed_ ? ", bf16 parameter copy included" : "") + ")";
-  if (reducer_) {
-    const BucketOptions& b = reducer_->options();
-    return s + "; " + std::to_string(reducer_->buckets().size()) +
-           " gradient buckets summed by NCCL on the device (first " +
-           format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
-           format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " +
-           (b.overlap ? "on" : "off");
+  if (!reducer_) return s + ", one rank, no gradient communication";
+  const BucketOptions& b = reducer_->options();
+  s += "; " + std::to_string(reducer_->buckets().size()) + " gradient buckets ";
+  s += nccl() ? "summed by NCCL on the device" : "staged through the host";
+  s += " (first " + format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
+       format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " + (b.overlap ? "on" : "off");
+  if (!nccl()) s += ", allreduce on " + comm_->topology().str();
+  return s;
+}
+
+// With the measurement on, each bucket's squared norm goes into a device slot before its
+// collective, on the compute stream (the download or NCCL's stream waits for it), and the
+// slots are read at the end of the step.
+void DeviceEngine::measure_local_norm(bool on) {
+  if (!reducer_) return;
+  measuring_ = on;
+  if (!on) {
+    reducer_->set_before_launch(nullptr);
+    return;
   }
-  if (!staged_) return s + ", one rank, no gradient communication";
-  const BucketOptions& b = staged_->host().options();
-  return s + "; " + std::to_string(staged_->host().buckets().size()) +
-         " gradient buckets staged through the host (first " +
-         format_bytes(static_cast<double>(b.first_bucket_bytes)) + ", then " +
-         format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " +
-         (b.overlap ? "on" : "off") + ", allreduce on " + comm_->topology().str();
+  reducer_->set_before_launch([this](size_t b, const Bucket& range, const float* local) {
+    ops_.grad_norm_squared(static_cast<double*>(local_sq_.data()) + b, local, range.numel(), stream_);
+  });
+}
+
+double DeviceEngine::local_grad_sq_norm() const {
+  if (!measuring_) return std::nan("");
+  const size_t n = reducer_->buckets().size();
+  ops_.download(local_sq_host_.data(), local_sq_.data(), n * sizeof(double), stream_);
+  ops_.synchronize(stream_);
+  double sum = 0;
+  for (size_t b = 0; b < n; ++b) sum += local_sq_host_.as<double>()[b];
+  return sum;
 }
 
 void DeviceEngine::begin_backward(bool last) {
-  if (last && staged_) staged_->begin_step();
   if (last && reducer_) reducer_->begin_step();
 }
 
 void DeviceEngine::layer_grads_final(int layer) {
   // Only the last micro-batch armed the reducer; earlier ones just accumulate.
-  if (staged_ && staged_->armed()) staged_->layer_ready(layer);
   if (reducer_ && reducer_->armed()) reducer_->layer_ready(layer);
 }
 
 ReduceStats DeviceEngine::end_backward() {
-  if (reducer_) return reducer_->finish();  // waits for NCCL's last bucket (its event)
-  return staged_ ? staged_->finish() : ReduceStats{};
+  // Waits for the last bucket: NCCL's event, or the staged upload's landing.
+  return reducer_ ? reducer_->finish() : ReduceStats{};
 }
 
 void DeviceEngine::begin_step() {

@@ -5,15 +5,17 @@
 // stream:
 //
 //   begin_step       gradients zeroed on the device
-//   backward         on several ranks, with options.nccl, a BucketReducer over NCCL on the
-//                    device gradients (each bucket launched on NCCL's stream after an event
-//                    of the compute stream: backward never waits; end_backward() waits for
-//                    the last bucket); otherwise the staged reducer (parallel/staged_reducer.h)
-//                    copies each layer's final gradients to the host as backward reaches
-//                    them and sums them over the ranks in the host reducer's buckets,
-//                    overlapped with the rest of backward; end_backward() waits for the
-//                    sums and copies them back (the staged device communicator: any
-//                    number of ranks per GPU; NCCL comes later)
+//   backward         on several ranks a BucketReducer sums the device gradients bucket by
+//                    bucket as backward makes them final, over the device communicator:
+//                    NCCL (options.nccl; each bucket on NCCL's stream after an event of
+//                    the compute stream) or the staged one (collectives/staged_communicator.h:
+//                    each bucket copied to the host after an event of the compute stream,
+//                    summed by the host's ring, copied back on a stream of its own; any
+//                    number of ranks per GPU). Backward never waits; end_backward() waits
+//                    for the last bucket. Either way the buckets and their sums are
+//                    DataParallelEngine's on the host, and ReduceStats means the same:
+//                    comm = the buckets' time on their stream or through the host, exposed
+//                    = the wait in end_backward()
 //   grad_norm        the squared norm into a device scalar, read once (the step's only
 //                    wait for the device; the loop's loss copy, enqueued before, rides on
 //                    it); the summed gradients are the same bits on every rank, so are
@@ -40,7 +42,7 @@
 
 #include "parallel/data_parallel_engine.h"
 #include "parallel/engine.h"
-#include "parallel/staged_reducer.h"
+#include "parallel/bucket_reducer.h"
 #include "runtime/pinned_allocator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/state_names.h"
@@ -64,16 +66,14 @@ class DeviceEngine final : public Engine {
   Device device() const { return state_.device(); }
   bool mixed_precision() const { return mixed_; }
   int zero_stage() const override { return 0; }
-  const BucketReducer* reducer() const override {
-    return staged_ ? &staged_->host() : reducer_.get();
-  }
-  // (the NCCL path cannot: its buckets are on the device; TrainSession does not ask it)
-  void measure_local_norm(bool on) override {
-    if (staged_) staged_->host().measure_local_norm(on);
-  }
-  double local_grad_sq_norm() const override {
-    return staged_ ? staged_->host().local_sq_norm() : std::nan("");
-  }
+  const BucketReducer* reducer() const override { return reducer_.get(); }
+  // The gradient communicator: NCCL's, or the staged one; null on one rank without NCCL.
+  Communicator* device_communicator() { return device_comm_.get(); }
+  bool nccl() const { return options_.nccl && device_comm_ != nullptr; }
+  // This rank's gradient norm before the sums, bucket by bucket on the device (read, with a
+  // wait for the stream, by local_grad_sq_norm()).
+  void measure_local_norm(bool on) override;
+  double local_grad_sq_norm() const override;
   FlatState& state() override { return state_; }
   void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
   // A host copy of the parameters (downloaded by this call; the device's own storage on
@@ -115,11 +115,14 @@ class DeviceEngine final : public Engine {
   PinnedHostAllocator host_alloc_;  // the mirror: page-locked where there is a GPU
   std::unique_ptr<FlatState> mirror_;
   std::unique_ptr<HostCommunicator> comm_;  // several ranks: the broadcast's (and the staged sums')
-  std::unique_ptr<StagedReducer> staged_;
-  // options.nccl: the gradients summed on the device, bucket by bucket on NCCL's stream
-  // after an event of the compute stream (collectives/nccl_communicator.h).
-  std::unique_ptr<Communicator> nccl_;
+  // The gradients' communicator: NCCL on the device (options.nccl: each bucket on NCCL's
+  // stream after an event of the compute stream), or staged through comm_
+  // (collectives/staged_communicator.h); the BucketReducer's buckets go through it.
+  std::unique_ptr<Communicator> device_comm_;
   std::unique_ptr<BucketReducer> reducer_;
+  bool measuring_ = false;
+  Buffer local_sq_;                   // [buckets] doubles on the device
+  mutable PinnedBuffer local_sq_host_;  // their copy
 };
 
 }  // namespace etr

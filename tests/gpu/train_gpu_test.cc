@@ -1,6 +1,6 @@
 // etr-train's loop on a GPU (runtime.device = cuda) against the same loop on the host, at
-// np 1 and 2 (two ranks share the one GPU: data parallelism through the staged reducer,
-// parallel/staged_reducer.h; the host reference is one process with the same global
+// np 1 and 2 (two ranks share the one GPU: data parallelism through the staged
+// communicator, collectives/staged_communicator.h; the host reference is one process with the same global
 // batch): the library's TrainSession with the example GPT-2, shapes not multiples of 32 (d 72, 4
 // heads, T 37, vocabulary 301: synthetic data is bytes), 2 micro-batches of 2 per step (the loss accumulated on the
 // device, the tokens staged through both slots), clipping on, true f32 products

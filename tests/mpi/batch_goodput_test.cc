@@ -16,6 +16,7 @@
 #include "examples/train/trainer.h"
 #include "mpi/checkpoint_test_util.h"
 #include "mpi/mpi_test_main.h"
+#include "unit/scoped_env.h"
 #include "runtime/config/train_config.h"
 #include "runtime/state_names.h"
 
@@ -92,6 +93,30 @@ TEST(Goodput, TheNoiseScaleIsMeasuredAndAgreedOnEveryRank) {
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, w.group().comm());
   EXPECT_EQ(lo, hi) << "the ranks' estimates differ: their decisions would";
   EXPECT_EQ(r.samples, r.batch_sum) << "samples seen are the sum of the steps' global batches";
+}
+
+// The GPU's engine (DeviceEngine: each bucket's local norm taken on the device before its
+// sum over the device communicator) run on host memory measures the noise the host's
+// engine measures, step by step (the squares summed in another order: 1e-9 relative).
+TEST(Goodput, TheDeviceEngineMeasuresTheHostEnginesNoise) {
+  World& w = testing::world();
+  const TrainConfig c = config({"batch.global_batch=auto", "batch.micro_batch=1"});
+  Trainer host(c, w);
+  const Outcome want = train(host, 6);
+  testing::ScopedEnv device_engine("ETR_TEST_HOST_DEVICE_ENGINE", "1");
+  Trainer dev(c, w);
+  const Outcome got = train(dev, 6);
+  ASSERT_EQ(want.noise.size(), got.noise.size());
+  int finite = 0;
+  for (size_t i = 0; i < want.noise.size(); ++i) {
+    if (!std::isfinite(want.noise[i])) {
+      EXPECT_FALSE(std::isfinite(got.noise[i])) << "step " << i;
+      continue;
+    }
+    ++finite;
+    EXPECT_NEAR(got.noise[i], want.noise[i], 1e-9 * std::abs(want.noise[i]) + 1e-12) << "step " << i;
+  }
+  EXPECT_GT(finite, 0) << "no step measured the noise";
 }
 
 TEST(Goodput, ACheckpointCarriesTheBatchPolicyAndResumesBitwise) {

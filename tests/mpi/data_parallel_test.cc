@@ -125,9 +125,9 @@ TEST(DataParallel, EqualsSingleProcessWithOverlapOff) {
   check_equivalence({"parallel.overlap=false", "parallel.bucket_size=20000"});
 }
 
-// The GPU's data-parallel path (DeviceEngine with the staged reducer: each layer's final
-// gradients copied to a host mirror as backward reaches them, a helper thread handing
-// them to the host reducer's buckets, the sums copied back; parallel/staged_reducer.h),
+// The GPU's data-parallel path (DeviceEngine's BucketReducer over the staged device
+// communicator: each bucket copied to host staging after the compute stream, summed by the
+// host's ring, copied back; collectives/staged_communicator.h),
 // run on host memory (ETR_TEST_HOST_DEVICE_ENGINE): with clipping off its parameters are
 // bitwise those of DataParallelEngine at the same world size (the same buckets, ring and
 // order), with accumulation and uneven shares; with clipping on (the norm summed in
