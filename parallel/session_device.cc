@@ -189,7 +189,7 @@ void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, boo
   with_stack([&](auto& stack) {
     auto work = [&] {
       stack.forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B), hooks_);
-      engine_->begin_backward(last);
+      calls_->begin_backward(last);
       stack.backward(batch, hooks_);
     };
     // Captured only where backward's hooks do nothing on the host (no reducer: one rank).

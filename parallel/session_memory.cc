@@ -323,6 +323,7 @@ void TrainSession::recover_from_oom(const std::string& failure) {
   const int64_t step = static_cast<int64_t>(position_.step) + 1;
   if (!failure.empty()) log_.warn("step ", step, ": rank ", grid_->rank(), ": ", failure);
   release_activations();
+  work_alloc().release_cached();  // a GPU's cached blocks back to CUDA before the retry
   ++oom_recoveries_;
   const int64_t before = micro_batch_;
   int64_t b = std::max<int64_t>(1, micro_batch_ / 2);
@@ -332,6 +333,10 @@ void TrainSession::recover_from_oom(const std::string& failure) {
     recompute_ = can;
   }
   set_micro_batch(agree_micro_batch(b));
+  if (!failure.empty()) {
+    oom_cap_ = micro_batch_;
+    oom_budget_ = work_alloc().stats().budget;
+  }
   restart_peak();
   if (leader()) {
     const RankBatch& r = rank_batch();
@@ -357,8 +362,14 @@ bool TrainSession::budget_wants_replan() {
 }
 
 // The micro-batch this rank wants under the budget last read, with the hysteresis above.
+// A rank that ran out of memory keeps the micro-batch it recovered with until the budget
+// grows past what it was then: the memory model fitted the one that failed, so it cannot
+// be trusted to (the failure may have come from memory it does not count).
 int64_t TrainSession::wanted_micro_batch() {
-  const int64_t best = fit_micro_batch(micro_batch_cap());
+  const size_t budget = work_alloc().stats().budget;
+  if (oom_cap_ > 0 && budget > oom_budget_) oom_cap_ = 0;
+  int64_t best = fit_micro_batch(micro_batch_cap());
+  if (oom_cap_ > 0) best = std::min(best, oom_cap_);
   if (best <= micro_batch_) return best;
   const bool automatic = config_.batch().micro_batch() == 0;
   const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;

@@ -43,6 +43,9 @@ int default_threads(const Group& group) {
 //   ETR_FAIL_AT_STEP       the rank throws at the start of step S
 //   ETR_NONFINITE_AT_STEP  a NaN in the rank's gradients at step S (1-based, as the
 //                          progress line counts)
+//   ETR_OOM_IN_BACKWARD_AT_STEP  an out-of-memory error inside backward of the last
+//                          micro-batch of step S (1-based), after the middle layer's
+//                          backward: the step is discarded and redone (once)
 int64_t step_for_rank_from_env(const char* name, int rank) {
   const char* v = std::getenv(name);
   if (!v || !*v) return -1;
@@ -112,6 +115,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
   fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
   nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
+  oom_in_backward_at_ = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", grid_->rank());
   read_budget_cut();     // (tests) from the first step on
   work_alloc().reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
@@ -154,7 +158,10 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
                                          grid_->dp_size(), initial_micro_batch(config_),
                                          data_->train_samples()));
   position_.seed = data_->seed();
-  if (!pipeline_) hooks_ = engine_->hooks();
+  if (!pipeline_) {
+    calls_ = std::make_unique<EngineCallLog>(*engine_, model_.stack->size());
+    hooks_ = calls_->hooks();
+  }
   if (config_.runtime().cuda_graphs() && device().is_cuda() && !pipeline_) {
     graphs_ = std::make_unique<CudaGraphCache>(device(), device_.stream());
   }
@@ -332,24 +339,37 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
   // takes the wall time of all the micro-batches instead.
   const bool wait_for_device =
       device().is_cuda() && (goodput_ || recompute_trial_active() || balancer_);
-  for (uint64_t m = 0; m < mine.accumulation; ++m) {
-    const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
-    const int64_t b = static_cast<int64_t>(mb.count);
-    {
-      auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
-      data_->gather(mb.first, mb.count, std::span(inputs_).first(b * T),
-                    std::span(targets_).first(b * T));
+  calls_->begin_step(static_cast<int>(mine.accumulation));
+  if (oom_in_backward_at_ == static_cast<int64_t>(position_.step) + 1) {
+    calls_->fail_in_backward(model_.stack->size() / 2);
+    oom_in_backward_at_ = -1;
+  }
+  // Out of memory anywhere in the micro-batches: this rank makes the rest of the step's
+  // engine calls without compute, so its peers' collectives complete, and the step's sums
+  // carry the failure to every rank (train_step).
+  try {
+    for (uint64_t m = 0; m < mine.accumulation; ++m) {
+      const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+      const int64_t b = static_cast<int64_t>(mb.count);
+      {
+        auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
+        data_->gather(mb.first, mb.count, std::span(inputs_).first(b * T),
+                      std::span(targets_).first(b * T));
+      }
+      const Batch batch = staging_->stage(
+          Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
+      const auto c0 = Clock::now();
+      // The loss stays where the model runs until the step reads it (step_loss).
+      run_micro_batch(batch, b, B, m + 1 == mine.accumulation);
+      staging_->done();
+      if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
+      const double took = std::chrono::duration<double>(Clock::now() - c0).count();
+      slow_down(took);
+      compute += took * slow_factor_;
     }
-    const Batch batch = staging_->stage(
-        Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
-    const auto c0 = Clock::now();
-    // The loss stays where the model runs until the step reads it (step_loss).
-    run_micro_batch(batch, b, B, m + 1 == mine.accumulation);
-    staging_->done();
-    if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
-    const double took = std::chrono::duration<double>(Clock::now() - c0).count();
-    slow_down(took);
-    compute += took * slow_factor_;
+  } catch (const OutOfMemory& e) {
+    step_oom_ = e.what();
+    calls_->complete();
   }
   if (wait_for_device) {
     device_.synchronize();
@@ -404,17 +424,23 @@ StepStats TrainSession::train_step() {
   // So does a rank's wish for another micro-batch (the memory budget, re-read here).
   // So do an automatic global batch's figures (no pipeline then): n_r |g_r|^2, the step's
   // compute seconds and the last optimizer step's.
-  double sums[7] = {loss_sum, resize_requested() ? 1.0 : 0.0,
+  // And (no pipeline) a rank's out-of-memory error inside the step.
+  double sums[8] = {loss_sum, resize_requested() ? 1.0 : 0.0,
                     std::isfinite(st.grad_norm) ? 0.0 : 1.0, budget_wants_replan() ? 1.0 : 0.0,
                     pipeline_ ? pipeline_->executor().last_step().bubble() : 0.0,
-                    pipeline_ ? pipeline_->norm_wait_seconds() : 0.0, 0.0};
+                    pipeline_ ? pipeline_->norm_wait_seconds() : 0.0, 0.0,
+                    step_oom_.empty() ? 0.0 : 1.0};
   if (goodput_) {
     sums[4] = goodput_local_term();
     sums[6] = last_optimizer_seconds_;
   }
   const bool timed = goodput_ || recompute_trial_active();
   if (timed) sums[5] = compute_seconds;
-  sum_over_ranks(sums, pipeline_ ? 6 : timed ? 7 : 4);
+  sum_over_ranks(sums, pipeline_ ? 6 : 8);
+  if (sums[7] > 0) {  // nothing of the step is kept: the same samples again, smaller
+    recover_from_oom(std::exchange(step_oom_, std::string()));
+    return train_step();
+  }
   st.loss = sums[0];
   st.resize = sums[1] > 0;
   const bool replan_wanted = sums[3] > 0;

@@ -38,6 +38,7 @@
 #include "parallel/zero_engine.h"
 #include "parallel/data_source.h"
 #include "parallel/elastic_session.h"
+#include "parallel/engine_call_log.h"
 #include "parallel/memory_model.h"
 #include "parallel/share_balancer.h"
 #include "parallel/pipeline_engine.h"
@@ -325,7 +326,14 @@ class TrainSession {
   std::unique_ptr<ElasticSession> elastic_;
   std::unique_ptr<StepReporter> reporter_;
   TrainProgram program_;
-  StackHooks hooks_;  // the engine's, for the stack
+  StackHooks hooks_;  // the engine's, counted by calls_, for the stack
+  // The step's engine calls (no pipeline): a rank whose compute ran out of memory makes
+  // the rest without compute, and the step is redone (parallel/engine_call_log.h).
+  std::unique_ptr<EngineCallLog> calls_;
+  std::string step_oom_;            // this rank's out-of-memory error in this step, if any
+  int64_t oom_in_backward_at_ = -1;  // ETR_OOM_IN_BACKWARD_AT_STEP (tests)
+  int64_t oom_cap_ = 0;    // after this rank ran out of memory: its micro-batch then (0: none)
+  size_t oom_budget_ = 0;  // and the budget then
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
   int64_t fail_at_step_ = -1;       // ETR_FAIL_AT_STEP (tests): throw at that step
   int64_t nonfinite_at_step_ = -1;  // ETR_NONFINITE_AT_STEP (tests): a NaN gradient

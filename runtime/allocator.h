@@ -32,6 +32,9 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   virtual void set_budget(size_t bytes) = 0;
   virtual void reset_peak() = 0;
+  // Gives memory cached for reuse back to the system (after an out-of-memory error);
+  // live allocations are untouched. Allocators without a cache do nothing.
+  virtual void release_cached() {}
 };
 
 // Owns one allocation of an Allocator; move-only.

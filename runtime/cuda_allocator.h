@@ -51,6 +51,7 @@ class CudaCachingAllocator final : public Allocator {
   MemoryStats stats() const override;
   void set_budget(size_t bytes) override;
   void reset_peak() override;
+  void release_cached() override { empty_cache(); }
 
   // Returns every cached free block to CUDA (cudaFree); live blocks are untouched.
   void empty_cache();

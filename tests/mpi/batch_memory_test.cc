@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,44 @@ TEST(BatchMemory, OutOfMemoryOnOneRankLaterIsRedoneWithinRounding) {
   EXPECT_EQ(t.session().oom_recoveries(), 1) << "every rank counts it";
   EXPECT_EQ(t.session().micro_batch(), w.rank() == last ? 2 : 4);
   expect_near(want, got, "out of memory at step 3 on rank " + std::to_string(last));
+}
+
+// An out-of-memory error inside backward (ETR_OOM_IN_BACKWARD_AT_STEP: after the middle
+// block's backward of the last micro-batch, the buckets of the later layers launched, the
+// ZeRO gathers and windows in use) at every ZeRO stage and on the GPU's engine (its staged
+// communicator on host memory): the failing rank makes the rest of the step's engine calls
+// without compute, every rank discards the step and redoes it with half the micro-batch.
+// When every rank fails at step 1 the run is bitwise one that used the half micro-batch
+// from the start; when one rank fails later, within rounding.
+TEST(BatchMemory, OutOfMemoryInsideBackwardIsRedoneAtEveryZeroStage) {
+  World& w = testing::world();
+  const int last = w.group().size() - 1;
+  for (const std::string stage : {"0", "1", "2", "3", "device"}) {
+    std::vector<std::string> o = {stage == "device" ? "parallel.zero_stage=0" : "parallel.zero_stage=" + stage};
+    std::optional<ScopedEnv> engine;
+    if (stage == "device") engine.emplace("ETR_TEST_HOST_DEVICE_ENGINE", "1");
+    std::vector<std::string> half = o;
+    half.push_back("batch.micro_batch=2");
+    const State want = [&] {
+      Trainer t(config(half), w);
+      return train(t, 4);
+    }();
+    {
+      ScopedEnv env("ETR_OOM_IN_BACKWARD_AT_STEP", "1");  // every rank
+      Trainer t(config(o), w);
+      const State got = train(t, 4);
+      EXPECT_EQ(t.session().oom_recoveries(), 1) << stage;
+      EXPECT_EQ(t.session().micro_batch(), 2) << stage;
+      expect_bitwise(want, got, "stage " + stage + ": out of memory inside backward at step 1");
+    }
+    ScopedEnv env("ETR_OOM_IN_BACKWARD_AT_STEP", "3:" + std::to_string(last));
+    Trainer t(config(o), w);
+    const State got = train(t, 4);
+    EXPECT_EQ(t.session().oom_recoveries(), 1) << stage << ": every rank counts it";
+    EXPECT_EQ(t.session().micro_batch(), w.rank() == last ? 2 : 4) << stage;
+    expect_near(want, got, "stage " + stage + ": out of memory inside backward at step 3 on rank " +
+                               std::to_string(last));
+  }
 }
 
 TEST(BatchMemory, ACutSeenAtAStepBoundaryReplansWithoutAnError) {
