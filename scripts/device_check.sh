@@ -373,6 +373,47 @@ if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
     row train_gpu_to_cpu fail "exit $rc, or no 'resumed from' line" $((SECONDS - t0))
   fi
 fi
+# Elasticity across devices: the 2-rank GPU run's checkpoint resumed on 1 GPU and the
+# 1-rank run's on 2 ranks sharing it (resharded by the reader), each for 3 more steps.
+resume_on() {  # NAME CKPT DESCRIPTION launcher...
+  local name=$1 ckpt=$2 what=$3
+  shift 3
+  t0=$SECONDS
+  echo "== $name: $what"
+  timeout -k 10 120 "${traced[@]}" "$@" </dev/null --config "$B/configs/tiny.pbtxt" \
+    --set schedule.max_steps=9 --set runtime.device=cuda --resume "$ckpt" >"$steps/$name.out" 2>&1
+  rc=$?
+  cat "$steps/$name.out"
+  if ((rc == 0)) && grep -q 'resumed from' "$steps/$name.out"; then
+    row "$name" pass "$what: $(grep -o 'loss [0-9.]*' "$steps/$name.out" | tail -1)" $((SECONDS - t0))
+  else
+    row "$name" fail "exit $rc, or no 'resumed from' line" $((SECONDS - t0))
+  fi
+}
+if [[ -n $gpu && -d $B/ckpt-train_gpu_np2 ]]; then
+  resume_on train_gpu_reshard_2to1 "$B/ckpt-train_gpu_np2" "2 GPU ranks' checkpoint on 1" "$B/bin/etr-train"
+fi
+if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
+  resume_on train_gpu_reshard_1to2 "$B/ckpt-train_gpu" "1 GPU rank's checkpoint on 2 sharing it" \
+    mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+fi
+# An out-of-memory error inside backward of step 3 on rank 1 of 2 sharing the GPU (the
+# staged communicator): rank 1 makes the rest of the step's bucket sums without compute,
+# every rank redoes the step at half the micro-batch.
+if [[ -n $gpu ]]; then
+  t0=$SECONDS
+  echo "== train_gpu_oom_backward: ETR_OOM_IN_BACKWARD_AT_STEP=3:1, 2 ranks on the GPU"
+  ETR_OOM_IN_BACKWARD_AT_STEP=3:1 timeout -k 10 120 "${traced[@]}" mpirun -np 2 "${mpirun_flags[@]}" \
+    -x ETR_OOM_IN_BACKWARD_AT_STEP "$B/bin/etr-train" </dev/null --config "$B/configs/tiny.pbtxt" \
+    --set schedule.max_steps=6 --set runtime.device=cuda >"$steps/train_gpu_oom_backward.out" 2>&1
+  rc=$?
+  cat "$steps/train_gpu_oom_backward.out"
+  if ((rc == 0)) && grep -q '1 out-of-memory step(s) redone' "$steps/train_gpu_oom_backward.out"; then
+    row train_gpu_oom_backward pass "step 3 redone, $(grep -o 'loss [0-9.]* -> [0-9.]*' "$steps/train_gpu_oom_backward.out" | tail -1)" $((SECONDS - t0))
+  else
+    row train_gpu_oom_backward fail "exit $rc, or no out-of-memory recovery" $((SECONDS - t0))
+  fi
+fi
 # etr-tokenize trains a small BPE tokenizer: the SentencePiece shim the programs dlopen
 # from the bundle's lib/.
 t0=$SECONDS
