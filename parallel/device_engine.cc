@@ -5,40 +5,15 @@
 #include <vector>
 
 #include "collectives/host_topology.h"
-#include "collectives/staged_communicator.h"
+#include "parallel/device_comm.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/state_names.h"
-
-#ifdef ETR_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "collectives/nccl_communicator.h"
-#endif
 
 namespace etr {
 namespace {
 
 constexpr std::string_view kSaved[] = {etr::state::kParam, etr::state::kAdamM, etr::state::kAdamV};
-
-// The NCCL communicator of the gradients on `device`, ordered after `stream`'s work.
-std::unique_ptr<Communicator> make_nccl(const Group& group, Device device, void* stream,
-                                        const CommOptions& options) {
-#ifdef ETR_HAVE_CUDA
-  if (!device.is_cuda()) {
-    throw ConfigError("comm.device_backend = nccl sums gradients on GPUs; this engine's state is on " +
-                      device.str());
-  }
-  auto comm = std::make_unique<NcclCommunicator>(group, device.index, gradient_comm_options(options));
-  comm->set_compute_stream(static_cast<cudaStream_t>(stream));
-  return comm;
-#else
-  (void)group;
-  (void)stream;
-  (void)options;
-  throw ConfigError("comm.device_backend = nccl in a build without CUDA (" + device.str() + ")");
-#endif
-}
 
 }  // namespace
 
@@ -62,14 +37,10 @@ DeviceEngine::DeviceEngine(LayerStack<Real>& stack, Allocator& alloc, void* stre
     ranks_ = grid->dp_size();
     options_.buckets.shard_ranks = grid->dp_size();  // DataParallelEngine's plan, bucket for bucket
     comm_ = std::make_unique<HostCommunicator>(grid->dp_group(), gradient_comm_options(options_.comm));
-    if (options_.nccl) {
-      device_comm_ = make_nccl(grid->dp_group(), alloc.device(), stream_, options_.comm);
-    } else {
-      device_comm_ = std::make_unique<StagedCommunicator>(*comm_, make_staged_copier(alloc.device(), stream_));
-    }
+    device_comm_ = make_device_communicator(grid->dp_group(), alloc.device(), stream_, *comm_,
+                                            options_.nccl, gradient_comm_options(options_.comm));
     reducer_ = std::make_unique<BucketReducer>(layout_, grads(), *device_comm_, options_.buckets, tracer);
-    local_sq_ = Buffer(alloc, reducer_->buckets().size() * sizeof(double));
-    local_sq_host_ = PinnedBuffer(alloc.device(), reducer_->buckets().size() * sizeof(double));
+    local_norm_ = std::make_unique<LocalNormMeter>(*reducer_, alloc, stream_);
   }
 }
 
@@ -150,31 +121,6 @@ std::string DeviceEngine::describe() const {
        format_bytes(static_cast<double>(b.bucket_cap_bytes)) + "), overlap " + (b.overlap ? "on" : "off");
   if (!nccl()) s += ", allreduce on " + comm_->topology().str();
   return s;
-}
-
-// With the measurement on, each bucket's squared norm goes into a device slot before its
-// collective, on the compute stream (the download or NCCL's stream waits for it), and the
-// slots are read at the end of the step.
-void DeviceEngine::measure_local_norm(bool on) {
-  if (!reducer_) return;
-  measuring_ = on;
-  if (!on) {
-    reducer_->set_before_launch(nullptr);
-    return;
-  }
-  reducer_->set_before_launch([this](size_t b, const Bucket& range, const float* local) {
-    ops_.grad_norm_squared(static_cast<double*>(local_sq_.data()) + b, local, range.numel(), stream_);
-  });
-}
-
-double DeviceEngine::local_grad_sq_norm() const {
-  if (!measuring_) return std::nan("");
-  const size_t n = reducer_->buckets().size();
-  ops_.download(local_sq_host_.data(), local_sq_.data(), n * sizeof(double), stream_);
-  ops_.synchronize(stream_);
-  double sum = 0;
-  for (size_t b = 0; b < n; ++b) sum += local_sq_host_.as<double>()[b];
-  return sum;
 }
 
 void DeviceEngine::begin_backward(bool last) {

@@ -43,6 +43,7 @@
 #include "parallel/data_parallel_engine.h"
 #include "parallel/engine.h"
 #include "parallel/bucket_reducer.h"
+#include "parallel/local_norm.h"
 #include "runtime/pinned_allocator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/state_names.h"
@@ -72,8 +73,10 @@ class DeviceEngine final : public Engine {
   bool nccl() const { return options_.nccl && device_comm_ != nullptr; }
   // This rank's gradient norm before the sums, bucket by bucket on the device (read, with a
   // wait for the stream, by local_grad_sq_norm()).
-  void measure_local_norm(bool on) override;
-  double local_grad_sq_norm() const override;
+  void measure_local_norm(bool on) override {
+    if (local_norm_) local_norm_->measure(on);
+  }
+  double local_grad_sq_norm() const override { return local_norm_ ? local_norm_->read() : std::nan(""); }
   FlatState& state() override { return state_; }
   void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
   // A host copy of the parameters (downloaded by this call; the device's own storage on
@@ -120,9 +123,7 @@ class DeviceEngine final : public Engine {
   // (collectives/staged_communicator.h); the BucketReducer's buckets go through it.
   std::unique_ptr<Communicator> device_comm_;
   std::unique_ptr<BucketReducer> reducer_;
-  bool measuring_ = false;
-  Buffer local_sq_;                   // [buckets] doubles on the device
-  mutable PinnedBuffer local_sq_host_;  // their copy
+  std::unique_ptr<LocalNormMeter> local_norm_;
 };
 
 }  // namespace etr

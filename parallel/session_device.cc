@@ -21,11 +21,7 @@ namespace etr {
 void TrainSession::setup_device(const Group& group) {
   const auto& rt = config_.runtime();
   std::string why;  // what a GPU job cannot have yet
-  if (grid_->pp_size() > 1) {
-    why = "parallel.pp = " + std::to_string(grid_->pp_size());
-  } else if (config_.parallel().zero_stage() > 0) {
-    why = "parallel.zero_stage = " + std::to_string(config_.parallel().zero_stage());
-  }
+  if (grid_->pp_size() > 1) why = "parallel.pp = " + std::to_string(grid_->pp_size());
   const int local = rank_on_this_node(group);  // (collectives: every rank asks)
   const int local_ranks = ranks_on_this_node(group);
   int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
@@ -39,8 +35,8 @@ void TrainSession::setup_device(const Group& group) {
   if (fewest == 0) visible = 0;
   const Device d = choose_device(rt.device(), local, visible, why.empty(), why);
   if (rt.device() == "auto" && visible > 0 && d.is_cpu() && leader()) {
-    log_.info("runtime.device = auto: training on the host; a GPU job has no ZeRO or pipeline "
-              "stages for now, and this one has ", why);
+    log_.info("runtime.device = auto: training on the host; a GPU job has no pipeline stages "
+              "for now, and this one has ", why);
   }
   set_gpu_matmul(rt.gpu_matmul());
   device_ = DeviceContext::open(d);
@@ -116,21 +112,12 @@ bool TrainSession::choose_nccl() {
   const std::string& backend = config_.comm().device_backend();
   int most_sharing = sharing_;
   MPI_CHECK(MPI_Allreduce(&sharing_, &most_sharing, 1, MPI_INT, MPI_MAX, grid_->world_group().comm()));
-  const bool auto_batch = config_.batch().global_batch() == 0;
-  if (backend == "nccl") {
-    if (most_sharing > 1) {
-      throw ConfigError("comm.device_backend = nccl needs a GPU of its own for every rank, but " +
-                        std::to_string(most_sharing) +
-                        " ranks share a GPU here; use comm.device_backend = staged (or auto).");
-    }
-    if (auto_batch) {
-      throw ConfigError("comm.device_backend = nccl does not combine with batch.global_batch = auto "
-                        "yet (it needs each rank's gradient norm before the sum); use "
-                        "comm.device_backend = staged (or auto).");
-    }
+  if (backend == "nccl" && most_sharing > 1) {
+    throw ConfigError("comm.device_backend = nccl needs a GPU of its own for every rank, but " +
+                      std::to_string(most_sharing) +
+                      " ranks share a GPU here; use comm.device_backend = staged (or auto).");
   }
-  const bool nccl = backend == "nccl" ||
-                    (backend == "auto" && most_sharing == 1 && !auto_batch && grid_->dp_size() > 1);
+  const bool nccl = backend == "nccl" || (backend == "auto" && most_sharing == 1 && grid_->dp_size() > 1);
   if (leader() && grid_->dp_size() > 1) {
     log_.info("gradients on the GPUs: ", nccl ? "NCCL" : "staged through the host",
               " (comm.device_backend = ", backend, ")");

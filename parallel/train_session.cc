@@ -263,12 +263,14 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   const int stage = config_.parallel().zero_stage();
   DataParallelOptions dp = data_parallel_options(config_);
   dp.norm_begin = norm_begin;
-  // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engine and staged reducer on host memory.
+  // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
+  // device path) and the staged communicators on host memory.
   const char* host_device_engine = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
   const bool test_on_host = host_device_engine && std::string_view(host_device_engine) == "1" &&
-                            stage == 0 && grid_->pp_size() == 1;
-  if (device().is_cuda() || test_on_host) {
-    dp.nccl = nccl_;
+                            grid_->pp_size() == 1;
+  const bool device_path = device().is_cuda() || test_on_host;
+  dp.nccl = device_path && nccl_;
+  if (device_path && stage == 0) {
     return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp, grid_.get(), &tracer_);
   }
   if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
@@ -279,7 +281,8 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   o.prefetch_bytes = parse_bytes(config_.parallel().zero_prefetch_size());
   // A pipeline stage runs 2 m passes per step: its parameters are gathered once.
   o.gather_once_per_step = grid_->pp_size() > 1;
-  return std::make_unique<ZeroEngine>(stack, *grid_, alloc_, std::move(o), &tracer_);
+  o.staged = test_on_host;
+  return std::make_unique<ZeroEngine>(stack, *grid_, work_alloc(), std::move(o), &tracer_, device_.stream());
 }
 
 void TrainSession::log_memory() const {

@@ -6,20 +6,24 @@
 #include <unistd.h>
 
 #include "checkpoint/shard_plan.h"
+#include "parallel/device_comm.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/state_names.h"
 
 namespace etr {
 
-ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, HostAllocator& alloc,
-                       ZeroOptions options, Tracer* tracer)
+ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, Allocator& alloc,
+                       ZeroOptions options, Tracer* tracer, void* stream)
     : stack_(stack),
       grid_(grid),
       alloc_(alloc),
+      host_alloc_(dynamic_cast<HostAllocator*>(&alloc)),
       options_(std::move(options)),
+      ops_(device_ops(alloc.device())),
+      stream_(stream),
+      device_path_(!alloc.device().is_cpu() || options_.staged || host_alloc_ == nullptr),
       plan_(stack.layout(), grid.dp_size(), options_.dp.buckets),
-      adamw_(stack.layout()),
       shard_(stack.layout(), alloc, plan_.held(grid.dp_rank())) {
   if (options_.stage < 1 || options_.stage > 3) {
     throw InvalidArgument("ZeroEngine runs stages 1, 2 and 3, not " + std::to_string(options_.stage));
@@ -47,15 +51,14 @@ void ZeroEngine::build_storage() {
   }
   if (s == 1) full_grads_ = replica_->data<float>(state::kGrad);
   if (s >= 2) {
-    grad_window_ = std::make_unique<HostWindow>(layout.numel(), alloc_, "gradient");
+    grad_window_ = make_window("gradient", 0);
     full_grads_ = grad_window_->data();
     grad_held_.assign(plan_.buckets().size(), 0);
   }
   if (s == 3) {
     // 4 KiB pages: the gathered working set follows the buckets held closely (huge pages
     // would round each layer up to 2 MiB; first touch costs about 5 % here, etr-bench zero).
-    param_window_ = std::make_unique<HostWindow>(layout.numel(), alloc_, "parameter",
-                                                 static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+    param_window_ = make_window("parameter", static_cast<size_t>(sysconf(_SC_PAGESIZE)));
     full_params_ = param_window_->data();
   }
   stack_.bind(full_params_, full_grads_);
@@ -65,23 +68,39 @@ void ZeroEngine::build_storage() {
   needed_ = buckets_read_by_layers(plan_, stack_);
 }
 
+// Paged on the host; on the device path the whole array (WholeWindow: a GPU has no paged
+// window yet).
+std::unique_ptr<MemoryWindow> ZeroEngine::make_window(const char* name, size_t page_bytes) {
+  const int64_t n = stack_.layout().numel();
+  if (!device_path_) return std::make_unique<HostWindow>(n, *host_alloc_, name, page_bytes);
+  return std::make_unique<WholeWindow>(n, alloc_, stream_);
+}
+
 void ZeroEngine::build_communication(Tracer* tracer) {
   const CommOptions co = gradient_comm_options(options_.dp.comm);
   grad_comm_ = std::make_unique<HostCommunicator>(grid_.dp_group(), co);
   param_comm_ = std::make_unique<HostCommunicator>(grid_.dp_group(), co);
+  if (device_path_) {
+    const Device d = alloc_.device();
+    grad_dev_ = make_device_communicator(grid_.dp_group(), d, stream_, *grad_comm_, options_.dp.nccl, co);
+    param_dev_ = make_device_communicator(grid_.dp_group(), d, stream_, *param_comm_, options_.dp.nccl, co);
+  }
   BucketOptions bo = options_.dp.buckets;
   bo.op = BucketOp::kReduceScatter;
   bo.shard_ranks = plan_.ranks();
-  reducer_ = std::make_unique<BucketReducer>(stack_.layout(), full_grads_, *grad_comm_, bo, tracer);
+  reducer_ = std::make_unique<BucketReducer>(stack_.layout(), full_grads_, grad_comm(), bo, tracer);
+  if (device_path_) local_norm_ = std::make_unique<LocalNormMeter>(*reducer_, alloc_, stream_);
   if (options_.stage >= 2) {
     reducer_->set_scatter_output([this](size_t b) { return held(state::kGrad, b); });
   }
   reducer_->set_on_reduced([this](size_t b) { reduced(b); });
   const int r = grid_.dp_rank();
   gather_ = std::make_unique<ParamGather>(
-      plan_, *param_comm_, full_params_, [this, r](size_t b) -> const float* {
+      plan_, param_comm(), full_params_,
+      [this, r](size_t b) -> const float* {
         return options_.stage == 3 ? held(state::kParam, b) : full_params_ + plan_.block(b, r).begin;
-      });
+      },
+      stream_);
   if (options_.stage == 3) {
     layers_ = std::make_unique<LayerGatherer>(plan_, stack_, *param_window_, *gather_, options_.log,
                                               options_.prefetch_bytes);
@@ -119,25 +138,38 @@ float* ZeroEngine::param_of(const HeldRange& r) {
 void ZeroEngine::initialize_parameters(
     const std::function<void(const ParamLayout&, float*)>& init) {
   const ParamLayout& layout = stack_.layout();
+  const size_t bytes = static_cast<size_t>(layout.numel()) * sizeof(float);
   if (param_window_) param_window_->acquire(0, layout.numel());
-  if (init) init(layout, full_params_);
+  // Set on the host (the device path: a host copy, uploaded), rank 0's everywhere.
+  std::vector<float> host;
+  if (device_path_) host.assign(static_cast<size_t>(layout.numel()), 0.0f);
+  float* full = device_path_ ? host.data() : full_params_;
+  if (init) init(layout, full);
   if (plan_.ranks() > 1) {
-    param_comm_->broadcast(TensorView::flat(full_params_, layout.numel(), DType::kF32), 0)->wait();
+    param_comm_->broadcast(TensorView::flat(full, layout.numel(), DType::kF32), 0)->wait();
   }
-  if (!param_window_) return;
-  for (size_t i = 0; i < shard_.held().size(); ++i) {
-    const HeldRange& h = shard_.held()[i];
-    std::memcpy(shard_.range<float>(state::kParam, i), full_params_ + h.begin, h.numel() * sizeof(float));
+  if (device_path_) ops_.upload(full_params_, full, bytes, stream_);
+  if (param_window_) {
+    for (size_t i = 0; i < shard_.held().size(); ++i) {
+      const HeldRange& h = shard_.held()[i];
+      ops_.copy(shard_.range<float>(state::kParam, i), full_params_ + h.begin, h.numel() * sizeof(float),
+                stream_);
+    }
+    gather_->forget_all();
+    param_window_->drop_all();
+    param_window_->reset_peak();  // the working set of training, not of the start
+    add_optimizer_states();
   }
-  gather_->forget_all();
-  param_window_->drop_all();
-  param_window_->reset_peak();  // the working set of training, not of the start
-  add_optimizer_states();
+  ops_.synchronize(stream_);  // (the host copy goes out of scope)
 }
 
 float* ZeroEngine::parameters() {
   if (options_.stage < 3) gather_->wait_all();
-  return full_params_;
+  if (!device_path_) return full_params_;
+  host_params_.resize(static_cast<size_t>(stack_.layout().numel()));
+  ops_.download(host_params_.data(), full_params_, host_params_.size() * sizeof(float), stream_);
+  ops_.synchronize(stream_);
+  return host_params_.data();
 }
 
 void ZeroEngine::materialize_parameters() {
@@ -152,10 +184,67 @@ std::vector<HeldState> ZeroEngine::held_states() {
   add_optimizer_states();
   gather_->wait_all();
   if (layers_) layers_->release_all();
-  FlatState* params = options_.stage == 3 ? &shard_ : &*replica_;
+  FlatState& shard = device_path_ ? mirror_shard() : shard_;
+  FlatState* params = options_.stage == 3 ? &shard : device_path_ ? &mirror_replica() : &*replica_;
   return {{std::string(state::kParam), params},
-          {std::string(state::kAdamM), &shard_},
-          {std::string(state::kAdamV), &shard_}};
+          {std::string(state::kAdamM), &shard},
+          {std::string(state::kAdamV), &shard}};
+}
+
+// The device path: the restore filled the host copies; they go to the device.
+void ZeroEngine::restored() {
+  if (!device_path_) return;
+  const size_t shard_bytes = static_cast<size_t>(shard_.held_numel()) * sizeof(float);
+  for (std::string_view s : {state::kParam, state::kAdamM, state::kAdamV}) {
+    if (s == state::kParam && options_.stage < 3) continue;
+    ops_.upload(shard_.data<float>(s), mirror_shard().data<float>(s), shard_bytes, stream_);
+  }
+  if (options_.stage < 3) {
+    ops_.upload(full_params_, mirror_replica().data<float>(state::kParam),
+                static_cast<size_t>(stack_.layout().numel()) * sizeof(float), stream_);
+  }
+  ops_.synchronize(stream_);
+}
+
+FlatState& ZeroEngine::mirror_shard() {
+  if (!mirror_shard_) {
+    mirror_shard_ = std::make_unique<FlatState>(stack_.layout(), mirror_alloc_, plan_.held(grid_.dp_rank()));
+    if (options_.stage == 3) mirror_shard_->add(state::kParam);
+    mirror_shard_->add(state::kAdamM);
+    mirror_shard_->add(state::kAdamV);
+  }
+  return *mirror_shard_;
+}
+
+FlatState& ZeroEngine::mirror_replica() {
+  if (!mirror_replica_) {
+    mirror_replica_ = std::make_unique<FlatState>(stack_.layout(), mirror_alloc_);
+    mirror_replica_->add(state::kParam);
+  }
+  return *mirror_replica_;
+}
+
+// A state of the shard (param at stage 3, adam.m, adam.v), or the whole parameters at
+// stages 1-2, copied to the host (done when it returns).
+void ZeroEngine::download_mirror(std::string_view s) {
+  if (s == state::kParam && options_.stage < 3) {
+    ops_.download(mirror_replica().data<float>(s), full_params_,
+                  static_cast<size_t>(stack_.layout().numel()) * sizeof(float), stream_);
+  } else {
+    ops_.download(mirror_shard().data<float>(s), shard_.data<float>(s),
+                  static_cast<size_t>(shard_.held_numel()) * sizeof(float), stream_);
+  }
+  ops_.synchronize(stream_);
+}
+
+const float* ZeroEngine::host_held(std::string_view s, size_t bucket) {
+  if (!device_path_) return held(s, bucket);
+  return mirror_shard().range<float>(s, held_index_[bucket]);
+}
+
+Allocator& ZeroEngine::staging_alloc() {
+  if (device_path_) return mirror_alloc_;
+  return alloc_;
 }
 
 void ZeroEngine::gather_state(std::string_view name, float* out) {
@@ -165,14 +254,15 @@ void ZeroEngine::gather_state(std::string_view name, float* out) {
     return;
   }
   const int r = grid_.dp_rank();
+  if (device_path_) download_mirror(name);
   for (size_t b = 0; b < plan_.buckets().size(); ++b) {
     const Bucket& k = plan_.buckets()[b];
     if (k.replicated || plan_.ranks() == 1) {
-      std::memcpy(out + k.begin, held(name, b), k.numel() * sizeof(float));
+      std::memcpy(out + k.begin, host_held(name, b), k.numel() * sizeof(float));
       continue;
     }
     const HeldRange mine = plan_.block(b, r);
-    param_comm_->allgather(TensorView::flat(held(name, b), mine.numel(), DType::kF32),
+    param_comm_->allgather(TensorView::flat(const_cast<float*>(host_held(name, b)), mine.numel(), DType::kF32),
                            TensorView::flat(out + k.begin, k.numel(), DType::kF32))->wait();
   }
 }
@@ -229,7 +319,7 @@ namespace etr {
 // at most a layer (all of it when a pipeline gathers once per step).
 Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
   const size_t whole = static_cast<size_t>(stack_.layout().numel()) * sizeof(float);
-  auto pages = [](const HostWindow* w, size_t bytes) {
+  auto pages = [](const MemoryWindow* w, size_t bytes) {
     const size_t page = w ? w->page_bytes() : 1;
     return (bytes + page - 1) / page * page;
   };

@@ -39,10 +39,14 @@
 #include <vector>
 
 #include "parallel/data_parallel_engine.h"
+#include "parallel/local_norm.h"
 #include "parallel/zero_gather.h"
 #include "parallel/zero_plan.h"
 #include "runtime/host_allocator.h"
 #include "runtime/host_window.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/memory_window.h"
+#include "runtime/pinned_allocator.h"
 #include "runtime/log.h"
 
 namespace etr {
@@ -54,6 +58,9 @@ struct ZeroOptions {
   // Stage 3: bytes of the next layer's buckets gathered ahead (at least one bucket; 0:
   // no prefetch).
   size_t prefetch_bytes = size_t{1} << 20;
+  // The device path on host memory (tests): whole windows, the staged communicators over
+  // a host copier, host copies for checkpoints, as on a GPU. On a GPU it is the only path.
+  bool staged = false;
   // Stage 3: gather every parameter bucket once per step (launched at begin_step, each
   // layer waits for its own) and hold them until end_backward, instead of layer by layer
   // before each forward and backward. A pipeline stage runs every micro-batch's forward
@@ -67,17 +74,23 @@ class ZeroEngine final : public Engine {
  public:
   // Collective over grid.dp_group(). InvalidArgument for a stage outside 1-3; ConfigError
   // when the layout cannot be sharded over the ranks (no bucket to split). OutOfMemory
-  // from `alloc`.
-  ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, HostAllocator& alloc,
-             ZeroOptions options, Tracer* tracer = nullptr);
+  // from `alloc`, whose device holds the state: the host's (a HostAllocator: paged
+  // windows, host communicators) or a GPU's (the device path: whole windows, the
+  // gradients' and parameters' communicators staged through the host or NCCL's,
+  // options.dp.nccl; everything a step does to the state enqueued on `stream`; host copies
+  // for checkpoints, exports and restores).
+  ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, Allocator& alloc,
+             ZeroOptions options, Tracer* tracer = nullptr, void* stream = nullptr);
   ~ZeroEngine() override;
 
   const ZeroPlan& plan() const { return plan_; }
   const BucketReducer* reducer() const override { return reducer_.get(); }
   void measure_local_norm(bool on) override {
+    if (local_norm_) return local_norm_->measure(on);
     if (reducer_) reducer_->measure_local_norm(on);
   }
   double local_grad_sq_norm() const override {
+    if (local_norm_) return local_norm_->read();
     return reducer_ ? reducer_->local_sq_norm() : std::nan("");
   }
   // Stage 3's gatherer (null below): its recorded order and reorders.
@@ -108,6 +121,7 @@ class ZeroEngine final : public Engine {
   void layer_grads_final(int layer) override;
   ReduceStats end_backward() override;
   std::vector<GradRange> reduced_gradients(bool owned) override;
+  void restored() override;
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;
@@ -122,16 +136,30 @@ class ZeroEngine final : public Engine {
   float* param_of(const HeldRange& r);
   void reduced(size_t bucket);
   void launch_parameter_gathers();
+  std::unique_ptr<MemoryWindow> make_window(const char* name, size_t page_bytes);
+  Communicator& grad_comm() { return grad_dev_ ? *grad_dev_ : *grad_comm_; }
+  Communicator& param_comm() { return param_dev_ ? *param_dev_ : *param_comm_; }
+  // The device path's host copies: of the shard (param at stage 3, adam.m, adam.v) and of
+  // the whole parameters (stages 1-2); downloaded by download_mirror().
+  FlatState& mirror_shard();
+  FlatState& mirror_replica();
+  void download_mirror(std::string_view state);
+  // Where the host reads bucket b's block of `state`: the shard itself, or its mirror.
+  const float* host_held(std::string_view state, size_t bucket);
+  Allocator& staging_alloc();
 
   LayerStack<float>& stack_;
   const ProcessGrid& grid_;
-  HostAllocator& alloc_;
+  Allocator& alloc_;
+  HostAllocator* host_alloc_;  // alloc_ when the state is on the host and paged
   ZeroOptions options_;
+  const DeviceOps& ops_;
+  void* stream_;
+  bool device_path_;
   ZeroPlan plan_;
-  AdamW adamw_;
   FlatState shard_;                      // this rank's blocks: m, v (+ grad, + param)
   std::optional<FlatState> replica_;     // stages 1-2: param (+ grad at stage 1), whole
-  std::unique_ptr<HostWindow> grad_window_, param_window_;  // stages 2-3 / 3
+  std::unique_ptr<MemoryWindow> grad_window_, param_window_;  // stages 2-3 / 3
   float* full_params_ = nullptr;         // what the layers read
   float* full_grads_ = nullptr;          // what the layers write
   std::vector<size_t> held_index_;       // bucket -> index of its block in shard_.held()
@@ -139,7 +167,14 @@ class ZeroEngine final : public Engine {
   size_t grad_held_bytes_ = 0;           // their bytes
   std::vector<std::vector<size_t>> needed_;  // per layer: the buckets it reads and writes
   std::unique_ptr<HostCommunicator> grad_comm_, param_comm_;
+  std::unique_ptr<Communicator> grad_dev_, param_dev_;  // the device path's
+  Buffer norm_slots_;        // [norm ranges] doubles on the state's device
+  PinnedBuffer norm_host_;   // their copy
+  PinnedHostAllocator mirror_alloc_;
+  std::unique_ptr<FlatState> mirror_shard_, mirror_replica_;
+  std::vector<float> host_params_;  // the device path's parameters() copy
   std::unique_ptr<BucketReducer> reducer_;
+  std::unique_ptr<LocalNormMeter> local_norm_;  // the device path's
   std::unique_ptr<ParamGather> gather_;
   std::unique_ptr<LayerGatherer> layers_;
   std::vector<Buffer> staging_;          // checkpoint: the writer's range of each state

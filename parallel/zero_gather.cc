@@ -14,8 +14,8 @@
 namespace etr {
 
 ParamGather::ParamGather(const ZeroPlan& plan, Communicator& comm, float* full,
-                         std::function<const float*(size_t)> shard)
-    : plan_(plan), comm_(comm), full_(full), shard_(std::move(shard)) {
+                         std::function<const float*(size_t)> shard, void* stream)
+    : plan_(plan), comm_(comm), full_(full), shard_(std::move(shard)), stream_(stream) {
   work_.resize(plan.buckets().size());
   state_.assign(plan.buckets().size(), kNone);
 }
@@ -27,13 +27,14 @@ void ParamGather::launch(size_t b) {
   bytes_ += k.numel() * static_cast<int64_t>(sizeof(float));
   if (k.replicated) {
     const float* own = shard_(b);
-    if (own != full_ + k.begin) std::memcpy(full_ + k.begin, own, k.numel() * sizeof(float));
+    // (on the communicator's device: a copy enqueued on the rank's stream)
+    device_ops(comm_.device()).copy(full_ + k.begin, own, k.numel() * sizeof(float), stream_);
     state_[b] = kReady;
     return;
   }
   const HeldRange mine = plan_.block(b, comm_.rank());
-  TensorView in = TensorView::flat(const_cast<float*>(shard_(b)), mine.numel(), DType::kF32);
-  TensorView out = TensorView::flat(full_ + k.begin, k.numel(), DType::kF32);
+  TensorView in = TensorView::flat(const_cast<float*>(shard_(b)), mine.numel(), DType::kF32, comm_.device());
+  TensorView out = TensorView::flat(full_ + k.begin, k.numel(), DType::kF32, comm_.device());
   work_[b] = comm_.allgather(in, out);
   state_[b] = kInFlight;
 }
@@ -86,7 +87,7 @@ std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
 }
 
 LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack,
-                             HostWindow& window, ParamGather& gather, Logger* log,
+                             MemoryWindow& window, ParamGather& gather, Logger* log,
                              size_t prefetch_bytes)
     : plan_(plan),
       window_(window),

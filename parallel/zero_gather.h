@@ -11,7 +11,8 @@
 #include "collectives/communicator.h"
 #include "parallel/zero_plan.h"
 #include "runtime/group.h"
-#include "runtime/host_window.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/memory_window.h"
 #include "runtime/layer_stack.h"
 #include "runtime/log.h"
 
@@ -22,8 +23,10 @@ namespace etr {
 // the rank's own copy. Launches must be made in the same order on every rank.
 class ParamGather {
  public:
+  // `full` and the shards are on comm's device; `stream`: the rank's (a replicated bucket's
+  // copy is enqueued there; nullptr on the host).
   ParamGather(const ZeroPlan& plan, Communicator& comm, float* full,
-              std::function<const float*(size_t bucket)> shard);
+              std::function<const float*(size_t bucket)> shard, void* stream = nullptr);
 
   void launch(size_t b);  // no-op when bucket b is in flight or gathered
   void wait(size_t b);    // rethrows a CommError
@@ -42,6 +45,7 @@ class ParamGather {
   Communicator& comm_;
   float* full_;
   std::function<const float*(size_t)> shard_;
+  void* stream_;
   std::vector<WorkPtr> work_;
   std::vector<State> state_;
   int64_t gathers_ = 0, bytes_ = 0;
@@ -60,7 +64,7 @@ std::vector<std::vector<size_t>> buckets_read_by_layers(const ZeroPlan& plan,
 // recorded again (never silently mispredicted).
 class LayerGatherer {
  public:
-  LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack, HostWindow& window,
+  LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stack, MemoryWindow& window,
                 ParamGather& gather, Logger* log, size_t prefetch_bytes);
 
   void before(bool backward, int layer);
@@ -81,7 +85,7 @@ class LayerGatherer {
   void release(size_t b);
 
   const ZeroPlan& plan_;
-  HostWindow& window_;
+  MemoryWindow& window_;
   ParamGather& gather_;
   Logger* log_;
   std::vector<std::vector<size_t>> needed_;  // per layer

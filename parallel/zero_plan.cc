@@ -64,23 +64,6 @@ void require_shardable(const ZeroPlan& plan, int stage) {
   }
 }
 
-double sum_squares(const float* x, int64_t n) {
-  // Blocks of a fixed size summed in parallel, then added in block order: the same bits
-  // on any number of threads.
-  constexpr int64_t kBlock = int64_t{1} << 14;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if (blocks > 4)
-  for (int64_t k = 0; k < blocks; ++k) {
-    const int64_t lo = k * kBlock, hi = std::min(n, lo + kBlock);
-    double s = 0;
-    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[static_cast<size_t>(k)] = s;
-  }
-  double sum = 0;
-  for (double p : partial) sum += p;
-  return sum;
-}
 
 double norm_from_partials(std::span<const double> partials) {
   double sum = 0;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "parallel/bucket_reducer.h"
+#include "runtime/adamw.h"
 #include "runtime/flat_state.h"
 #include "runtime/param_layout.h"
 
@@ -70,8 +71,6 @@ class ZeroPlan {
 // elements per rank).
 void require_shardable(const ZeroPlan& plan, int stage);
 
-// Sum of x[i]^2 in double, in a fixed order whatever the number of threads.
-double sum_squares(const float* x, int64_t n);
 // sqrt of the partials added in rank order.
 double norm_from_partials(std::span<const double> partials);
 

@@ -18,7 +18,7 @@ void ZeroEngine::begin_step() {
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
     grad_held_bytes_ = 0;
   } else {
-    replica_->zero(state::kGrad);
+    ops_.zero(full_grads_, static_cast<size_t>(stack_.layout().numel()) * sizeof(float), stream_);
   }
 }
 
@@ -65,7 +65,7 @@ void ZeroEngine::reduced(size_t b) {
   if (!grad_window_) return;
   const Bucket& k = plan_.buckets()[b];
   // A replicated bucket was allreduced in place: every rank keeps all of it.
-  if (k.replicated) std::memcpy(held(state::kGrad, b), full_grads_ + k.begin, k.numel() * sizeof(float));
+  if (k.replicated) ops_.copy(held(state::kGrad, b), full_grads_ + k.begin, k.numel() * sizeof(float), stream_);
   if (grad_held_[b]) {
     grad_window_->release(k.begin, k.end);
     grad_held_[b] = 0;
@@ -87,10 +87,27 @@ std::vector<GradRange> ZeroEngine::reduced_gradients(bool owned) {
   return out;
 }
 
+// This rank's partial: the squares of each norm range summed where the gradients are
+// (DeviceOps::sum_squares: on the host ZeroPlan::partial_norm's blocks and order), added in
+// range order on the host; the partials all-gathered and added in rank order.
 double ZeroEngine::grad_norm() {
   const int n = plan_.ranks();
-  double mine = plan_.partial_norm(grid_.dp_rank(), [&](const HeldRange& h) { return grad_of(h); },
-                                  options_.dp.norm_begin);
+  const std::vector<HeldRange> ranges = plan_.norm_ranges(grid_.dp_rank());
+  const size_t slots = std::max<size_t>(ranges.size(), 1) * sizeof(double);
+  if (norm_slots_.size() < slots) {
+    norm_slots_ = Buffer(alloc_, slots);
+    norm_host_ = PinnedBuffer(alloc_.device(), slots);
+  }
+  double* dev = static_cast<double*>(norm_slots_.data());
+  const int64_t from = options_.dp.norm_begin;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const int64_t skip = std::clamp<int64_t>(from - ranges[i].begin, 0, ranges[i].numel());
+    ops_.sum_squares(dev + i, grad_of(ranges[i]) + skip, ranges[i].numel() - skip, stream_);
+  }
+  ops_.download(norm_host_.data(), dev, ranges.size() * sizeof(double), stream_);
+  ops_.synchronize(stream_);
+  double mine = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) mine += norm_host_.as<double>()[i];
   std::vector<double> all(static_cast<size_t>(n), mine);
   if (n > 1) {
     grad_comm_->allgather(TensorView::flat(&mine, 1, DType::kF64),
@@ -99,14 +116,19 @@ double ZeroEngine::grad_norm() {
   return norm_from_partials(all);
 }
 
+// Clipping by the norm (etr::clip_grad_norm's rule and product) and AdamW over each held
+// range, enqueued where the state is.
 void ZeroEngine::optimizer_step(const OptimizerStep& s) {
   gather_->wait_all();  // the last gather has written the parameters about to change
+  const bool clip = s.max_norm > 0 && !(s.grad_norm <= s.max_norm);
+  const float factor = static_cast<float>(s.max_norm / (s.grad_norm + 1e-6));
+  const ParamLayout& layout = stack_.layout();
   for (size_t i = 0; i < shard_.held().size(); ++i) {
     const HeldRange& r = shard_.held()[i];
     float* g = grad_of(r);
-    clip_grad_norm(g, r.numel(), s.grad_norm, s.max_norm);
-    adamw_.update_range(r.begin, r.end, param_of(r), g, shard_.range<float>(state::kAdamM, i),
-                        shard_.range<float>(state::kAdamV, i), s.t, s.lr, options_.dp.adamw);
+    if (clip) ops_.scale(g, r.numel(), factor, stream_);
+    ops_.adamw_range(layout, r.begin, r.end, param_of(r), g, shard_.range<float>(state::kAdamM, i),
+                     shard_.range<float>(state::kAdamV, i), s.t, s.lr, options_.dp.adamw, stream_);
   }
   if (options_.stage < 3) launch_parameter_gathers();
 }
@@ -119,6 +141,9 @@ void ZeroEngine::launch_parameter_gathers() {
 
 std::vector<NamedState> ZeroEngine::states() {
   gather_->wait_all();
+  if (device_path_) {
+    for (std::string_view n : {state::kParam, state::kAdamM, state::kAdamV}) download_mirror(n);
+  }
   const ParamLayout& layout = stack_.layout();
   const auto [a, b] = ShardPlan(layout, plan_.ranks(), {std::string(state::kParam)})
                           .flat_range(grid_.dp_rank());
@@ -128,16 +153,16 @@ std::vector<NamedState> ZeroEngine::states() {
   for (int i = 0; i < 3; ++i) {
     const std::string name(names[i]);
     if (names[i] == state::kParam && options_.stage < 3) {
-      out.push_back({name, full_params_, 0});
+      out.push_back({name, device_path_ ? mirror_replica().data<float>(state::kParam) : full_params_, 0});
       continue;
     }
     const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
     if (staging_[i].size() != bytes) {
-      staging_[i] = Buffer(alloc_, bytes);  // once: the writer's range never changes
+      staging_[i] = Buffer(staging_alloc(), bytes);  // once: the writer's range never changes
       staging_bytes_ += bytes;
     }
     float* stage = static_cast<float*>(staging_[i].data());
-    redistribute(plan_, grid_.dp_group(), [&](size_t k) { return held(names[i], k); }, a, b, stage);
+    redistribute(plan_, grid_.dp_group(), [&](size_t k) { return host_held(names[i], k); }, a, b, stage);
     out.push_back({name, stage, a});
   }
   return out;

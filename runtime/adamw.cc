@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/kernels/cpu/threads.h"
+
 namespace etr {
 
 AdamW::AdamW(const ParamLayout& layout) {
@@ -69,6 +71,24 @@ double grad_norm_squared(const float* grads, int64_t n) {
   double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n > (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(grads[i]) * grads[i];
+  return sum;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  // Blocks of a fixed size summed in parallel, then added in block order: the same bits
+  // on any number of threads.
+  constexpr int64_t kBlock = int64_t{1} << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) num_threads(cpu::num_threads()) if (blocks > 4)
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t lo = k * kBlock, hi = std::min(n, lo + kBlock);
+    double s = 0;
+    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[static_cast<size_t>(k)] = s;
+  }
+  double sum = 0;
+  for (double p : partial) sum += p;
   return sum;
 }
 

@@ -48,6 +48,9 @@ class AdamW {
 // Global L2 norm of grads[0, n) (accumulated in double): the square root of
 // grad_norm_squared, the sum of the squares.
 double grad_norm(const float* grads, int64_t n);
+// Sum of x[i]^2 in double, in blocks of a fixed size added in order: the same bits whatever
+// the number of threads (the ZeRO partial norms' sum).
+double sum_squares(const float* x, int64_t n);
 double grad_norm_squared(const float* grads, int64_t n);
 // Scales grads so that their norm is at most max_norm; returns the factor (1 if none).
 double clip_grad_norm(float* grads, int64_t n, double norm, double max_norm);

@@ -40,8 +40,8 @@ Device choose_device(std::string_view setting, int local_rank, int visible, bool
 #endif
   }
   if (!gpu_layout_ok) {
-    throw ConfigError("runtime.device = cuda trains data-parallel ranks without ZeRO or pipeline "
-                      "stages for now, and this job has " + std::string(layout_why) +
+    throw ConfigError("runtime.device = cuda trains ranks without pipeline stages for now, and "
+                      "this job has " + std::string(layout_why) +
                       "; use runtime.device = cpu for it.");
   }
   return Device::cuda(local_rank % visible);

@@ -27,10 +27,11 @@
 #include <vector>
 
 #include "runtime/host_allocator.h"
+#include "runtime/memory_window.h"
 
 namespace etr {
 
-class HostWindow {
+class HostWindow final : public MemoryWindow {
  public:
   // `numel` floats of address space (OutOfMemory when the system refuses it), counted in
   // pages of `page_bytes` (a multiple of the system page; 0: huge pages when available).
@@ -39,18 +40,18 @@ class HostWindow {
   HostWindow(const HostWindow&) = delete;
   HostWindow& operator=(const HostWindow&) = delete;
 
-  float* data() const { return data_; }
-  size_t page_bytes() const { return page_; }
-  int64_t numel() const { return numel_; }
+  float* data() const override { return data_; }
+  size_t page_bytes() const override { return page_; }
+  int64_t numel() const override { return numel_; }
   // Holds the pages of [begin, end) (0 <= begin <= end <= numel); InvalidArgument outside.
-  void acquire(int64_t begin, int64_t end);
+  void acquire(int64_t begin, int64_t end) override;
   // Ends one hold of [begin, end) (acquired before).
-  void release(int64_t begin, int64_t end);
-  void drop_all();
+  void release(int64_t begin, int64_t end) override;
+  void drop_all() override;
 
-  size_t resident_bytes() const { return resident_pages_ * page_; }
-  size_t peak_bytes() const { return peak_pages_ * page_; }
-  void reset_peak() { peak_pages_ = resident_pages_; }
+  size_t resident_bytes() const override { return resident_pages_ * page_; }
+  size_t peak_bytes() const override { return peak_pages_ * page_; }
+  void reset_peak() override { peak_pages_ = resident_pages_; }
 
  private:
   std::pair<size_t, size_t> pages(int64_t begin, int64_t end) const;

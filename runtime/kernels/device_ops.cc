@@ -44,6 +44,17 @@ DeviceOps make_host_ops() {
     AdamW(layout).step(p, g, m, v, 0, layout.numel(), t, lr, opt);
     if (p16 != nullptr) round_to_bf16(p16, p, layout.numel());
   };
+  o.adamw_range = [](const ParamLayout& layout, int64_t begin, int64_t end, float* p, const float* g,
+                     float* m, float* v, int64_t t, double lr, const AdamWOptions& opt, void*) {
+    AdamW(layout).update_range(begin, end, p, g, m, v, t, lr, opt);
+  };
+  o.copy = [](void* dst, const void* src, size_t bytes, void*) {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  };
+  o.scale = [](float* x, int64_t n, float factor, void*) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+  };
+  o.sum_squares = [](double* out, const float* x, int64_t n, void*) { *out = sum_squares(x, n); };
   o.to_bf16 = [](uint16_t* out, const float* in, int64_t n, void*) { round_to_bf16(out, in, n); };
   o.grad_norm_squared = [](double* out, const float* g, int64_t n, void*) {
     *out = grad_norm_squared(g, n);

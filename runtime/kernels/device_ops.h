@@ -47,6 +47,18 @@ struct DeviceOps {
   void (*adamw_step)(const ParamLayout& layout, float* params, const float* grads, float* m,
                      float* v, uint16_t* params_bf16, int64_t t, double lr, const AdamWOptions& o,
                      void* stream) = nullptr;
+  // AdamW over [begin, end) of the layout (decay by the tensors the range touches), with
+  // each pointer at element `begin` of its state: AdamW::update_range's arithmetic.
+  void (*adamw_range)(const ParamLayout& layout, int64_t begin, int64_t end, float* params,
+                      const float* grads, float* m, float* v, int64_t t, double lr,
+                      const AdamWOptions& o, void* stream) = nullptr;
+  // device <- device.
+  void (*copy)(void* dst, const void* src, size_t bytes, void* stream) = nullptr;
+  // x[i] *= factor (clipping by a norm known on the host: etr::clip_grad_norm's product).
+  void (*scale)(float* x, int64_t n, float factor, void* stream) = nullptr;
+  // *out = sum of x[i]^2 in double, into memory of the device; on the host etr::sum_squares
+  // (the ZeRO partial norms' order).
+  void (*sum_squares)(double* out, const float* x, int64_t n, void* stream) = nullptr;
   // out[i] = bf16(in[i]), nearest even (the bf16 copy after initialisation or a restore).
   void (*to_bf16)(uint16_t* out, const float* in, int64_t n, void* stream) = nullptr;
   // *out = sum of grads[i]^2 in double, into memory of the device.

@@ -21,6 +21,7 @@
 #include "examples/train/trainer.h"
 #include "mpi/checkpoint_test_util.h"
 #include "mpi/mpi_test_main.h"
+#include "unit/scoped_env.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "parallel/zero_engine.h"
@@ -192,6 +193,54 @@ TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
       });
     }
     testing::idle_barrier(w.group());
+  }
+}
+
+// ZeRO's device path (what a GPU runs: whole windows, the gradients and parameters through
+// the staged communicators, every operation on the state through DeviceOps, host copies
+// for checkpoints and restores) on host memory (ETR_TEST_HOST_DEVICE_ENGINE): every stage
+// bitwise stage 0 of the host path, with and without accumulation; a checkpoint of the
+// device path loads on the host path and the reverse, bitwise, and both go on alike.
+TEST(Zero, TheDevicePathOnHostMemoryIsTheHostPathBitwise) {
+  World& w = testing::world();
+  const std::string n = std::to_string(w.group().size()) + " ranks";
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"batch.micro_batch=1"}}) {
+    Trainer zero(config(0, extra), w);
+    const State ref = train(zero, 3);
+    testing::ScopedEnv device_path("ETR_TEST_HOST_DEVICE_ENGINE", std::string("1"));
+    for (int stage = 1; stage <= 3; ++stage) {
+      Trainer t(config(stage, extra), w);
+      expect_same_state(ref, train(t, 3), "the device path at stage " + std::to_string(stage) + " on " + n +
+                                              (extra.empty() ? "" : ", accumulating"));
+    }
+  }
+  testing::SharedTempDir dir(w.group(), "zero_device_ckpt");
+  const std::vector<std::string> ckpt = {"checkpoint.dir=" + dir.path().string(), "checkpoint.every=0",
+                                         "checkpoint.async=false"};
+  for (const bool device_saves : {true, false}) {
+    State saved, continued;
+    fs::path step_dir;
+    {
+      std::optional<testing::ScopedEnv> env;
+      if (device_saves) env.emplace("ETR_TEST_HOST_DEVICE_ENGINE", std::string("1"));
+      Trainer t(config(device_saves ? 3 : 1, ckpt), w);
+      train(t, 2);
+      ASSERT_TRUE(t.save_checkpoint("durable"));
+      step_dir = t.checkpoint_writer()->stats().back().dir;
+      saved = state_of(t);
+      continued = train(t, 2);
+    }
+    std::optional<testing::ScopedEnv> env;
+    if (!device_saves) env.emplace("ETR_TEST_HOST_DEVICE_ENGINE", std::string("1"));
+    const int stage = device_saves ? 2 : 3;
+    const std::string what = std::string(device_saves ? "the device path's" : "the host path's") +
+                             " checkpoint read at stage " + std::to_string(stage) + " on the other path";
+    Trainer t(config(stage, {}), w);
+    t.restore(step_dir);
+    State s = state_of(t);
+    s.losses = saved.losses;
+    expect_same_state(saved, s, what);
+    expect_same_state(continued, train(t, 2), what + ", continued");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/kernels/cuda/adamw.h"
 
+#include <algorithm>
+
 namespace etr::cuda {
 
 void adamw_step_layout(const ParamLayout& layout, float* params, const float* grads, float* m,
@@ -16,6 +18,27 @@ void adamw_step_layout(const ParamLayout& layout, float* params, const float* gr
                  o.beta2, o.eps, decay, stream);
   };
   int64_t at = 0;  // the layout's entries are in offset order
+  for (const TensorEntry& e : layout.entries()) {
+    if (!e.weight_decay) continue;
+    if (e.offset > at) run(at, e.offset, 0.0);
+    run(e.offset, e.offset + e.numel(), o.weight_decay);
+    at = e.offset + e.numel();
+  }
+  if (at < layout.numel()) run(at, layout.numel(), 0.0);
+}
+
+void adamw_range_layout(const ParamLayout& layout, int64_t begin, int64_t end, float* params,
+                        const float* grads, float* m, float* v, int64_t t, double lr,
+                        const AdamWOptions& o, cudaStream_t stream) {
+  auto run = [&](int64_t lo, int64_t hi, double decay) {
+    lo = std::max(lo, begin);
+    hi = std::min(hi, end);
+    if (lo >= hi) return;
+    const int64_t at = lo - begin;
+    adamw_update(params + at, grads + at, m + at, v + at, nullptr, hi - lo, t, lr, o.beta1, o.beta2,
+                 o.eps, decay, stream);
+  };
+  int64_t at = 0;
   for (const TensorEntry& e : layout.entries()) {
     if (!e.weight_decay) continue;
     if (e.offset > at) run(at, e.offset, 0.0);

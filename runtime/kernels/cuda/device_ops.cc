@@ -4,6 +4,7 @@
 
 #include "runtime/cuda_check.h"
 #include "runtime/kernels/cuda/adamw.h"
+#include "runtime/kernels/cuda/elementwise.h"
 
 namespace etr::cuda {
 namespace {
@@ -43,6 +44,21 @@ DeviceOps make_ops() {
   o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
                     uint16_t* p16, int64_t t, double lr, const AdamWOptions& opt, void* s) {
     adamw_step_layout(layout, p, g, m, v, p16, t, lr, opt, as_stream(s));
+  };
+  o.adamw_range = [](const ParamLayout& layout, int64_t begin, int64_t end, float* p, const float* g,
+                     float* m, float* v, int64_t t, double lr, const AdamWOptions& opt, void* s) {
+    adamw_range_layout(layout, begin, end, p, g, m, v, t, lr, opt, as_stream(s));
+  };
+  o.copy = [](void* dst, const void* src, size_t bytes, void* s) {
+    if (bytes > 0 && dst != src) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(s)));
+    }
+  };
+  o.scale = [](float* x, int64_t n, float factor, void* s) {
+    if (n > 0) cuda_scale(x, DType::kF32, n, factor, as_stream(s));
+  };
+  o.sum_squares = [](double* out, const float* x, int64_t n, void* s) {
+    grad_norm_squared(out, x, n, as_stream(s));
   };
   o.to_bf16 = [](uint16_t* out, const float* in, int64_t n, void* s) {
     to_bf16(out, in, n, as_stream(s));
