@@ -360,29 +360,16 @@ if [[ -n $gpu ]]; then
     row train_gpu_dp_124m fail "exit $rc, or no gradient communication line" $((SECONDS - t0))
   fi
 fi
-if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
-  t0=$SECONDS
-  echo "== train_gpu_to_cpu: the GPU run's checkpoint resumed on the host for 3 more steps"
-  timeout -k 10 120 "${traced[@]}" "$B/bin/etr-train" </dev/null --config "$B/configs/tiny.pbtxt" \
-    --set schedule.max_steps=9 --set runtime.device=cpu --resume "$B/ckpt-train_gpu" \
-    >"$steps/train_gpu_to_cpu.out" 2>&1
-  rc=$?
-  cat "$steps/train_gpu_to_cpu.out"
-  if ((rc == 0)) && grep -q 'resumed from' "$steps/train_gpu_to_cpu.out"; then
-    row train_gpu_to_cpu pass "resumed at step 6 on the host, $(grep -o 'loss [0-9.]*' "$steps/train_gpu_to_cpu.out" | tail -1)" $((SECONDS - t0))
-  else
-    row train_gpu_to_cpu fail "exit $rc, or no 'resumed from' line" $((SECONDS - t0))
-  fi
-fi
-# Elasticity across devices: the 2-rank GPU run's checkpoint resumed on 1 GPU and the
-# 1-rank run's on 2 ranks sharing it (resharded by the reader), each for 3 more steps.
-resume_on() {  # NAME CKPT DESCRIPTION launcher...
-  local name=$1 ckpt=$2 what=$3
-  shift 3
+# Elasticity across devices: the GPU run's checkpoint resumed on the host, the 2-rank GPU
+# run's on 1 GPU and the 1-rank run's on 2 ranks sharing it (resharded by the reader), each
+# for 3 more steps.
+resume_on() {  # NAME CKPT DEVICE DESCRIPTION launcher...
+  local name=$1 ckpt=$2 device=$3 what=$4
+  shift 4
   t0=$SECONDS
   echo "== $name: $what"
   timeout -k 10 120 "${traced[@]}" "$@" </dev/null --config "$B/configs/tiny.pbtxt" \
-    --set schedule.max_steps=9 --set runtime.device=cuda --resume "$ckpt" >"$steps/$name.out" 2>&1
+    --set schedule.max_steps=9 --set runtime.device="$device" --resume "$ckpt" >"$steps/$name.out" 2>&1
   rc=$?
   cat "$steps/$name.out"
   if ((rc == 0)) && grep -q 'resumed from' "$steps/$name.out"; then
@@ -391,12 +378,13 @@ resume_on() {  # NAME CKPT DESCRIPTION launcher...
     row "$name" fail "exit $rc, or no 'resumed from' line" $((SECONDS - t0))
   fi
 }
-if [[ -n $gpu && -d $B/ckpt-train_gpu_np2 ]]; then
-  resume_on train_gpu_reshard_2to1 "$B/ckpt-train_gpu_np2" "2 GPU ranks' checkpoint on 1" "$B/bin/etr-train"
-fi
 if [[ -n $gpu && -d $B/ckpt-train_gpu ]]; then
-  resume_on train_gpu_reshard_1to2 "$B/ckpt-train_gpu" "1 GPU rank's checkpoint on 2 sharing it" \
+  resume_on train_gpu_to_cpu "$B/ckpt-train_gpu" cpu "the GPU run's checkpoint on the host" "$B/bin/etr-train"
+  resume_on train_gpu_reshard_1to2 "$B/ckpt-train_gpu" cuda "1 GPU rank's checkpoint on 2 sharing it" \
     mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
+fi
+if [[ -n $gpu && -d $B/ckpt-train_gpu_np2 ]]; then
+  resume_on train_gpu_reshard_2to1 "$B/ckpt-train_gpu_np2" cuda "2 GPU ranks' checkpoint on 1" "$B/bin/etr-train"
 fi
 # An out-of-memory error inside backward of step 3 on rank 1 of 2 sharing the GPU (the
 # staged communicator): rank 1 makes the rest of the step's bucket sums without compute,

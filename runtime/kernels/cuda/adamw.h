@@ -57,9 +57,10 @@ void adamw_step_layout(const ParamLayout& layout, float* params, const float* gr
 
 // The same over [begin, end) of the layout, each pointer at element `begin` of its state
 // (a ZeRO shard's range: etr::AdamW::update_range's split).
+// `params_bf16` (nullptr: none) at element `begin` too.
 void adamw_range_layout(const ParamLayout& layout, int64_t begin, int64_t end, float* params,
-                        const float* grads, float* m, float* v, int64_t t, double lr,
-                        const AdamWOptions& o, cudaStream_t stream);
+                        const float* grads, float* m, float* v, uint16_t* params_bf16, int64_t t,
+                        double lr, const AdamWOptions& o, cudaStream_t stream);
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t,
                   double lr, double beta1, double beta2, double eps, double weight_decay,

@@ -47,7 +47,7 @@ DeviceOps make_ops() {
   };
   o.adamw_range = [](const ParamLayout& layout, int64_t begin, int64_t end, float* p, const float* g,
                      float* m, float* v, int64_t t, double lr, const AdamWOptions& opt, void* s) {
-    adamw_range_layout(layout, begin, end, p, g, m, v, t, lr, opt, as_stream(s));
+    adamw_range_layout(layout, begin, end, p, g, m, v, nullptr, t, lr, opt, as_stream(s));
   };
   o.copy = [](void* dst, const void* src, size_t bytes, void* s) {
     if (bytes > 0 && dst != src) {
