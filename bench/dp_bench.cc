@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,6 +53,9 @@ struct Row {
   const char* mode = "";
   int ranks = 1;
   bool overlap = true;
+  // The GPU's engine and staged communicator on host memory (ETR_TEST_HOST_DEVICE_ENGINE):
+  // what the staging protocol costs beside the host reducer.
+  bool staged = false;
   double tokens_per_s = 0;  // best round
   double ms_per_step = 0;
   double comm_ms = 0;  // per step, in the best round
@@ -75,7 +79,9 @@ RoundUse measure(const TrainConfig& base, const Group& group, Logger& log, const
                  Row& row) {
   TrainConfig c = base;
   c.mutable_parallel()->set_overlap(row.overlap);
+  if (row.staged) setenv("ETR_TEST_HOST_DEVICE_ENGINE", "1", 1);
   train::Trainer trainer(c, group, log);
+  if (row.staged) unsetenv("ETR_TEST_HOST_DEVICE_ENGINE");
   for (int i = 0; i < a.warmup; ++i) trainer.train_step();
   ReduceStats comm;
   double loss = 0;
@@ -197,6 +203,8 @@ void run(BenchContext& ctx, const DpArgs& a) {
       "# comm = gradient communication per step (progress engine busy), exposed = optimizer "
       "waiting for it, hidden = 1 - exposed/comm, efficiency = tok/s / (ranks x tok/s of "
       "single)\n"
+      "# dp staged = the GPU's engine on host memory: each bucket copied to staging, summed by the "
+      "host ring, copied back (collectives/staged_communicator.h), overlap on\n"
       "# cpus = each rank's CPUs, busy = the most cores a rank kept busy (CPU / wall time); a "
       "row whose ranks used more cores than their threads, or whose CPUs other processes kept more "
       "than 0.1 cores busy per thread, shows \"premise failed\"\n",
@@ -209,10 +217,11 @@ void run(BenchContext& ctx, const DpArgs& a) {
   Logger& log = ctx.world().log();
   const LogLevel level = log.level();
   log.set_level(LogLevel::kWarn);  // the trainer's start-up lines would break the table
-  std::vector<Row> rows(3);
+  std::vector<Row> rows(4);
   rows[0].mode = "single", rows[0].ranks = 1, rows[0].overlap = true;
   rows[1].mode = "dp overlap on", rows[1].ranks = 2, rows[1].overlap = true;
   rows[2].mode = "dp overlap off", rows[2].ranks = 2, rows[2].overlap = false;
+  rows[3].mode = "dp staged", rows[3].ranks = 2, rows[3].overlap = true, rows[3].staged = true;
   Group self(MPI_COMM_SELF, "self", /*owned=*/false);
   for (int round = 0; round < a.rounds; ++round) {
     for (Row& row : rows) {
@@ -242,6 +251,12 @@ void run(BenchContext& ctx, const DpArgs& a) {
                   median(rows[1].round_tps) / median(rows[2].round_tps));
     ctx.print(buf);
   }
+  if (rows[1].refused.empty() && rows[3].refused.empty()) {
+    std::snprintf(buf, sizeof buf, "# staged / host reducer: %.3fx tokens/s (best rounds), %.3fx (medians)\n",
+                  rows[3].tokens_per_s / rows[1].tokens_per_s,
+                  median(rows[3].round_tps) / median(rows[1].round_tps));
+    ctx.print(buf);
+  }
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"benchmark", "dp"},
                             {"config", format_config(config)},
@@ -264,7 +279,7 @@ void add_dp_subcommand(CLI::App& app, SubcommandList& list) {
       "dp", "Data-parallel training at np 1 and 2, with and without overlap (run at np 2)");
   cmd->add_option("--steps", args->steps, "Timed optimizer steps per round")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--rounds", args->rounds, "Rounds alternating the three modes; best shown")
+  cmd->add_option("--rounds", args->rounds, "Rounds alternating the four modes; best shown")
       ->capture_default_str();
   add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {

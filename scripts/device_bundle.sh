@@ -25,6 +25,9 @@
 # x86-64-v3: AVX2 and FMA; never `native`, the GPU machine's CPU differs) and CUDA sm_90
 # machine code plus compute_90 PTX. Environment: ETR_JOBS, ETR_DEVICE_CPU_ARCH.
 set -euo pipefail
+# A command that fails without a message of its own still says where (set -e would end the
+# script silently).
+trap 'echo "device_bundle: error: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir=""
 out="$ETR_ROOT/.device/bundle.tar.xz"
