@@ -7,6 +7,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -65,6 +66,23 @@ int64_t step_for_rank_from_env(const char* name, int rank) {
   return at_rank == rank ? step : -1;
 }
 
+// ETR_TEST_FAIL_ALLOCATION=STEP:N[:RANK] (tests of out-of-memory recovery): the N-th host
+// allocation event (HostAllocator::events: an allocation or a window's charge) from the
+// start of step STEP (1-based) fails on rank RANK (every rank without it), once.
+AllocationFault allocation_fault_from_env(int rank) {
+  const char* v = std::getenv("ETR_TEST_FAIL_ALLOCATION");
+  if (!v || !*v) return {};
+  const std::string s(v);
+  long long step = 0, n = 0;
+  int at_rank = rank, used = 0;
+  const int got = std::sscanf(s.c_str(), "%lld:%lld%n:%d%n", &step, &n, &used, &at_rank, &used);
+  if (got < 2 || step < 1 || n < 1 || static_cast<size_t>(used) != s.size()) {
+    throw ConfigError("ETR_TEST_FAIL_ALLOCATION='" + s + "' is not STEP:N or STEP:N:RANK (positive integers)");
+  }
+  if (at_rank != rank) return {};
+  return {static_cast<int64_t>(step), static_cast<uint64_t>(n)};
+}
+
 // The micro-batch of the first plan: batch.micro_batch, or 1 when automatic (the memory
 // model picks it once the engines exist: setup_memory).
 int64_t initial_micro_batch(const TrainConfig& c) { return std::max(1, c.batch().micro_batch()); }
@@ -116,6 +134,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
   nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
   oom_in_backward_at_ = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", grid_->rank());
+  fail_allocation_ = allocation_fault_from_env(grid_->rank());
   read_budget_cut();     // (tests) from the first step on
   work_alloc().reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
@@ -391,6 +410,10 @@ StepStats TrainSession::train_step() {
     throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
                 std::to_string(fail_at_step_) +
                 " because ETR_FAIL_AT_STEP asks it to (a test of failure handling)");
+  }
+  if (fail_allocation_.step == static_cast<int64_t>(position_.step) + 1) {
+    alloc_.fail_event(fail_allocation_.event);
+    fail_allocation_ = {};
   }
   const auto& lg = config_.log();
   tracer_.set_recording(tracer_.enabled() &&

@@ -59,6 +59,12 @@
 
 namespace etr {
 
+// A test's injected allocation failure: the `event`-th host allocation event of step `step`.
+struct AllocationFault {
+  int64_t step = -1;
+  uint64_t event = 0;
+};
+
 // A step's loss or gradient norm was not finite and no more skips were allowed
 // (optimizer.skip_nonfinite_steps). Thrown by every rank alike; not the fault of a host,
 // and a relaunch from the last checkpoint would meet it again.
@@ -332,6 +338,7 @@ class TrainSession {
   std::unique_ptr<EngineCallLog> calls_;
   std::string step_oom_;            // this rank's out-of-memory error in this step, if any
   int64_t oom_in_backward_at_ = -1;  // ETR_OOM_IN_BACKWARD_AT_STEP (tests)
+  AllocationFault fail_allocation_;  // ETR_TEST_FAIL_ALLOCATION (tests)
   int64_t oom_cap_ = 0;    // after this rank ran out of memory: its micro-batch then (0: none)
   size_t oom_budget_ = 0;  // and the budget then
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage

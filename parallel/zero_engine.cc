@@ -90,6 +90,11 @@ void ZeroEngine::build_communication(Tracer* tracer) {
   bo.shard_ranks = plan_.ranks();
   reducer_ = std::make_unique<BucketReducer>(stack_.layout(), full_grads_, grad_comm(), bo, tracer);
   if (device_path_) local_norm_ = std::make_unique<LocalNormMeter>(*reducer_, alloc_, stream_);
+  // The norm's slots now, not in the first step (where an allocation could fail after the
+  // step's work, out of the out-of-memory recovery's reach).
+  const size_t slots = std::max<size_t>(plan_.norm_ranges(grid_.dp_rank()).size(), 1) * sizeof(double);
+  norm_slots_ = Buffer(alloc_, slots);
+  norm_host_ = PinnedBuffer(alloc_.device(), slots);
   if (options_.stage >= 2) {
     reducer_->set_scatter_output([this](size_t b) { return held(state::kGrad, b); });
   }

@@ -93,11 +93,6 @@ std::vector<GradRange> ZeroEngine::reduced_gradients(bool owned) {
 double ZeroEngine::grad_norm() {
   const int n = plan_.ranks();
   const std::vector<HeldRange> ranges = plan_.norm_ranges(grid_.dp_rank());
-  const size_t slots = std::max<size_t>(ranges.size(), 1) * sizeof(double);
-  if (norm_slots_.size() < slots) {
-    norm_slots_ = Buffer(alloc_, slots);
-    norm_host_ = PinnedBuffer(alloc_.device(), slots);
-  }
   double* dev = static_cast<double*>(norm_slots_.data());
   const int64_t from = options_.dp.norm_begin;
   for (size_t i = 0; i < ranges.size(); ++i) {

@@ -66,9 +66,28 @@ void HostAllocator::release_block(void* ptr, size_t bytes) {
   }
 }
 
+void HostAllocator::count_event_locked(size_t bytes) {
+  ++events_;
+  if (fail_at_ == 0 || events_ != fail_at_) return;
+  fail_at_ = 0;
+  throw_out_of_memory(Device::cpu(), bytes, stats_,
+                      "an injected allocation failure (ETR_TEST_FAIL_ALLOCATION), as if the budget refused it");
+}
+
+uint64_t HostAllocator::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
+void HostAllocator::fail_event(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fail_at_ = n == 0 ? 0 : events_ + n;
+}
+
 void* HostAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
+  count_event_locked(bytes);
   if (bytes > stats_.budget - std::min(stats_.budget, stats_.in_use)) {
     throw_out_of_memory(Device::cpu(), bytes, stats_,
                         "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");
@@ -146,6 +165,7 @@ void HostAllocator::set_budget(size_t bytes) {
 
 void HostAllocator::charge(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
+  count_event_locked(bytes);
   if (bytes > stats_.budget - std::min(stats_.budget, stats_.in_use)) {
     throw_out_of_memory(Device::cpu(), bytes, stats_,
                         "free buffers, lower the batch, or raise ETR_HOST_MEMORY_BUDGET");

@@ -12,6 +12,7 @@
 // before a new block would take reserved past it, and by trim().
 #pragma once
 
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 
@@ -40,6 +41,12 @@ class HostAllocator final : public Allocator {
   void charge(size_t bytes);
   void discharge(size_t bytes);
 
+  // Tests of out-of-memory recovery: every allocate() of at least a byte and every charge()
+  // is an allocation event (events() counts them); after fail_event(n), the n-th event
+  // from now (n >= 1) throws OutOfMemory as a refused request does, once.
+  uint64_t events() const;
+  void fail_event(uint64_t n);
+
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kHugeAlignment = size_t{2} << 20;
 
@@ -50,7 +57,11 @@ class HostAllocator final : public Allocator {
   static void release_block(void* ptr, size_t bytes);  // munmap or free, by size
   std::unordered_map<void*, size_t> sizes_;
   std::unordered_multimap<size_t, void*> cache_;  // freed blocks >= kHugeAlignment, by size
+  // with mutex_ held: one more event, or the injected failure
+  void count_event_locked(size_t bytes);
   MemoryStats stats_;
+  uint64_t events_ = 0;
+  uint64_t fail_at_ = 0;  // the event that fails (0: none)
 };
 
 // Bytes the kernel reports as available (MemAvailable in /proc/meminfo).

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -180,6 +181,50 @@ TEST(BatchMemory, OutOfMemoryInsideBackwardIsRedoneAtEveryZeroStage) {
     EXPECT_EQ(t.session().micro_batch(), w.rank() == last ? 2 : 4) << stage;
     expect_near(want, got, "stage " + stage + ": out of memory inside backward at step 3 on rank " +
                                std::to_string(last));
+  }
+}
+
+// An allocation failure at every allocation site of a step (ETR_TEST_FAIL_ALLOCATION=1:N on
+// every rank): at ZeRO 0 and at ZeRO-3 accumulating 2 micro-batches, N swept over the host
+// allocation events of step 1 (the activations; ZeRO-3's gathered parameters and gradient
+// window, layer by layer and bucket by bucket, in forward and backward): every one of the
+// first 16, then every k-th (at most 32 runs in all) and the last, so every site recurs in
+// the sweep. Each run redoes the step at half the micro-batch and is bitwise the run at that
+// micro-batch from the start; no site ends the run.
+TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
+  World& w = testing::world();
+  for (const std::string stage : {"0", "3"}) {
+    const std::vector<std::string> o = {"parallel.zero_stage=" + stage, "batch.micro_batch=2",
+                                        "parallel.first_bucket_size=32KiB", "parallel.bucket_size=64KiB"};
+    const State want = [&] {
+      std::vector<std::string> half = o;
+      half[1] = "batch.micro_batch=1";
+      Trainer t(config(half), w);
+      return train(t, 2);
+    }();
+    unsigned long long events = 0;
+    {
+      Trainer t(config(o), w);
+      const uint64_t before = t.session().allocator().events();
+      t.train_step();
+      events = t.session().allocator().events() - before;
+      MPI_Allreduce(MPI_IN_PLACE, &events, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, w.group().comm());
+    }
+    ASSERT_GT(events, 0u) << "stage " << stage << ": step 1 allocated nothing";
+    if (stage == "3") {
+      EXPECT_GT(events, 8u) << "ZeRO-3's windows take memory inside the step";
+    }
+    const unsigned long long stride = std::max<unsigned long long>(1, (events - 16 + 15) / 16);
+    for (unsigned long long n = 1; n <= events; n += n < 16 ? 1 : std::min(stride, std::max(1ull, events - n))) {
+      const std::string what = "stage " + stage + ", allocation " + std::to_string(n) + " of " +
+                               std::to_string(events) + " in step 1 failed";
+      ScopedEnv env("ETR_TEST_FAIL_ALLOCATION", "1:" + std::to_string(n));
+      Trainer t(config(o), w);
+      const State got = train(t, 2);
+      EXPECT_EQ(t.session().oom_recoveries(), 1) << what;
+      EXPECT_EQ(t.session().micro_batch(), 1) << what;
+      expect_bitwise(want, got, what);
+    }
   }
 }
 
