@@ -97,6 +97,9 @@ class Engine {
   // Collective: makes parameters() whole (stage 3 gathers every bucket; the others wait
   // for their gathers), e.g. before an evaluation or an export.
   virtual void materialize_parameters() {}
+  // After an evaluation: what materialize_parameters() gathered beyond a step's needs goes
+  // back (stage 3 releases every gathered bucket; the next step gathers as it goes).
+  virtual void release_parameters() {}
   // The full gradient buffer of the step in progress (between begin_step and the update).
   virtual float* gradients() = 0;
   // The states a restore fills, with their holders (host memory).

@@ -142,6 +142,11 @@ double TrainSession::evaluate() {
   }
   sum_over_ranks(sums, 2);
   release_activations();
+  if (pipeline_) {
+    for (int c = 0; c < pipeline_->chunks(); ++c) pipeline_->chunk_engine(c).release_parameters();
+  } else {
+    engine_->release_parameters();  // ZeRO-3: the whole model gathered above goes back
+  }
   return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
 }
 

@@ -106,6 +106,11 @@ class ZeroEngine final : public Engine {
   void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
   float* parameters() override;
   void materialize_parameters() override;
+  void release_parameters() override {
+    if (layers_) layers_->release_all();
+  }
+  // Bytes of gathered parameters held now (stage 3's window; 0 below).
+  size_t gathered_resident_bytes() const { return param_window_ ? param_window_->resident_bytes() : 0; }
   float* gradients() override { return full_grads_; }
   std::vector<HeldState> held_states() override;
   void gather_state(std::string_view name, float* out) override;

@@ -94,6 +94,7 @@ LayerGatherer::LayerGatherer(const ZeroPlan& plan, const LayerStack<float>& stac
       gather_(gather),
       log_(log),
       needed_(buckets_read_by_layers(plan, stack)) {
+  by_prefetch_.assign(plan.buckets().size(), 0);
   // The lowest offsets first: the order a layer's tensors are laid out in.
   for (const std::vector<size_t>& n : needed_) {
     std::vector<size_t> sorted(n), p;  // bucket indices: higher index, lower offset
@@ -117,6 +118,7 @@ void LayerGatherer::acquire_and_launch(size_t b) {
 }
 
 void LayerGatherer::release(size_t b) {
+  by_prefetch_[b] = 0;
   if (!gather_.live(b)) return;
   gather_.forget(b);  // waits: the pages must not be written once returned
   const Bucket& k = plan_.buckets()[b];
@@ -143,12 +145,22 @@ void LayerGatherer::before(bool backward, int layer) {
     return std::find(now.begin(), now.end(), b) != now.end() ||
            std::find(next.begin(), next.end(), b) != next.end();
   };
+  bool prefetched = false;
+  for (size_t b : now) prefetched = prefetched || (by_prefetch_[b] && gather_.live(b));
+  if (prefetched) ++prefetched_passes_;
   for (size_t b = 0; b < plan_.buckets().size(); ++b) {
     if (gather_.live(b) && !wanted(b)) release(b);
   }
-  for (size_t b : now) acquire_and_launch(b);
+  for (size_t b : now) {
+    acquire_and_launch(b);
+    by_prefetch_[b] = 0;
+  }
   for (size_t b : now) gather_.wait(b);
-  for (size_t b : next) acquire_and_launch(b);
+  for (size_t b : next) {
+    if (gather_.live(b)) continue;
+    acquire_and_launch(b);
+    by_prefetch_[b] = 1;  // launched now, read by the next pass
+  }
 }
 
 void LayerGatherer::end_step() {

@@ -77,6 +77,9 @@ class LayerGatherer {
   void release_all();
   // Times the order changed after it was first recorded.
   int reorders() const { return reorders_; }
+  // Layer passes (a forward or a backward) that found some of their buckets already
+  // gathered by the previous pass's prefetch.
+  int64_t prefetched_passes() const { return prefetched_passes_; }
   // The buckets layer `layer` reads.
   const std::vector<size_t>& needed(int layer) const { return needed_.at(layer); }
 
@@ -93,6 +96,8 @@ class LayerGatherer {
   std::vector<int> recorded_, current_;      // events: 2 layer + backward
   bool recording_ = true;
   int reorders_ = 0;
+  std::vector<uint8_t> by_prefetch_;  // per bucket: launched ahead of the pass that reads it
+  int64_t prefetched_passes_ = 0;
 };
 
 // Collective over `group` (plan.ranks() ranks): out[0 .. end - begin) becomes flat

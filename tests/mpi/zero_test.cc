@@ -126,6 +126,46 @@ TEST(Zero, Stage3PrefetchesInTheRecordedOrder) {
   EXPECT_LT(per_pass, 3.1 * psi_bytes);  // the head re-gathers the tied wte's buckets
 }
 
+// Prefetch: from the second step on (the first records the order), most layer passes find
+// buckets the pass before launched ahead (counted by the gatherer; a layer's backward right
+// after its own forward has nothing new to prefetch); with parallel.zero_prefetch_size = 0
+// none does.
+TEST(Zero, Stage3PrefetchesTheNextPassBeforeItRuns) {
+  World& w = testing::world();
+  for (const bool prefetch : {true, false}) {
+    Trainer t(config(3, {prefetch ? "parallel.zero_prefetch_size=1MiB" : "parallel.zero_prefetch_size=0"}), w);
+    const int steps = 3;
+    for (int i = 0; i < steps; ++i) t.train_step();
+    auto& e = dynamic_cast<ZeroEngine&>(t.session().engine());
+    const int64_t passes = 2 * t.session().stack().size() * static_cast<int64_t>(t.rank_batch().accumulation);
+    if (prefetch) {
+      EXPECT_GE(e.gatherer()->prefetched_passes(), (steps - 1) * passes / 2) << "of " << passes << " passes a step";
+    } else {
+      EXPECT_EQ(e.gatherer()->prefetched_passes(), 0) << "without prefetch";
+    }
+  }
+}
+
+// An evaluation at stage 3 gathers the whole model and gives it back after: no gathered
+// parameters are held between steps; training goes on bitwise as stage 0's.
+TEST(Zero, Stage3ReleasesTheParametersAfterAnEvaluation) {
+  World& w = testing::world();
+  Trainer t(config(3, {}), w);
+  t.train_step();
+  auto& e = dynamic_cast<ZeroEngine&>(t.session().engine());
+  EXPECT_EQ(e.gathered_resident_bytes(), 0u) << "after a step";
+  const double eval3 = t.evaluate();
+  EXPECT_EQ(e.gathered_resident_bytes(), 0u) << "after an evaluation";
+  t.train_step();
+  State got = state_of(t);
+  Trainer zero(config(0, {}), w);
+  zero.train_step();
+  EXPECT_EQ(zero.evaluate(), eval3);
+  zero.train_step();
+  State want = state_of(zero);
+  expect_same_state(want, got, "stage 3 with an evaluation between steps");
+}
+
 // A pass in another order (here: forward of the layers backwards) is noticed, logged and
 // recorded; the next normal step is noticed again and recorded again, and from then on
 // the order holds. Training stays exact throughout (stage 0 never sees the odd pass).
