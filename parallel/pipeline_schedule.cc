@@ -133,9 +133,11 @@ Actions interleaved_compute(const ScheduleSpec& spec, int stage) {
 // backward split into B (input gradient, sent on at once) and W (weight gradient). The
 // W's are placed by a list-scheduling run with unit times for F, B and W: at each step a
 // free stage runs its next 1F1B action if it can (input or gradient arrived, and for a
-// forward fewer than P - s micro-batches held, a micro-batch being held until its W);
-// otherwise its oldest pending W, filling what would be a bubble; otherwise it waits.
-// Every stage runs F's and B's in micro-batch order, so the channels pair up in order.
+// forward fewer than P micro-batches held, a micro-batch being held until its W: the
+// paper's bound, 1F1B's peak on its first stage); otherwise its oldest pending W, filling
+// what would be a bubble; otherwise it waits. Later stages thus defer W's past their B's
+// (the last stage up to P - 1 of them), which is what closes the cool-down bubble. Every
+// stage runs F's and B's in micro-batch order, so the channels pair up in order.
 std::vector<Actions> zero_bubble_h1_compute(const ScheduleSpec& spec) {
   const int p = spec.stages, m = spec.micro_batches;
   std::vector<Actions> order(p), out(p);
@@ -156,7 +158,7 @@ std::vector<Actions> zero_bubble_h1_compute(const ScheduleSpec& spec) {
       if (next[s] < order[s].size()) {
         const PipeAction& a = order[s][next[s]];
         const bool ready = a.op == PipeOp::kForward
-                               ? (s == 0 || f_done[s - 1][a.micro_batch] <= t) && held[s] < p - s
+                               ? (s == 0 || f_done[s - 1][a.micro_batch] <= t) && held[s] < p
                                : s == p - 1 || b_done[s + 1][a.micro_batch] <= t;
         if (ready) run = order[s][next[s]++];
       }

@@ -89,7 +89,7 @@ void check_schedule_spec(const ScheduleSpec& spec);
 //   interleaved  Megatron-LM's order and warm-up, 2(P-s-1) + (v-1)P forwards (at most mv).
 //   ZB-H1        1F1B's order with each backward split into B and W; each W placed where
 //                the stage would otherwise wait (for a gradient, or for a W to free room
-//                under the bound of P - s micro-batches held until their W).
+//                under the bound of P micro-batches held until their W: 1F1B's peak).
 // Each receive is posted right after the stage's previous compute action (first in the
 // list for the first), each send follows its compute action, and the list ends with one
 // kOptimizerStep{micro_batch -1, chunk 0}.
@@ -97,7 +97,7 @@ Schedule build_schedule(const ScheduleSpec& spec);
 
 // Most micro-batches whose activations stage `stage` holds at once, over all its chunks,
 // counted in list order (kForward adds one; kBackward or kBackwardWeight releases it).
-// build_schedule gives: GPipe m; 1F1B and ZB-H1 min(m, P - s); interleaved
+// build_schedule gives: GPipe m; 1F1B min(m, P - s); ZB-H1 min(m, P); interleaved
 // min(v m, 2(P-s-1) + (v-1)P + 1) (Megatron-LM's warm-up plus one).
 int max_in_flight(const Schedule& schedule, int stage);
 
@@ -132,16 +132,12 @@ struct SimulatedRun {
 SimulatedRun simulate_schedule(const Schedule& schedule, const ActionCosts& costs = {});
 
 // The bubble fraction theory gives with equal forward, input-gradient and weight-gradient
-// times: GPipe and 1F1B (P-1)/(m+P-1); interleaved (P-1)/(v m + P-1); ZB-H1
-// (P-1)/(3 m + P-1). build_schedule's GPipe, 1F1B and interleaved lists simulate to
-// exactly these with unit costs. Its ZB-H1 lists simulate to 2(P-1)/(3m + 2(P-1))
-// (makespan 3m + 2(P-1)), which is the best any list can do when a micro-batch is held
-// until its W and stage s holds at most P - s: the last stage must then run
-// F B W F B W ... from time P-1, its last B ends at 3m + P-2 at the earliest, that
-// gradient crosses P-1 stages and stage 0 still runs its W. Qi et al.'s (P-1)/(3m+P-1)
-// needs the last stage to defer P-1 W's, i.e. to hold P micro-batches until their W.
-// The gap is 3m(P-1) / ((3m+P-1)(3m+2(P-1))): 0.089 at P=4, m=8; 0.052 at P=4, m=16;
-// ZB-H1 stays below 1F1B's 3(P-1)/(3m+3(P-1)) for every P >= 2.
+// times: GPipe and 1F1B (P-1)/(m+P-1); interleaved (P-1)/(v m + P-1); ZB-H1 Qi et al.'s
+// (P-1)/(3m + P-1) for m >= P (makespan 3m + P - 1), and for m < P, where the 1F1B order
+// makes the last stage alternate F and B, 1 - 3m/(2m + 2P - 1) (makespan 2m + 2P - 1: the
+// last micro-batch's B leaves the last stage at P + 2m - 1, crosses P - 1 stages, and
+// stage 0 runs its W; both expressions agree at m = P). build_schedule's lists simulate to
+// exactly these with unit costs.
 double theoretical_bubble(const ScheduleSpec& spec);
 
 }  // namespace etr

@@ -153,7 +153,7 @@ double theoretical_bubble(const ScheduleSpec& spec) {
     case ScheduleKind::kInterleaved1F1B:
       return idle / (spec.virtual_stages * m + idle);
     case ScheduleKind::kZeroBubbleH1:
-      return idle / (3 * m + idle);
+      return 1 - 3 * m / std::max(3 * m + idle, 2 * m + 2 * idle + 1);
   }
   return 0;
 }

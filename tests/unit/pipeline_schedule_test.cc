@@ -2,14 +2,13 @@
 // 1..8, m in 1..16 and (interleaved) v in 2..4 that check_schedule_spec accepts:
 //   - the lists pass validate_schedule, end with one optimizer step, and post each receive
 //     right after the stage's previous compute action;
-//   - max_in_flight: GPipe m on every stage; 1F1B and ZB-H1 min(m, P - s) on stage s;
+//   - max_in_flight: GPipe m on every stage; 1F1B min(m, P - s) on stage s; ZB-H1
+//     min(m, P) on every stage (1F1B's peak, on its first stage);
 //     interleaved Megatron-LM's min(v m, 2 (P - s - 1) + (v - 1) P + 1) (its warm-up
 //     forwards plus the one of the first steady-state pair);
 //   - simulate_schedule with unit costs (F = B = W = 1, so a whole backward costs 2) gives
-//     theoretical_bubble exactly for GPipe, 1F1B and interleaved. ZB-H1 gives exactly
-//     2 (P-1) / (3m + 2 (P-1)), the best any list can do when a micro-batch is held until
-//     its W and stage s holds at most P - s (see the ZbH1 test); that is theory plus a
-//     stated slack of 3m (P-1) / ((3m + P-1)(3m + 2 (P-1))), and below 1F1B for P >= 2;
+//     theoretical_bubble exactly for every kind: for ZB-H1 Qi et al.'s (P-1)/(3m + P-1)
+//     when m >= P (makespan 3m + P - 1; P <= 8, m <= 32, no slack), below 1F1B for P >= 2;
 //   - exact lists for small cases pin the orders; broken lists are refused with a message
 //     naming the stage.
 #include "parallel/pipeline_schedule.h"
@@ -183,8 +182,9 @@ TEST(PipelineSchedule, InFlightBounds) {
       const Schedule schedule = build_schedule(spec);
       const int p = spec.stages, m = spec.micro_batches, v = spec.virtual_stages;
       for (int s = 0; s < p; ++s) {
-        int bound = std::min(m, p - s);  // 1F1B, ZB-H1
+        int bound = std::min(m, p - s);  // 1F1B
         if (kind == ScheduleKind::kGPipe) bound = m;
+        if (kind == ScheduleKind::kZeroBubbleH1) bound = std::min(m, p);
         if (kind == ScheduleKind::kInterleaved1F1B) {
           bound = std::min(v * m, 2 * (p - s - 1) + (v - 1) * p + 1);
         }
@@ -196,8 +196,7 @@ TEST(PipelineSchedule, InFlightBounds) {
 }
 
 TEST(PipelineSchedule, SimulatedBubbleIsTheTheory) {
-  for (ScheduleKind kind :
-       {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B}) {
+  for (ScheduleKind kind : kKinds) {
     for (const ScheduleSpec& spec : sweep(kind)) {
       const SimulatedRun run = simulate_schedule(build_schedule(spec));
       EXPECT_NEAR(run.bubble_fraction, theoretical_bubble(spec), kTolerance) << name(spec);
@@ -207,28 +206,31 @@ TEST(PipelineSchedule, SimulatedBubbleIsTheTheory) {
   }
 }
 
-// ZB-H1 with a micro-batch held until its W and at most P - s held on stage s. The last
-// stage may then hold one: it runs F B W F B W ... from time P-1, so its last B ends at
-// 3m + P - 2 or later; that gradient crosses P - 1 stages (one B each) and stage 0 then
-// runs that micro-batch's W: no list ends before 3m + 2(P-1), a bubble of
-// 2(P-1) / (3m + 2(P-1)). The theory's (P-1) / (3m + P-1) (Qi et al.) needs the last
-// stage to defer P - 1 W's past its last B, i.e. to hold P micro-batches.
-TEST(PipelineSchedule, ZbH1ReachesTheBestBubbleUnderTheActivationBound) {
-  for (const ScheduleSpec& spec : sweep(ScheduleKind::kZeroBubbleH1)) {
-    const double x = spec.stages - 1, m = spec.micro_batches;
-    const double theory = theoretical_bubble(spec);
-    const double slack = 3 * m * x / ((3 * m + x) * (3 * m + 2 * x));  // stated gap
-    const SimulatedRun run = simulate_schedule(build_schedule(spec));
-    EXPECT_NEAR(run.makespan, 3 * m + 2 * x, kTolerance) << name(spec);
-    EXPECT_NEAR(run.bubble_fraction, 2 * x / (3 * m + 2 * x), kTolerance) << name(spec);
-    EXPECT_LE(run.bubble_fraction, theory + slack + kTolerance) << name(spec);
-    EXPECT_GE(run.bubble_fraction, theory - kTolerance) << name(spec);
-    if (spec.stages >= 2) {
-      ScheduleSpec one_f_one_b = spec;
-      one_f_one_b.kind = ScheduleKind::k1F1B;
-      EXPECT_LT(run.bubble_fraction,
-                simulate_schedule(build_schedule(one_f_one_b)).bubble_fraction - 1e-6)
-          << name(spec);
+// ZB-H1 as published: at F = B = W = 1 the makespan is exactly 3m + P - 1 for m >= P, the
+// paper's bubble (P-1)/(3m + P-1) with no slack, for P <= 8 and m <= 32; below that the
+// 1F1B order's 2m + 2P - 1. No stage holds more than 1F1B's first stage (min(m, P)), every
+// stage is busy 3m, and it beats 1F1B for P >= 2.
+TEST(PipelineSchedule, ZbH1HasThePapersBubble) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 32; ++m) {
+      const ScheduleSpec spec{ScheduleKind::kZeroBubbleH1, p, m, 1};
+      const Schedule schedule = build_schedule(spec);
+      const SimulatedRun run = simulate_schedule(schedule);
+      const int makespan = m >= p ? 3 * m + p - 1 : 2 * m + 2 * p - 1;
+      EXPECT_EQ(run.makespan, makespan) << name(spec);
+      if (m >= p) {
+        EXPECT_DOUBLE_EQ(run.bubble_fraction, 1.0 - 3.0 * m / (3.0 * m + p - 1)) << name(spec);
+        EXPECT_NEAR(run.bubble_fraction, (p - 1.0) / (3.0 * m + p - 1), 1e-15) << name(spec);
+      }
+      EXPECT_NEAR(run.bubble_fraction, theoretical_bubble(spec), 1e-15) << name(spec);
+      const Schedule one_f_one_b = build_schedule({ScheduleKind::k1F1B, p, m, 1});
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(run.busy[static_cast<size_t>(s)], 3.0 * m) << name(spec) << " stage " << s;
+        EXPECT_EQ(max_in_flight(schedule, s), max_in_flight(one_f_one_b, 0)) << name(spec) << " stage " << s;
+      }
+      if (p >= 2) {
+        EXPECT_LT(run.bubble_fraction, simulate_schedule(one_f_one_b).bubble_fraction) << name(spec);
+      }
     }
   }
 }
@@ -262,13 +264,14 @@ TEST(PipelineSchedule, OneFOneBListsP2M3) {
                  recv_act(2), send_grad(1), fwd(2), bwd(2), send_grad(2), step()}});
 }
 
+// Stage 1 defers its W's: W0 runs after B1, where it would otherwise wait for F2's input.
 TEST(PipelineSchedule, ZbH1ListsP2M3) {
   expect_lists(
       {ScheduleKind::kZeroBubbleH1, 2, 3, 1},
       {{fwd(0), send_act(0), fwd(1), recv_grad(0), send_act(1), b_in(0), b_wt(0), fwd(2),
         recv_grad(1), send_act(2), b_in(1), b_wt(1), recv_grad(2), b_in(2), b_wt(2), step()},
-       {recv_act(0), fwd(0), b_in(0), send_grad(0), b_wt(0), recv_act(1), fwd(1), b_in(1),
-        send_grad(1), b_wt(1), recv_act(2), fwd(2), b_in(2), send_grad(2), b_wt(2), step()}});
+       {recv_act(0), fwd(0), b_in(0), recv_act(1), send_grad(0), fwd(1), b_in(1), send_grad(1),
+        b_wt(0), recv_act(2), fwd(2), b_in(2), send_grad(2), b_wt(1), b_wt(2), step()}});
 }
 
 TEST(PipelineSchedule, InterleavedListsP2V2M2) {
