@@ -2,7 +2,8 @@
 // runs np 2, one core per stage), for m = 1, 2, 4, 8, 16
 // micro-batches per step: tokens/s, the measured bubble (1 - compute / wall of the
 // schedule's actions, averaged over the stages and the timed steps) beside the schedule's
-// theory ((P-1)/(m+P-1) for GPipe and 1F1B, (P-1)/(v m+P-1) interleaved), and the
+// theory ((P-1)/(m+P-1) for GPipe and 1F1B, (P-1)/(v m+P-1) interleaved, ZB-H1's
+// theoretical_bubble), and the
 // activation memory each stage planned.
 #include "bench/pipeline_bench.h"
 
@@ -146,7 +147,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
                 "bubble = 1 - compute / wall of the schedule's actions, mean over stages, median step; "
-                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.); list = "
+                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.) for m >= P, 1 - 3m/(2m+2P-1) below; list = "
                 "the schedule's own lists simulated with equal forward, B and W times; norm = the wait in the "
                 "gradient norm's sum over the stages per step, least and most waiting rank (the least: the "
                 "sum itself; the rest: the flush the bubble counts); activations = planned per stage\n",
