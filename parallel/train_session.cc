@@ -39,50 +39,6 @@ int default_threads(const Group& group) {
   return std::max(1, cores / local_size);
 }
 
-// The environment variable `name` = S[:R]: S for rank R (every rank without :R), -1 for
-// the others and when it is unset. For tests of failure handling:
-//   ETR_FAIL_AT_STEP       the rank throws at the start of step S
-//   ETR_NONFINITE_AT_STEP  a NaN in the rank's gradients at step S (1-based, as the
-//                          progress line counts)
-//   ETR_OOM_IN_BACKWARD_AT_STEP  an out-of-memory error inside backward of the last
-//                          micro-batch of step S (1-based), after the middle layer's
-//                          backward: the step is discarded and redone (once)
-int64_t step_for_rank_from_env(const char* name, int rank) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return -1;
-  const std::string_view s(v);
-  const size_t colon = s.find(':');
-  int64_t step = -1;
-  int at_rank = rank;
-  auto number = [](std::string_view text, auto& out) {
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && end == text.data() + text.size() && out >= 0;
-  };
-  if (!number(s.substr(0, colon), step) ||
-      (colon != std::string_view::npos && !number(s.substr(colon + 1), at_rank))) {
-    throw ConfigError(std::string(name) + "='" + std::string(s) +
-                      "' is not STEP or STEP:RANK (non-negative integers)");
-  }
-  return at_rank == rank ? step : -1;
-}
-
-// ETR_TEST_FAIL_ALLOCATION=STEP:N[:RANK] (tests of out-of-memory recovery): the N-th host
-// allocation event (HostAllocator::events: an allocation or a window's charge) from the
-// start of step STEP (1-based) fails on rank RANK (every rank without it), once.
-AllocationFault allocation_fault_from_env(int rank) {
-  const char* v = std::getenv("ETR_TEST_FAIL_ALLOCATION");
-  if (!v || !*v) return {};
-  const std::string s(v);
-  long long step = 0, n = 0;
-  int at_rank = rank, used = 0;
-  const int got = std::sscanf(s.c_str(), "%lld:%lld%n:%d%n", &step, &n, &used, &at_rank, &used);
-  if (got < 2 || step < 1 || n < 1 || static_cast<size_t>(used) != s.size()) {
-    throw ConfigError("ETR_TEST_FAIL_ALLOCATION='" + s + "' is not STEP:N or STEP:N:RANK (positive integers)");
-  }
-  if (at_rank != rank) return {};
-  return {static_cast<int64_t>(step), static_cast<uint64_t>(n)};
-}
-
 // The micro-batch of the first plan: batch.micro_batch, or 1 when automatic (the memory
 // model picks it once the engines exist: setup_memory).
 int64_t initial_micro_batch(const TrainConfig& c) { return std::max(1, c.batch().micro_batch()); }
@@ -131,10 +87,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   elastic_->ready(position_.step, micro_batch_);
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
   reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
-  fail_at_step_ = step_for_rank_from_env("ETR_FAIL_AT_STEP", grid_->rank());
-  nonfinite_at_step_ = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", grid_->rank());
-  oom_in_backward_at_ = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", grid_->rank());
-  fail_allocation_ = allocation_fault_from_env(grid_->rank());
+  faults_ = FaultInjection::from_env(grid_->rank());
   read_budget_cut();     // (tests) from the first step on
   work_alloc().reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
@@ -362,9 +315,9 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
   const bool wait_for_device =
       device().is_cuda() && (goodput_ || recompute_trial_active() || balancer_);
   calls_->begin_step(static_cast<int>(mine.accumulation));
-  if (oom_in_backward_at_ == static_cast<int64_t>(position_.step) + 1) {
+  if (faults_.oom_in_backward_at_step == static_cast<int64_t>(position_.step) + 1) {
     calls_->fail_in_backward(model_.stack->size() / 2);
-    oom_in_backward_at_ = -1;
+    faults_.oom_in_backward_at_step = -1;
   }
   // Out of memory anywhere in the micro-batches: this rank makes the rest of the step's
   // engine calls without compute, so its peers' collectives complete, and the step's sums
@@ -406,14 +359,14 @@ StepStats TrainSession::train_step() {
     throw InvalidArgument("the model was moved from the GPU to the host for generation; this "
                           "session trains no more steps");
   }
-  if (fail_at_step_ >= 0 && static_cast<int64_t>(position_.step) == fail_at_step_) {
+  if (faults_.fail_at_step >= 0 && static_cast<int64_t>(position_.step) == faults_.fail_at_step) {
     throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
-                std::to_string(fail_at_step_) +
+                std::to_string(faults_.fail_at_step) +
                 " because ETR_FAIL_AT_STEP asks it to (a test of failure handling)");
   }
-  if (fail_allocation_.step == static_cast<int64_t>(position_.step) + 1) {
-    alloc_.fail_event(fail_allocation_.event);
-    fail_allocation_ = {};
+  if (faults_.fail_allocation_step == static_cast<int64_t>(position_.step) + 1) {
+    alloc_.fail_event(faults_.fail_allocation_event);
+    faults_.fail_allocation_step = -1;
   }
   const auto& lg = config_.log();
   tracer_.set_recording(tracer_.enabled() &&
@@ -426,7 +379,7 @@ StepStats TrainSession::train_step() {
                   : learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
                                   s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
   engine_->begin_step();
-  if (nonfinite_at_step_ == static_cast<int64_t>(position_.step) + 1) {
+  if (faults_.nonfinite_at_step == static_cast<int64_t>(position_.step) + 1) {
     // A NaN in this rank's gradient of the last tensor (backward accumulates into it, and
     // the engine sums it into every rank's).
     const LayerStack<float>& last =

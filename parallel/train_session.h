@@ -39,6 +39,7 @@
 #include "parallel/data_source.h"
 #include "parallel/elastic_session.h"
 #include "parallel/engine_call_log.h"
+#include "parallel/fault_injection.h"
 #include "parallel/memory_model.h"
 #include "parallel/share_balancer.h"
 #include "parallel/pipeline_engine.h"
@@ -59,11 +60,6 @@
 
 namespace etr {
 
-// A test's injected allocation failure: the `event`-th host allocation event of step `step`.
-struct AllocationFault {
-  int64_t step = -1;
-  uint64_t event = 0;
-};
 
 // A step's loss or gradient norm was not finite and no more skips were allowed
 // (optimizer.skip_nonfinite_steps). Thrown by every rank alike; not the fault of a host,
@@ -337,13 +333,10 @@ class TrainSession {
   // the rest without compute, and the step is redone (parallel/engine_call_log.h).
   std::unique_ptr<EngineCallLog> calls_;
   std::string step_oom_;            // this rank's out-of-memory error in this step, if any
-  int64_t oom_in_backward_at_ = -1;  // ETR_OOM_IN_BACKWARD_AT_STEP (tests)
-  AllocationFault fail_allocation_;  // ETR_TEST_FAIL_ALLOCATION (tests)
   int64_t oom_cap_ = 0;    // after this rank ran out of memory: its micro-batch then (0: none)
   size_t oom_budget_ = 0;  // and the budget then
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
-  int64_t fail_at_step_ = -1;       // ETR_FAIL_AT_STEP (tests): throw at that step
-  int64_t nonfinite_at_step_ = -1;  // ETR_NONFINITE_AT_STEP (tests): a NaN gradient
+  FaultInjection faults_;  // the tests' hooks (parallel/fault_injection.h)
   int64_t skipped_steps_ = 0;
   BatchOrigin batch_origin_;
   std::optional<std::filesystem::path> resumed_from_;

@@ -1,0 +1,62 @@
+#include "parallel/fault_injection.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "runtime/error.h"
+
+namespace etr {
+
+int64_t step_for_rank_from_env(const char* name, int rank) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  const std::string_view s(v);
+  const size_t colon = s.find(':');
+  int64_t step = -1;
+  int at_rank = rank;
+  auto number = [](std::string_view text, auto& out) {
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+  };
+  if (!number(s.substr(0, colon), step) ||
+      (colon != std::string_view::npos && !number(s.substr(colon + 1), at_rank))) {
+    throw ConfigError(std::string(name) + "='" + std::string(s) +
+                      "' is not STEP or STEP:RANK (non-negative integers)");
+  }
+  return at_rank == rank ? step : -1;
+}
+
+namespace {
+
+// ETR_TEST_FAIL_ALLOCATION=STEP:N[:RANK] into `f` (when it applies to `rank`).
+void allocation_fault_from_env(int rank, FaultInjection& f) {
+  const char* v = std::getenv("ETR_TEST_FAIL_ALLOCATION");
+  if (!v || !*v) return;
+  const std::string s(v);
+  long long step = 0, n = 0;
+  int at_rank = rank, used = 0;
+  const int got = std::sscanf(s.c_str(), "%lld:%lld%n:%d%n", &step, &n, &used, &at_rank, &used);
+  if (got < 2 || step < 1 || n < 1 || static_cast<size_t>(used) != s.size()) {
+    throw ConfigError("ETR_TEST_FAIL_ALLOCATION='" + s + "' is not STEP:N or STEP:N:RANK (positive integers)");
+  }
+  if (at_rank != rank) return;
+  f.fail_allocation_step = static_cast<int64_t>(step);
+  f.fail_allocation_event = static_cast<uint64_t>(n);
+}
+
+}  // namespace
+
+FaultInjection FaultInjection::from_env(int rank) {
+  FaultInjection f;
+  f.fail_at_step = step_for_rank_from_env("ETR_FAIL_AT_STEP", rank);
+  f.nonfinite_at_step = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", rank);
+  f.oom_in_backward_at_step = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", rank);
+  allocation_fault_from_env(rank, f);
+  return f;
+}
+
+
+}  // namespace etr
