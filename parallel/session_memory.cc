@@ -101,10 +101,15 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
+  fixed_bytes_ = 0;
+  for (const MemoryPart& p : fixed) fixed_bytes_ += p.bytes;
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {
-      const Engine::WindowBytes w = engine_->predicted_windows(static_cast<int>(accumulation_for(b)));
+      const int k = static_cast<int>(accumulation_for(b));
+      const auto* z = pipeline_ ? nullptr : dynamic_cast<const ZeroEngine*>(engine_.get());
+      const Engine::WindowBytes w = z ? z->predicted_windows_if(k, zero_reduces_each(b))
+                                      : engine_->predicted_windows(k);
       std::vector<MemoryPart> parts{{"unreduced gradient window", w.grads}};
       if (stage >= 3) parts.push_back({"gathered parameter window", w.params});
       return parts;
@@ -241,6 +246,45 @@ void TrainSession::set_micro_batch(int64_t b) {
   if (pipeline_) {
     pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, config_.model().seq_len());
     gather_stage_activation_bytes();
+  }
+  choose_zero_reduction();
+}
+
+// ZeRO 2-3 on the host, accumulating: true when the whole gradient window (kept until the
+// last micro-batch) does not fit beside the rest of micro-batch b's plan, so each
+// micro-batch reduces instead (fit first, then speed).
+bool TrainSession::zero_reduces_each(int64_t b) {
+  const auto* z = pipeline_ ? nullptr : dynamic_cast<const ZeroEngine*>(engine_.get());
+  if (!z || z->zero_stage() < 2 || device().is_cuda()) return false;
+  const int k = static_cast<int>(accumulation_for(b));
+  if (k <= 1) return false;
+  const Engine::WindowBytes whole = z->predicted_windows_if(k, false);
+  const int64_t T = config_.model().seq_len();
+  const size_t act = with_stack([&](auto& stack) { return stack.activation_bytes(b, T, 1, false, recompute_); });
+  const double margin = config_.batch().micro_batch() == 0 ? config_.batch().memory_margin() : 0.0;
+  return static_cast<double>(fixed_bytes_ + act + whole.grads + whole.params) >
+         (1.0 - margin) * static_cast<double>(work_alloc().stats().budget);
+}
+
+// Collective over the dp group (after a plan): every rank reduces each micro-batch when any
+// needs to, and only when every rank runs the same number of micro-batches (each one's
+// reduce-scatters must meet); said when it changes.
+void TrainSession::choose_zero_reduction() {
+  auto* z = pipeline_ ? nullptr : dynamic_cast<ZeroEngine*>(engine_.get());
+  if (!z || z->zero_stage() < 2 || device().is_cuda()) return;
+  int each = zero_reduces_each(micro_batch_) ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &each, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm()));
+  for (int r = 0; r < grid_->dp_size(); ++r) {
+    if (plan_->rank(r).accumulation != rank_batch().accumulation) each = 0;
+  }
+  if ((each != 0) == z->reduces_each_micro_batch()) return;
+  z->set_reduce_each_micro_batch(each != 0);
+  if (leader()) {
+    log_.info("ZeRO-", z->zero_stage(), ": ",
+              each ? "the whole gradient window does not fit beside micro-batches of " +
+                         std::to_string(micro_batch_) +
+                         ", so each micro-batch's gradients are reduce-scattered into the shard"
+                   : std::string("the gradients are reduced once a step (the whole window fits)"));
   }
 }
 

@@ -269,6 +269,8 @@ class TrainSession {
   void acquire_activations();
   void release_activations();
   void recover_from_oom(const std::string& failure);
+  bool zero_reduces_each(int64_t b);
+  void choose_zero_reduction();
   bool budget_wants_replan();
   int64_t wanted_micro_batch();
   void replan();
@@ -333,6 +335,7 @@ class TrainSession {
   // the rest without compute, and the step is redone (parallel/engine_call_log.h).
   std::unique_ptr<EngineCallLog> calls_;
   std::string step_oom_;            // this rank's out-of-memory error in this step, if any
+  size_t fixed_bytes_ = 0;  // the memory model's fixed parts (setup_memory)
   int64_t oom_cap_ = 0;    // after this rank ran out of memory: its micro-batch then (0: none)
   size_t oom_budget_ = 0;  // and the budget then
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage

@@ -318,11 +318,15 @@ std::string ZeroEngine::describe() const {
 namespace etr {
 
 // In whole window pages. The gradient window: all of it while a step accumulates several
-// micro-batches (only the last one reduces); else the cap backward keeps it under once a
+// micro-batches and only the last one reduces (`each` off); else the cap backward keeps it under once a
 // layer is done (layer_grads_final), plus the next layer's buckets taken before its
 // backward. The parameter window: the layer in use and the next one's prefetch, which is
 // at most a layer (all of it when a pipeline gathers once per step).
 Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
+  return predicted_windows_if(micro_batches, each_);
+}
+
+Engine::WindowBytes ZeroEngine::predicted_windows_if(int micro_batches, bool each) const {
   const size_t whole = static_cast<size_t>(stack_.layout().numel()) * sizeof(float);
   auto pages = [](const MemoryWindow* w, size_t bytes) {
     const size_t page = w ? w->page_bytes() : 1;
@@ -332,7 +336,7 @@ Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
   if (grad_window_) {
     const size_t all = pages(grad_window_.get(), whole);
     // (a held range that does not start on a page boundary touches one page more)
-    p.grads = micro_batches > 1 ? all
+    p.grads = micro_batches > 1 && !each ? all
                                 : std::min(all, pages(grad_window_.get(),
                                                       grad_window_cap() + largest_layer_bytes()) +
                                                     grad_window_->page_bytes());

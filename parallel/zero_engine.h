@@ -109,6 +109,17 @@ class ZeroEngine final : public Engine {
   void release_parameters() override {
     if (layers_) layers_->release_all();
   }
+  // Stages 2-3 accumulating several micro-batches: reduce-scatter each micro-batch's
+  // gradients into the shard (on) — the gradient window stays a layer and two buckets, the
+  // shard accumulates: before a bucket's reduce-scatter this rank adds its shard's block to
+  // its own contribution of that block (rank 0 adds the replicated tail), so the sum lands
+  // in the shard — or keep the whole window until the last micro-batch (off: one reduction
+  // a step, stage 0's summation order, 4 Psi of window while accumulating). The session's
+  // memory model decides between steps (fit first, then speed). Host memory only.
+  void set_reduce_each_micro_batch(bool on);
+  bool reduces_each_micro_batch() const { return each_; }
+  // predicted_windows() for either choice.
+  WindowBytes predicted_windows_if(int micro_batches, bool each) const;
   // Bytes of gathered parameters held now (stage 3's window; 0 below).
   size_t gathered_resident_bytes() const { return param_window_ ? param_window_->resident_bytes() : 0; }
   float* gradients() override { return full_grads_; }
@@ -168,6 +179,8 @@ class ZeroEngine final : public Engine {
   float* full_params_ = nullptr;         // what the layers read
   float* full_grads_ = nullptr;          // what the layers write
   std::vector<size_t> held_index_;       // bucket -> index of its block in shard_.held()
+  bool each_ = false;                    // set_reduce_each_micro_batch
+  ReduceStats earlier_;                  // this step's micro-batches reduced before the last
   std::vector<uint8_t> grad_held_;       // stages 2-3: bucket's gradient pages acquired
   size_t grad_held_bytes_ = 0;           // their bytes
   std::vector<std::vector<size_t>> needed_;  // per layer: the buckets it reads and writes

@@ -17,13 +17,46 @@ void ZeroEngine::begin_step() {
     grad_window_->drop_all();
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
     grad_held_bytes_ = 0;
+    // Reducing each micro-batch, the shard accumulates from zero.
+    if (each_) ops_.zero(shard_.data<float>(state::kGrad), static_cast<size_t>(shard_.held_numel()) * sizeof(float), stream_);
   } else {
     ops_.zero(full_grads_, static_cast<size_t>(stack_.layout().numel()) * sizeof(float), stream_);
   }
 }
 
 void ZeroEngine::begin_backward(bool last) {
-  if (last) reducer_->begin_step();
+  if (!each_) {
+    if (last) reducer_->begin_step();
+    return;
+  }
+  // Every micro-batch communicates: the previous one's buckets are waited for (their pages
+  // released) before this one's backward writes the window again.
+  if (reducer_->armed()) earlier_ += reducer_->finish();
+  reducer_->begin_step();
+}
+
+void ZeroEngine::set_reduce_each_micro_batch(bool on) {
+  each_ = on && options_.stage >= 2 && !device_path_;
+  if (!each_) {
+    reducer_->set_before_launch(nullptr);
+    return;
+  }
+  const int r = grid_.dp_rank();
+  reducer_->set_before_launch([this, r](size_t b, const Bucket& k, const float* local) {
+    // This rank's contribution to its own block (the replicated tail: rank 0's to all of
+    // it) takes the shard's sum so far, so the collective's result is the running sum.
+    float* g = const_cast<float*>(local);
+    const float* sum = held(state::kGrad, b);
+    int64_t at = 0, n = k.numel();
+    if (!k.replicated) {
+      const HeldRange mine = plan_.block(b, r);
+      at = mine.begin - k.begin;
+      n = mine.numel();
+    } else if (r != 0) {
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) g[at + i] += sum[i];
+  });
 }
 
 void ZeroEngine::before_forward(int layer) {
@@ -74,7 +107,9 @@ void ZeroEngine::reduced(size_t b) {
 }
 
 ReduceStats ZeroEngine::end_backward() {
-  const ReduceStats s = reducer_->finish();
+  ReduceStats s = reducer_->finish();
+  s += earlier_;
+  earlier_ = {};
   if (layers_) layers_->end_step();
   return s;
 }

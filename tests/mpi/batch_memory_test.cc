@@ -25,6 +25,7 @@
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
 #include "mpi/batch_test_util.h"
+#include "parallel/zero_engine.h"
 #include "mpi/mpi_test_main.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
@@ -225,6 +226,48 @@ TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
       EXPECT_EQ(t.session().micro_batch(), 1) << what;
       expect_bitwise(want, got, what);
     }
+  }
+}
+
+// ZeRO-2 and 3 accumulating 4 micro-batches under a budget that holds the plan with a
+// layer's gradient window but not with the whole one: each micro-batch is reduce-scattered
+// into the shard (the engine says so), the micro-batch is not lowered, the peak stays
+// within the budget and the gradient window within its prediction, and after 3 steps the
+// state is stage 0's within rounding (the sums over ranks and micro-batches are added in
+// another order). With room, the same runs keep the whole window (bitwise: the tests above).
+TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"batch.micro_batch=1"}), w);
+    return train(t, 3);
+  }();
+  for (const std::string stage : {"2", "3"}) {
+    const std::vector<std::string> o = {"parallel.zero_stage=" + stage, "batch.micro_batch=1"};
+    size_t budget = 0, each_window = 0;
+    {
+      Trainer probe(config(o), w);
+      auto& z = dynamic_cast<ZeroEngine&>(probe.session().engine());
+      ASSERT_FALSE(z.reduces_each_micro_batch()) << "stage " << stage << ": with room, one reduction a step";
+      const int k = static_cast<int>(probe.rank_batch().accumulation);
+      ASSERT_EQ(k, 4);
+      const size_t whole = z.predicted_windows_if(k, false).grads;
+      each_window = z.predicted_windows_if(k, true).grads;
+      ASSERT_LT(each_window, whole);
+      budget = probe.session().memory_model().peak(1, false) - (whole - each_window) / 2;
+      size_t lowest = budget;  // every rank's budget alike (the smallest)
+      MPI_Allreduce(&budget, &lowest, 1, MPI_UNSIGNED_LONG, MPI_MIN, w.group().comm());
+      budget = lowest;
+    }
+    std::vector<std::string> tight = o;
+    tight.push_back("runtime.memory_budget=" + std::to_string(budget));
+    Trainer t(config(tight), w);
+    auto& z = dynamic_cast<ZeroEngine&>(t.session().engine());
+    EXPECT_TRUE(z.reduces_each_micro_batch()) << "stage " << stage;
+    EXPECT_EQ(t.session().micro_batch(), 1) << "stage " << stage;
+    const State got = train(t, 3);
+    EXPECT_LE(t.session().allocator().stats().peak, budget) << "stage " << stage;
+    EXPECT_LE(z.memory().unreduced_peak, each_window) << "stage " << stage;
+    expect_near(want, got, "stage " + stage + " reducing each micro-batch");
   }
 }
 
