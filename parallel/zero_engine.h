@@ -19,7 +19,9 @@
 //               once it is reduced. Accumulation: only the last micro-batch communicates
 //               and the full gradients are kept until then (so the result is stage 0's
 //               bitwise; the cost: at stages 2-3 the gradient window grows to 4 Psi
-//               during an accumulating step)
+//               during an accumulating step), unless set_reduce_each_micro_batch(true)
+//               (the session's choice when 4 Psi does not fit): then every micro-batch
+//               reduce-scatters into the shard (within rounding of stage 0)
 //   norm        each rank's partial over its shard, all-gathered, added in rank order
 //   update      AdamW on the shard
 //   parameters  stages 1-2: each bucket all-gathered in place after the update, in the
