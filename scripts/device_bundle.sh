@@ -127,7 +127,9 @@ cp -r "$ompi_pkgdatadir" "$ompi${ompi_pkgdatadir#"$ompi_prefix"}"
 # OMPI_MCA_mca_base_param_files (sysconfdir does not follow OPAL_PREFIX).
 [[ -f /etc/openmpi/openmpi-mca-params.conf ]] && cp /etc/openmpi/openmpi-mca-params.conf "$ompi/etc/"
 # PMIx (Open MPI 4.1 on Debian uses the external libpmix2): its plugins and help files.
-pmix_lib=$(ldconfig -p | awk '$1 == "libpmix.so.2" {print $NF; exit}')
+# (awk reads all of ldconfig's list: leaving early would end ldconfig with SIGPIPE, which
+# pipefail turns into this script's failure)
+pmix_lib=$(ldconfig -p | awk '$1 == "libpmix.so.2" && !found {print $NF; found = 1}')
 pmix_home=""
 if [[ -n $pmix_lib ]]; then
   pmix_home=$(dirname "$(dirname "$(realpath "$pmix_lib")")")
