@@ -20,6 +20,7 @@
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
 #include "mpi/mpi_test_main.h"
+#include "mpi/pipeline_test_config.h"
 #include "runtime/config/train_config.h"
 #include "runtime/state_names.h"
 
@@ -31,21 +32,10 @@ constexpr double kRelL2 = 1e-6;
 constexpr double kRel = 1e-4;
 constexpr double kFloor = 1e-4;
 
-// 6 blocks (8 layers), global batch 12 in micro-batches of 1, clipping off.
+// pipeline_test's model and batch, clipping off.
 TrainConfig config(std::vector<std::string> extra) {
-  TrainConfig c = parse_config(R"(
-    model { preset: "tiny" n_layer: 6 }
-    optimizer { lr: 3e-3 grad_clip: 0 }
-    schedule { warmup_steps: 1 max_steps: 100 }
-    batch { global_batch: 12 micro_batch: 1 }
-    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
-    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" pp_partition: "params" }
-    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
-    runtime { threads: 1 }
-  )");
-  apply_overrides(c, extra);
-  resolve(c, gpt::model_presets());
-  return c;
+  extra.insert(extra.begin(), "optimizer.grad_clip=0");
+  return testing_config::pipeline_config(extra);
 }
 
 struct Moments {

@@ -24,6 +24,7 @@
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
 #include "mpi/mpi_test_main.h"
+#include "mpi/pipeline_test_config.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
 #include "runtime/state_names.h"
@@ -38,23 +39,7 @@ namespace fs = std::filesystem;
 constexpr double kParamTol = 2e-5;
 constexpr double kLossTol = 1e-5;
 
-// 6 blocks (8 layers: pp 4 x 2 chunks fit), global batch 12 in micro-batches of 1 (12
-// micro-batches per pipeline at dp 1, 6 at dp 2: every schedule's m is a multiple of pp).
-TrainConfig config(std::vector<std::string> extra) {
-  TrainConfig c = parse_config(R"(
-    model { preset: "tiny" n_layer: 6 }
-    optimizer { lr: 3e-3 grad_clip: 0.5 }
-    schedule { warmup_steps: 1 max_steps: 100 }
-    batch { global_batch: 12 micro_batch: 1 }
-    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
-    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" pp_partition: "params" }
-    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
-    runtime { threads: 1 }
-  )");
-  apply_overrides(c, extra);
-  resolve(c, gpt::model_presets());
-  return c;
-}
+TrainConfig config(const std::vector<std::string>& extra) { return testing_config::pipeline_config(extra); }
 
 struct State {
   std::vector<float> param, m, v;
