@@ -61,9 +61,9 @@ configure() {
 }
 
 # needed_targets DIR CTEST_ARGS...: the build outputs that the selected tests run (every
-# command-line word that ninja knows how to build, and the test's name without _npN: ctest
-# leaves out the command of a test whose program is not built yet), so a narrow run
-# builds only those.
+# command-line word that ninja knows how to build, the test's name without _npN: ctest
+# leaves out the command of a test whose program is not built yet, and etr-run for a test
+# under etr-mpirun), so a narrow run builds only those.
 needed_targets() {
   local dir="$1"
   shift
@@ -75,6 +75,9 @@ for test in json.load(sys.stdin)["tests"]:
     words = [re.sub(r"_np[0-9]+$", "", test["name"])]
     words += [os.path.relpath(w, root) for w in test.get("command", [])
               if w.startswith(root + "/")]
+    # etr-mpirun (a script) asks etr-run for the transports: build it too
+    if any(os.path.basename(w) == "etr-mpirun" for w in test.get("command", [])):
+        words.append("etr-run")
     seen += [w for w in words if w not in seen]
 print("\n".join(seen))' "$dir" | while read -r out; do
     if ninja -C "$dir" -t query "$out" >/dev/null 2>&1; then echo "$out"; fi
