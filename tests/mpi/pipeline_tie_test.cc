@@ -16,26 +16,17 @@
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
 #include "mpi/mpi_test_main.h"
+#include "mpi/pipeline_test_config.h"
 #include "runtime/config/train_config.h"
 #include "runtime/state_names.h"
 
 namespace etr::train {
 namespace {
 
+// pipeline_test's config with the tiny preset's 2 blocks and micro-batches of 2.
 TrainConfig config(std::vector<std::string> extra) {
-  TrainConfig c = parse_config(R"(
-    model { preset: "tiny" }
-    optimizer { lr: 3e-3 grad_clip: 0.5 }
-    schedule { warmup_steps: 1 max_steps: 100 }
-    batch { global_batch: 12 micro_batch: 2 }
-    data { synthetic: true synthetic_size: "64KiB" val_fraction: 0.1 }
-    parallel { first_bucket_size: "8KiB" bucket_size: "20KiB" pp_partition: "params" }
-    log { log_every: 1000 eval_every: 0 log_level: LOG_LEVEL_WARN }
-    runtime { threads: 1 }
-  )");
-  apply_overrides(c, extra);
-  resolve(c, gpt::model_presets());
-  return c;
+  extra.insert(extra.begin(), {"model.n_layer=2", "batch.micro_batch=2"});
+  return testing_config::pipeline_config(extra);
 }
 
 TEST(PipelineTies, CopiesStayBitwiseEqualWithThreeReplicas) {
