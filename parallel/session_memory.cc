@@ -250,12 +250,15 @@ void TrainSession::set_micro_batch(int64_t b) {
   choose_zero_reduction();
 }
 
-// ZeRO 2-3 on the host, accumulating: true when the whole gradient window (kept until the
-// last micro-batch) does not fit beside the rest of micro-batch b's plan, so each
-// micro-batch reduces instead (fit first, then speed).
+// ZeRO 2-3 on the host, accumulating, with a fixed global batch: true when the whole
+// gradient window (kept until the last micro-batch) does not fit beside the rest of
+// micro-batch b's plan, so each micro-batch reduces instead (fit first, then speed).
 bool TrainSession::zero_reduces_each(int64_t b) {
   const auto* z = pipeline_ ? nullptr : dynamic_cast<const ZeroEngine*>(engine_.get());
   if (!z || z->zero_stage() < 2 || device().is_cuda()) return false;
+  // The automatic global batch measures each rank's gradient of the whole step before the
+  // sum (its noise); reducing each micro-batch leaves only the last one's to measure.
+  if (config_.batch().global_batch() == 0) return false;
   const int k = static_cast<int>(accumulation_for(b));
   if (k <= 1) return false;
   const Engine::WindowBytes whole = z->predicted_windows_if(k, false);
