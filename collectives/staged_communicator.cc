@@ -126,8 +126,15 @@ void StagedCommunicator::release(const std::vector<Staging*>& staging) {
   for (Staging* s : staging) s->busy = false;
 }
 
-CopyFencePtr StagedCommunicator::download(void* host, const TensorView& v) {
-  CopyFencePtr f = copier_->download(host, v.data(), v.nbytes());
+// A copy step that throws leaves the job's staging free again (the op never starts).
+CopyFencePtr StagedCommunicator::download(Job& job, void* host, const TensorView& v) {
+  CopyFencePtr f;
+  try {
+    f = copier_->download(host, v.data(), v.nbytes());
+  } catch (...) {
+    release(job.staging);
+    throw;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   bytes_down_ += v.nbytes();
   return f;
@@ -223,7 +230,7 @@ WorkPtr StagedCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op
       OpDescription{"allreduce", dtype_name(in.dtype()).data(), in.numel(), reduce_op_name(op), nullptr, -1, -1, &name_});
   Staging* s = acquire(in.nbytes());
   job->staging = {s};
-  job->input = download(s->data, in);
+  job->input = download(*job, s->data, in);
   const TensorView v = TensorView::flat(s->data, in.numel(), in.dtype());
   job->launch = [this, v, op] { return host_.allreduce(v, v, op); };
   job->upload_dst = out.data();
@@ -239,7 +246,7 @@ WorkPtr StagedCommunicator::reduce_scatter(TensorView in, TensorView out, Reduce
       "reduce_scatter", dtype_name(in.dtype()).data(), in.numel(), reduce_op_name(op), nullptr, -1, -1, &name_});
   Staging* s = acquire(in.nbytes());
   job->staging = {s};
-  job->input = download(s->data, in);
+  job->input = download(*job, s->data, in);
   const TensorView v = TensorView::flat(s->data, in.numel(), in.dtype());
   const TensorView mine = v.slice(rank() * out.numel(), out.numel());
   job->launch = [this, v, mine, op] { return host_.reduce_scatter(v, mine, op); };
@@ -258,7 +265,7 @@ WorkPtr StagedCommunicator::allgather(TensorView in, TensorView out) {
   job->staging = {s};
   const TensorView v = TensorView::flat(s->data, out.numel(), out.dtype());
   const TensorView mine = v.slice(rank() * in.numel(), in.numel());
-  job->input = download(mine.data(), in);
+  job->input = download(*job, mine.data(), in);
   job->launch = [this, v, mine] { return host_.allgather(mine, v); };
   job->upload_dst = out.data();
   job->upload_src = s->data;
@@ -275,7 +282,7 @@ WorkPtr StagedCommunicator::broadcast(TensorView inout, int root) {
   job->staging = {s};
   const TensorView v = TensorView::flat(s->data, inout.numel(), inout.dtype());
   if (rank() == root) {
-    job->input = download(s->data, inout);  // the root's bytes stay as they are
+    job->input = download(*job, s->data, inout);  // the root's bytes stay as they are
   } else {
     job->upload_dst = inout.data();
     job->upload_src = s->data;
@@ -292,7 +299,7 @@ WorkPtr StagedCommunicator::send(TensorView in, int peer, int tag) {
       OpDescription{"send", dtype_name(in.dtype()).data(), in.numel(), nullptr, "to rank", peer, tag, &name_});
   Staging* s = acquire(in.nbytes());
   job->staging = {s};
-  job->input = download(s->data, in);
+  job->input = download(*job, s->data, in);
   const TensorView v = TensorView::flat(s->data, in.numel(), in.dtype());
   job->launch = [this, v, peer, tag] { return host_.send(v, peer, tag); };
   return submit(std::move(job));

@@ -126,7 +126,7 @@ class StagedCommunicator final : public Communicator {
 
   Staging* acquire(size_t bytes);
   void release(const std::vector<Staging*>& staging);
-  CopyFencePtr download(void* host, const TensorView& v);
+  CopyFencePtr download(Job& job, void* host, const TensorView& v);
   WorkPtr submit(std::unique_ptr<Job> job);
   void run_submitter();
   void run_completer();
