@@ -151,14 +151,20 @@ double DeviceEngine::grad_norm() {
   ops_.grad_norm_squared(d, grads() + begin, layout_.numel() - begin, stream_);
   ops_.download(norm_host_.data(), d, sizeof(double), stream_);
   ops_.synchronize(stream_);
-  return std::sqrt(*norm_host_.as<double>());
+  norm_ = std::sqrt(*norm_host_.as<double>());
+  return norm_;
 }
 
 void DeviceEngine::optimizer_step(const OptimizerStep& s) {
-  // The norm on the device is the one grad_norm() returned (`s.grad_norm`); the clipping
-  // reads it there.
+  // When the norm is the one grad_norm() returned, the clipping reads it on the device;
+  // another (a pipeline's, over every stage) is clipped by from the host, with
+  // etr::clip_grad_norm's rule and product.
   const int64_t n = layout_.numel();
-  ops_.clip_grad_norm(grads(), n, static_cast<const double*>(norm_sq_.data()), s.max_norm, stream_);
+  if (s.grad_norm == norm_) {
+    ops_.clip_grad_norm(grads(), n, static_cast<const double*>(norm_sq_.data()), s.max_norm, stream_);
+  } else if (s.max_norm > 0 && !(s.grad_norm <= s.max_norm)) {
+    ops_.scale(grads(), n, static_cast<float>(s.max_norm / (s.grad_norm + 1e-6)), stream_);
+  }
   uint16_t* p16 = mixed_ ? state_.data<uint16_t>(etr::state::kParamBf16) : nullptr;
   ops_.adamw_step(layout_, state_.data<float>(etr::state::kParam), grads(),
                   state_.data<float>(etr::state::kAdamM), state_.data<float>(etr::state::kAdamV), p16,

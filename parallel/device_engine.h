@@ -20,7 +20,8 @@
 //                    wait for the device; the loop's loss copy, enqueued before, rides on
 //                    it); the summed gradients are the same bits on every rank, so are
 //                    the norm, the clipping and the update
-//   optimizer_step   clipping by the device's norm, then AdamW over the layout
+//   optimizer_step   clipping by the device's norm (by the step's from the host when it is
+//                    another: a pipeline's, over every stage), then AdamW over the layout
 //
 // State (FlatState on the allocator's device): param, grad, adam.m, adam.v [numel] f32;
 // under mixed precision (a bf16 stack) also param.bf16 [numel] bf16, never saved.
@@ -115,6 +116,7 @@ class DeviceEngine final : public Engine {
   FlatState state_;
   Buffer norm_sq_;          // one double on the device
   PinnedBuffer norm_host_;  // its copy
+  double norm_ = std::nan("");  // what grad_norm() returned last
   PinnedHostAllocator host_alloc_;  // the mirror: page-locked where there is a GPU
   std::unique_ptr<FlatState> mirror_;
   std::unique_ptr<HostCommunicator> comm_;  // several ranks: the broadcast's (and the staged sums')

@@ -9,6 +9,7 @@
 #include "parallel/range_exchange.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/kernels/device_ops.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
 #include "runtime/state_names.h"
@@ -16,8 +17,8 @@
 namespace etr {
 
 PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique_ptr<Layer<float>>> layers,
-                               const ProcessGrid& grid, HostAllocator& alloc, PipelineOptions options,
-                               const EngineFactory& make_engine, Tracer* tracer)
+                               const ProcessGrid& grid, HostAllocator& alloc, Allocator& work_alloc,
+                               PipelineOptions options, const EngineFactory& make_engine, Tracer* tracer)
     : model_(model),
       grid_(grid),
       alloc_(alloc),
@@ -31,7 +32,8 @@ PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique
     engines_.push_back(make_engine(*chunks_.back(), cut_.borrowed_numel(j)));
     run.push_back(PipelineChunk{j, chunks_.back().get(), engines_.back().get()});
   }
-  executor_ = std::make_unique<PipelineExecutor>(cut_, grid_, std::move(run), alloc_, tracer);
+  executor_ = std::make_unique<PipelineExecutor>(cut_, grid_, std::move(run), work_alloc, tracer,
+                                                 options_.device);
 }
 
 PipelineEngine::~PipelineEngine() = default;
@@ -70,8 +72,13 @@ size_t PipelineEngine::predicted_checkpoint_staging() const {
   return bytes;
 }
 
-double PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights) {
-  return executor_->run(batches, weights);
+void PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights,
+                              double* loss_sum) {
+  executor_->run(batches, weights, loss_sum);
+}
+
+void PipelineEngine::restored() {
+  for (auto& e : engines_) e->restored();
 }
 
 void PipelineEngine::initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) {
@@ -245,6 +252,10 @@ std::vector<GradRange> PipelineEngine::reduced_gradients(bool) {
 
 void PipelineEngine::sync_ties() {
   if (cut_.ties().empty()) return;
+  // On a device the owner's reduced gradients are downloaded first and the sums uploaded
+  // into the user's copy after (host memory: both read and written in place).
+  const DeviceOps& ops = device_ops(options_.device ? options_.device->device : Device::cpu());
+  void* stream = options_.device ? options_.device->stream : nullptr;
   // The ties side by side in one index space: tie i at [base[i], base[i] + numel).
   std::vector<int64_t> base(cut_.ties().size() + 1, 0);
   for (size_t i = 0; i < cut_.ties().size(); ++i) {
@@ -265,6 +276,19 @@ void PipelineEngine::sync_ties() {
       }
     }
   }
+  std::vector<float> owned;  // a device's pieces, downloaded
+  if (options_.device) {
+    int64_t total = 0;
+    for (const FlatPiece& p : pieces) total += p.end - p.begin;
+    owned.resize(static_cast<size_t>(total));
+    float* at = owned.data();
+    for (FlatPiece& p : pieces) {
+      ops.download(at, p.data, static_cast<size_t>(p.end - p.begin) * sizeof(float), stream);
+      p.data = at;
+      at += p.end - p.begin;
+    }
+    ops.synchronize(stream);
+  }
   std::vector<float> owners(user ? static_cast<size_t>(base.back()) : 0);
   exchange_pieces(grid_.world_group(), pieces, owners.data(), 0, user ? base.back() : 0);
   for (size_t c = 0; user && c < engines_.size(); ++c) {
@@ -274,10 +298,14 @@ void PipelineEngine::sync_ties() {
       const int64_t at = chunks_[c]->layout().find(cut_.ties()[i].name)->offset, n = base[i + 1] - base[i];
       for (const GradRange& g : engines_[c]->reduced_gradients(false)) {
         const int64_t lo = std::max(at, g.range.begin), hi = std::min(at + n, g.range.end);
-        if (lo < hi) std::copy_n(owners.data() + base[i] + (lo - at), hi - lo, g.data + (lo - g.range.begin));
+        if (lo < hi) {
+          ops.upload(g.data + (lo - g.range.begin), owners.data() + base[i] + (lo - at),
+                     static_cast<size_t>(hi - lo) * sizeof(float), stream);
+        }
       }
     }
   }
+  ops.synchronize(stream);  // (before `owners` goes)
 }
 
 double PipelineEngine::grad_norm() {

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ namespace etr {
 struct PipelineOptions {
   ScheduleSpec schedule;   // kind, stages, virtual stages (micro-batches set per plan)
   std::vector<int> bounds;  // P v + 1 layer boundaries
+  // The chunks' device and stream when their stacks and engines run on a device (a GPU;
+  // in the tests host memory standing in for one): the transfers are staged
+  // (parallel/pipeline_link.h) and the tied gradients pass through the host.
+  std::optional<PipeDevice> device;
 };
 
 class PipelineEngine final : public Engine {
@@ -44,10 +49,12 @@ class PipelineEngine final : public Engine {
 
   // Collective over the grid. `model`: the whole model (its layout and layers' sizes; it is
   // bound to the gathered parameters by materialize_parameters() on world rank 0).
-  // `layers`: a second instance of the model's layers, cut into this rank's chunks.
+  // `layers`: a second instance of the model's layers, cut into this rank's chunks (which
+  // take `model`'s execution context). `alloc`: host memory (checkpoint staging, the whole
+  // model on world rank 0); `work_alloc`: the chunks' device's (activations, transfers).
   PipelineEngine(LayerStack<float>& model, std::vector<std::unique_ptr<Layer<float>>> layers,
-                 const ProcessGrid& grid, HostAllocator& alloc, PipelineOptions options,
-                 const EngineFactory& make_engine, Tracer* tracer = nullptr);
+                 const ProcessGrid& grid, HostAllocator& alloc, Allocator& work_alloc,
+                 PipelineOptions options, const EngineFactory& make_engine, Tracer* tracer = nullptr);
   ~PipelineEngine() override;
 
   const PipelineCut& cut() const { return cut_; }
@@ -60,8 +67,9 @@ class PipelineEngine final : public Engine {
   void plan(int micro_batches, int64_t B, int64_t T);
   // What plan(micro_batches, B, T) would allocate, without allocating.
   size_t planned_bytes(int micro_batches, int64_t B, int64_t T) const;
-  // Runs one step's micro-batches (see PipelineExecutor::run).
-  double run_step(std::span<const Batch> batches, std::span<const double> weights);
+  // Runs one step's micro-batches (see PipelineExecutor::run: the loss into *loss_sum, on
+  // the chunks' device, on the last stage).
+  void run_step(std::span<const Batch> batches, std::span<const double> weights, double* loss_sum);
   // The time the last grad_norm() waited for the other stages (the clipping's stall).
   double norm_wait_seconds() const { return norm_wait_seconds_; }
   // The bubble theory gives the planned schedule (equal forward, input and weight
@@ -73,6 +81,7 @@ class PipelineEngine final : public Engine {
   int zero_stage() const override { return engines_.front()->zero_stage(); }
   FlatState& state() override { return engines_.front()->state(); }
   void initialize_parameters(const std::function<void(const ParamLayout&, float*)>& init) override;
+  void restored() override;
   float* parameters() override;
   void materialize_parameters() override;
   float* gradients() override;

@@ -69,7 +69,7 @@ struct TieSide {
   bool owner = false;
   int peer = 0;                   // in the pp group
   int tag = 0;
-  std::vector<float> mine, theirs;  // the user's part (sent), as the owner receives it
+  std::vector<float> mine;  // the user's part, sent from a copy (host memory)
   PipeRequestPtr sent;
 };
 
@@ -89,13 +89,18 @@ struct PipelineExecutor::ChunkState {
 
 PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid,
                                    std::vector<PipelineChunk> chunks, Allocator& alloc,
-                                   Tracer* tracer)
-    : cut_(cut), grid_(grid), alloc_(alloc), tracer_(tracer) {
+                                   Tracer* tracer, std::optional<PipeDevice> device)
+    : cut_(cut),
+      grid_(grid),
+      alloc_(alloc),
+      tracer_(tracer),
+      ops_(device_ops(device ? device->device : Device::cpu())),
+      stream_(device ? device->stream : nullptr) {
   if (cut_.ties().size() > 255) {  // their tags: kTieTag .. 32767
     throw InvalidArgument("a pipeline takes at most 255 tied parameters across stages, not " +
                           std::to_string(cut_.ties().size()));
   }
-  link_ = std::make_unique<PipeLink>(grid_.pp_group());
+  link_ = std::make_unique<PipeLink>(grid_.pp_group(), device);
   for (const PipelineChunk& c : chunks) {
     auto s = std::make_unique<ChunkState>();
     s->c = c;
@@ -216,16 +221,25 @@ void PipelineExecutor::exchange_tie(ChunkState& c, TieSide& t) {
   // The user's part goes to the owner, which adds it before its data-parallel reduction
   // (the user's own copy is overwritten by the owner's reduced sum after the step's
   // reductions: PipelineEngine::sync_ties).
+  // The engine's reduction may sum the user's gradients in place before the send is over:
+  // on the host it goes from a copy; on a device its download is enqueued before the
+  // reduction's (after this hook) on the compute stream.
   float* g = c.c.engine->gradients();
   if (!t.owner) {
-    t.mine.assign(g + t.offset, g + t.offset + t.numel);
-    t.sent = link_->send(t.mine.data(), t.numel, t.peer, t.tag, "tied gradient");
+    const float* from = g + t.offset;
+    if (!link_->staged()) {
+      t.mine.assign(from, from + t.numel);
+      from = t.mine.data();
+    }
+    t.sent = link_->send(from, t.numel, t.peer, t.tag, "tied gradient");
     return;
   }
   // Sent at the user's final backward, which the owner's last backward depends on.
-  t.theirs.resize(static_cast<size_t>(t.numel));
-  link_->recv(t.theirs.data(), t.numel, t.peer, t.tag, "tied gradient")->wait();
-  for (int64_t i = 0; i < t.numel; ++i) g[t.offset + i] += t.theirs[static_cast<size_t>(i)];
+  Buffer theirs(alloc_, static_cast<size_t>(t.numel) * sizeof(float));
+  float* p = static_cast<float*>(theirs.data());
+  link_->recv(p, t.numel, t.peer, t.tag, "tied gradient")->wait();
+  ops_.add(g + t.offset, p, t.numel, stream_);
+  if (link_->staged()) ops_.synchronize(stream_);  // (before the buffer goes back)
 }
 
 void PipelineExecutor::finish_ties() {
@@ -270,7 +284,7 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
 }
 
 void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batches,
-                               std::span<const double> weights, double& loss) {
+                               std::span<const double> weights, double* loss_sum) {
   ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
   const size_t mb = static_cast<size_t>(a.micro_batch);
   if (c.free_slots.empty()) throw InvalidArgument("pipeline: no free activation slot");
@@ -289,9 +303,12 @@ void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batch
   if (!c.last) b.targets = nullptr;
   auto span = scope_of(tracer_, TraceTrack::kCompute, what("forward", a), "pipeline");
   const auto t0 = Clock::now();
-  const double l = c.c.stack->forward(b, hooks_for(c, false), slot, input);
+  if (c.last) {
+    c.c.stack->forward_accumulate(b, loss_sum, weights[mb], 1.0, hooks_for(c, false), slot, input);
+  } else {
+    c.c.stack->forward(b, hooks_for(c, false), slot, input);
+  }
   stats_.compute_seconds += seconds_since(t0);
-  if (c.last) loss += l * weights[mb];
 }
 
 void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<const Batch> batches) {
@@ -309,7 +326,7 @@ void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<con
   if (!weights_only && !c.first) {
     if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
     din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
-    std::fill(din, din + c.in_max, 0.0f);
+    ops_.zero(din, static_cast<size_t>(c.in_max) * sizeof(float), stream_);
   }
   // The step's last backward (or W) of the chunk makes its gradients final.
   const bool final = index == c.final_backward;
@@ -342,7 +359,8 @@ void PipelineExecutor::release_if_done(ChunkState& c, int micro_batch) {
   if (!c.first) c.free_inputs.push_back(c.input_of[mb]);
 }
 
-double PipelineExecutor::run(std::span<const Batch> batches, std::span<const double> weights) {
+void PipelineExecutor::run(std::span<const Batch> batches, std::span<const double> weights,
+                           double* loss_sum) {
   const int m = schedule_.spec.micro_batches;
   if (static_cast<int>(batches.size()) != m || static_cast<int>(weights.size()) != m) {
     throw InvalidArgument("pipeline: the step has " + std::to_string(batches.size()) +
@@ -363,13 +381,12 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
   }
   stats_ = {};
   const auto t0 = Clock::now();
-  double loss = 0;
   const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
   for (size_t i = 0; i < list.size(); ++i) {
     const PipeAction& a = list[i];
     switch (a.op) {
       case PipeOp::kRecvActivation: post_recv(a, false); break;
-      case PipeOp::kForward: forward(a, batches, weights, loss); break;
+      case PipeOp::kForward: forward(a, batches, weights, loss_sum); break;
       case PipeOp::kSendActivation: send(a, false); break;
       case PipeOp::kRecvGrad: post_recv(a, true); break;
       case PipeOp::kBackward:
@@ -384,7 +401,6 @@ double PipelineExecutor::run(std::span<const Batch> batches, std::span<const dou
     for (PipeRequestPtr& w : cp->grad_sent) if (w) w->wait();
   }
   stats_.wall_seconds = seconds_since(t0);
-  return loss;
 }
 
 double PipelineExecutor::forward_only(const Batch& batch) {

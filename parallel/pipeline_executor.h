@@ -20,6 +20,13 @@
 // peer into a CommError naming the transfer and the stage). Messages are tagged by
 // (micro-batch, receiving virtual stage, kind).
 //
+// On a device (the chunks' stacks run on a GPU; or, in the tests, host memory standing in
+// for one): activations, received inputs and gradients are device buffers from the
+// executor's allocator, every transfer is staged through the link's host buffers, the
+// loss accumulates into a device scalar (LayerStack::forward_accumulate) and the tied
+// gradient is added on the device (DeviceOps::add): the host enqueues and never waits
+// for the device but for a transfer's bytes.
+//
 // Each chunk has its own engine (data parallel or ZeRO over the stage's dp group): its
 // hooks run around every layer, and only the chunk's last backward of the step is
 // "final" (begin_backward(true), layer_grads_final), so its buckets are reduced while
@@ -32,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -41,6 +49,7 @@
 #include "parallel/pipeline_stage.h"
 #include "parallel/process_grid.h"
 #include "runtime/allocator.h"
+#include "runtime/kernels/device_ops.h"
 #include "runtime/trace.h"
 
 namespace etr {
@@ -63,8 +72,11 @@ struct PipelineStepStats {
 
 class PipelineExecutor {
  public:
+  // `alloc`: the chunks' device's (activations, transfer buffers). `device`: the chunks'
+  // device and stream when the transfers are staged (PipeLink), none for host memory.
   PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid, std::vector<PipelineChunk> chunks,
-                   Allocator& alloc, Tracer* tracer = nullptr);
+                   Allocator& alloc, Tracer* tracer = nullptr,
+                   std::optional<PipeDevice> device = std::nullopt);
   ~PipelineExecutor();
 
   // The most micro-batches per step a pipeline of `vstages` virtual stages can tag.
@@ -74,6 +86,8 @@ class PipelineExecutor {
   // B x T (OutOfMemory). Again when the schedule changes.
   void plan(const Schedule& schedule, int64_t B, int64_t T);
   const Schedule& schedule() const { return schedule_; }
+  // The transfers are staged through host buffers (the chunks run on a device).
+  bool staged_transfers() const { return link_->staged(); }
   // Activation slots of each chunk (the schedule's bound).
   const std::vector<int>& slots() const { return slots_; }
   // Bytes of activations, scratch and transfer buffers planned.
@@ -82,9 +96,10 @@ class PipelineExecutor {
   size_t bytes_for(const Schedule& schedule, int64_t B, int64_t T) const;
 
   // One step: micro-batch mb is batches[mb] (valid for the whole call; tokens read by
-  // the first virtual stage, targets by the last). Returns the sum over the micro-batches
-  // of the mean loss times weights[mb] on the rank of the last virtual stage, 0 elsewhere.
-  double run(std::span<const Batch> batches, std::span<const double> weights);
+  // the first virtual stage, targets by the last, in the memory of the chunks' device).
+  // On the rank of the last virtual stage, *loss_sum (memory of that device: a device
+  // double on a GPU) += the mean loss of each micro-batch times weights[mb], in order.
+  void run(std::span<const Batch> batches, std::span<const double> weights, double* loss_sum);
   const PipelineStepStats& last_step() const { return stats_; }
   // Forward only through every stage (evaluation); the mean loss on the rank of the last
   // virtual stage, 0 elsewhere.
@@ -93,7 +108,7 @@ class PipelineExecutor {
  private:
   struct ChunkState;
   void forward(const PipeAction& a, std::span<const Batch> batches, std::span<const double> weights,
-               double& loss);
+               double* loss_sum);
   // Whole, B or W; `index` in the list (the chunk's last backward or W is final).
   void backward(const PipeAction& a, size_t index, std::span<const Batch> batches);
   void release_if_done(ChunkState& c, int micro_batch);
@@ -108,6 +123,8 @@ class PipelineExecutor {
   const ProcessGrid& grid_;
   Allocator& alloc_;
   Tracer* tracer_;
+  const DeviceOps& ops_;  // the chunks' device's
+  void* stream_;
   std::unique_ptr<PipeLink> link_;  // over the pp group
   std::vector<std::unique_ptr<ChunkState>> chunks_;
   Schedule schedule_;

@@ -20,8 +20,6 @@ namespace etr {
 
 void TrainSession::setup_device(const Group& group) {
   const auto& rt = config_.runtime();
-  std::string why;  // what a GPU job cannot have yet
-  if (grid_->pp_size() > 1) why = "parallel.pp = " + std::to_string(grid_->pp_size());
   const int local = rank_on_this_node(group);  // (collectives: every rank asks)
   const int local_ranks = ranks_on_this_node(group);
   int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
@@ -33,11 +31,7 @@ void TrainSession::setup_device(const Group& group) {
                       "rank where it sees one, or use runtime.device = cpu.");
   }
   if (fewest == 0) visible = 0;
-  const Device d = choose_device(rt.device(), local, visible, why.empty(), why);
-  if (rt.device() == "auto" && visible > 0 && d.is_cpu() && leader()) {
-    log_.info("runtime.device = auto: training on the host; a GPU job has no pipeline stages "
-              "for now, and this one has ", why);
-  }
+  const Device d = choose_device(rt.device(), local, visible);
   set_gpu_matmul(rt.gpu_matmul());
   device_ = DeviceContext::open(d);
   if (d.is_cuda()) {
@@ -258,7 +252,12 @@ void TrainSession::move_stack_to_host() {
   host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
   host_state_->add(state::kParam);
   host_state_->add(state::kGrad);
-  engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+  if (pipeline_) {  // materialize_parameters() gathered the whole model here (world rank 0)
+    std::memcpy(host_state_->data<float>(state::kParam), pipeline_->parameters(),
+                static_cast<size_t>(stack.layout().numel()) * sizeof(float));
+  } else {
+    engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+  }
   ExecContext<float> ctx = stack.context();
   ctx.device = Device::cpu();
   ctx.alloc = &alloc_;

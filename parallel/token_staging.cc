@@ -79,4 +79,21 @@ void TokenStaging::done() {
   next_ = 1 - next_;
 }
 
+std::pair<const int32_t*, const int32_t*> TokenStaging::stage_step(const int32_t* tokens,
+                                                                   const int32_t* targets, int64_t n) {
+  if (device_.is_cpu()) return {tokens, targets};
+  if (n > step_tokens_) {
+    ops_.synchronize(stream_);  // the last step's work may still read the old buffer
+    step_.reset();
+    step_tokens_ = 0;
+    step_ = Buffer(alloc_, 2 * static_cast<size_t>(n) * sizeof(int32_t));
+    step_tokens_ = n;
+  }
+  int32_t* d = static_cast<int32_t*>(step_.data());
+  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  ops_.upload(d, tokens, bytes, stream_);  // (pageable: the call returns with the bytes taken)
+  ops_.upload(d + step_tokens_, targets, bytes, stream_);
+  return {d, d + step_tokens_};
+}
+
 }  // namespace etr

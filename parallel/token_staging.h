@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <cstdint>
 
 #include "runtime/allocator.h"
@@ -40,6 +41,11 @@ class TokenStaging {
   Batch stage(const Batch& host);
   // The work reading the last staged batch has been enqueued.
   void done();
+  // A whole step's tokens and targets at once, n of each (a pipeline's micro-batches are
+  // all in flight): on a GPU uploaded on the stream into a buffer of their own (after the
+  // work enqueued so far, which may read the last step's), on the host the same pointers.
+  std::pair<const int32_t*, const int32_t*> stage_step(const int32_t* tokens, const int32_t* targets,
+                                                       int64_t n);
   int64_t max_tokens() const { return max_tokens_; }
 
  private:
@@ -57,6 +63,8 @@ class TokenStaging {
   int64_t max_tokens_;
   std::array<Slot, 2> slots_;
   int next_ = 0;
+  Buffer step_;  // stage_step's: tokens, then targets
+  int64_t step_tokens_ = 0;
   bool pending_ = false;  // stage() without done() yet
 };
 

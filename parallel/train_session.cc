@@ -175,6 +175,7 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   }
   PipelineOptions o;
   o.schedule = spec;
+  if (device().is_cuda() || device_path_on_host()) o.device = PipeDevice{device(), device_.stream()};
   o.bounds = pipeline_bounds(config_, *model_.stack, spec, costs);
   if (leader()) {
     log_.info(describe_pipeline(config_, spec, o.bounds, costs));
@@ -188,7 +189,7 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
     return make_engine(stack, norm_begin);
   };
   auto engine = std::make_unique<PipelineEngine>(*model_.stack, layers.stack->release_layers(), *grid_,
-                                                 alloc_, std::move(o), factory, &tracer_);
+                                                 alloc_, work_alloc(), std::move(o), factory, &tracer_);
   pipeline_ = engine.get();
   engine_ = std::move(engine);
   engine_->initialize_parameters(model_.init);
@@ -231,15 +232,18 @@ void TrainSession::setup_parallel() {
   }
 }
 
+// ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
+// device path), the staged communicators and a pipeline's staged transfers on host memory.
+bool TrainSession::device_path_on_host() const {
+  const char* v = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
+  return device().is_cpu() && v && std::string_view(v) == "1";
+}
+
 std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {
   const int stage = config_.parallel().zero_stage();
   DataParallelOptions dp = data_parallel_options(config_);
   dp.norm_begin = norm_begin;
-  // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
-  // device path) and the staged communicators on host memory.
-  const char* host_device_engine = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
-  const bool test_on_host = host_device_engine && std::string_view(host_device_engine) == "1" &&
-                            grid_->pp_size() == 1;
+  const bool test_on_host = device_path_on_host();
   const bool device_path = device().is_cuda() || test_on_host;
   dp.nccl = device_path && nccl_;
   if (device_path && stage == 0) {
@@ -277,7 +281,7 @@ void TrainSession::sum_over_ranks(double* values, int count) {
   control_comm_->allreduce(TensorView::flat(values, count, DType::kF64), ReduceOp::kSum)->wait();
 }
 
-void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
+void TrainSession::run_pipeline(int64_t B, int64_t T) {
   const int r = grid_->dp_rank();
   const RankBatch& mine = plan_->rank(r);
   const int64_t stride = static_cast<int64_t>(mine.micro_batch) * T;
@@ -296,14 +300,22 @@ void TrainSession::run_pipeline(int64_t B, int64_t T, double& loss_sum) {
     batches.push_back(Batch{in, tg, b, T, 1.0 / static_cast<double>(B * T)});
     weights.push_back(static_cast<double>(b) / static_cast<double>(B));
   }
-  loss_sum += pipeline_->run_step(batches, weights);
+  // Every micro-batch of the step is in flight: all their tokens go to the device at once.
+  const int64_t tokens = static_cast<int64_t>(mine.accumulation) * stride;
+  const auto [in, tg] = staging_->stage_step(inputs_.data(), targets_.data(), tokens);
+  for (Batch& b : batches) {
+    const int64_t at = b.tokens - inputs_.data();
+    b.tokens = in + at;
+    b.targets = tg + at;
+  }
+  pipeline_->run_step(batches, weights, scalars_);  // the loss on the device, read with the norm
 }
 
-// The loss of a pipeline is added to `loss_sum`; otherwise it is left on the device.
-double TrainSession::run_micro_batches(int64_t B, int64_t T, double& loss_sum) {
+// The loss is left on the device (step_loss reads it).
+double TrainSession::run_micro_batches(int64_t B, int64_t T) {
   const auto t0 = Clock::now();
   if (pipeline_) {
-    run_pipeline(B, T, loss_sum);
+    run_pipeline(B, T);
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
   const int r = grid_->dp_rank();
@@ -388,13 +400,13 @@ StepStats TrainSession::train_step() {
       poison_gradient(engine_->gradients() + last.layout().entries().back().offset);
     }
   }
-  double loss_sum = 0;  // sum over this rank's tokens of the per-token loss / (B T)
   zero_step_loss();
-  const double compute_seconds = run_micro_batches(B, T, loss_sum);
+  const double compute_seconds = run_micro_batches(B, T);
   fetch_step_loss();  // enqueued: it arrives with the norm
   st.comm = engine_->end_backward();
   st.grad_norm = engine_->grad_norm();  // on a GPU the step's one wait for the device
-  loss_sum += step_loss();
+  // The sum over this rank's tokens of the per-token loss / (B T).
+  const double loss_sum = step_loss();
   // The resize flag and "my gradient norm is not finite" ride on the loss's sum: the ranks
   // agree on them at no extra cost. The summed loss is finite on every rank or on none
   // (a NaN or an infinity in any term makes every rank's sum one), so together with the

@@ -243,12 +243,14 @@ class TrainSession {
   std::unique_ptr<Engine> make_engine(LayerStack<float>& stack, int64_t norm_begin = 0);
   void build_pipeline(const TrainProgram& program, const SessionContext& ctx);
   void gather_stage_activation_bytes();
-  void run_pipeline(int64_t B, int64_t T, double& loss_sum);
+  void run_pipeline(int64_t B, int64_t T);
+  // ETR_TEST_HOST_DEVICE_ENGINE=1 on the host: the GPU's paths on host memory.
+  bool device_path_on_host() const;
   void log_memory() const;
   void setup_parallel();
   void resume();
   // Returns the seconds of forward and backward (for the shares).
-  double run_micro_batches(int64_t B, int64_t T, double& loss_sum);
+  double run_micro_batches(int64_t B, int64_t T);
   void skip_or_stop(StepStats& st, bool loss_finite);
   void after_step(const StepStats& s, int64_t start, RunSummary& sum);
   // Rank 0: a decision's logged line, also as TensorBoard text under `tag` at `step`

@@ -23,13 +23,12 @@ int visible_cuda_devices() {
 #endif
 }
 
-Device choose_device(std::string_view setting, int local_rank, int visible, bool gpu_layout_ok,
-                     std::string_view layout_why) {
+Device choose_device(std::string_view setting, int local_rank, int visible) {
   if (setting == "cpu") return Device::cpu();
   if (setting != "cuda" && setting != "auto") {
     throw ConfigError("runtime.device = \"" + std::string(setting) + "\" is not cpu, cuda or auto.");
   }
-  if (setting == "auto" && (visible == 0 || !gpu_layout_ok)) return Device::cpu();
+  if (setting == "auto" && visible == 0) return Device::cpu();
   if (visible == 0) {
 #ifdef ETR_HAVE_CUDA
     throw ConfigError("runtime.device = cuda but this process sees no GPU (no driver, no device, "
@@ -38,11 +37,6 @@ Device choose_device(std::string_view setting, int local_rank, int visible, bool
     throw ConfigError("runtime.device = cuda but this etr was built without CUDA; rebuild where "
                       "the CUDA toolkit is found, or use runtime.device = cpu or auto.");
 #endif
-  }
-  if (!gpu_layout_ok) {
-    throw ConfigError("runtime.device = cuda trains ranks without pipeline stages for now, and "
-                      "this job has " + std::string(layout_why) +
-                      "; use runtime.device = cpu for it.");
   }
   return Device::cuda(local_rank % visible);
 }

@@ -26,11 +26,9 @@ int visible_cuda_devices();
 
 // The device of `setting` (runtime.device: cpu, cuda or auto) for a rank with local rank
 // `local_rank` when `visible` GPUs are visible: cuda:(local_rank % visible) for cuda, and
-// for auto when visible > 0 and `gpu_layout_ok`; cpu otherwise. ConfigError with one
-// sentence for cuda with no visible GPU (naming whether the build has CUDA at all) or
-// `gpu_layout_ok` false (`layout_why` says which setting the GPU path lacks).
-Device choose_device(std::string_view setting, int local_rank, int visible, bool gpu_layout_ok,
-                     std::string_view layout_why = {});
+// for auto when visible > 0; cpu otherwise. ConfigError with one sentence for cuda with no
+// visible GPU (naming whether the build has CUDA at all) or an unknown setting.
+Device choose_device(std::string_view setting, int local_rank, int visible);
 
 // Sets the process-wide f32 matrix-product mode of the CUDA kernels from runtime.gpu_matmul
 // ("tf32" or "fp32"); nothing without CUDA.

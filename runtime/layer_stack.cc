@@ -333,9 +333,9 @@ double LayerStack<Real>::forward(const Batch& b, const StackHooks& hooks, int sl
 
 template <typename Real>
 void LayerStack<Real>::forward_accumulate(const Batch& b, double* loss_sum, double num, double den,
-                                          const StackHooks& hooks, int slot) {
+                                          const StackHooks& hooks, int slot, const Real* input) {
   if (!b.targets) throw InvalidArgument("forward_accumulate needs a batch with targets");
-  run_forward(b, hooks, slot, nullptr);
+  run_forward(b, hooks, slot, input);
   const Layer<Real>& last = *layers_.back();
   kernels().accumulate_mean(loss_sum, losses_of(last), last.output_numel(b.B, b.T),
                             static_cast<double>(b.B * b.T), num, den);

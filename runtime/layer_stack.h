@@ -149,12 +149,13 @@ class LayerStack {
   // must stay unchanged until then.
   double forward(const Batch& batch, const StackHooks& hooks = {}, int slot = 0,
                  const Real* input = nullptr);
-  // forward() of the whole model (a batch with targets) without reading its loss on the
-  // host: *loss_sum += the mean loss x num / den, where loss_sum is in the memory of the
-  // stack's device (a device double on a GPU), so a training step reads it once. On the
-  // host the sum is forward()'s, bitwise: *loss_sum += forward(batch) * num / den.
+  // forward() of a batch with targets (the whole model, or a pipeline's last stage with
+  // its `input`) without reading its loss on the host: *loss_sum += the mean loss x num /
+  // den, where loss_sum is in the memory of the stack's device (a device double on a GPU),
+  // so a training step reads it once. On the host the sum is forward()'s, bitwise:
+  // *loss_sum += forward(batch) * num / den.
   void forward_accumulate(const Batch& batch, double* loss_sum, double num, double den,
-                          const StackHooks& hooks = {}, int slot = 0);
+                          const StackHooks& hooks = {}, int slot = 0, const Real* input = nullptr);
   // Backward of the micro-batch whose forward is in slot `slot` (with the same batch).
   // Parameter gradients accumulate (+=) into the bound gradients. `dout`: the gradient of
   // the last layer's output (from the next pipeline stage; null for a loss layer);

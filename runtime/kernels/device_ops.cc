@@ -39,6 +39,7 @@ DeviceOps make_host_ops() {
   o.event_destroy = [](void*) {};
   o.event_record = [](void*, void*) {};
   o.event_wait = [](void*) {};
+  o.event_done = [](void*) { return true; };
   o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
                     uint16_t* p16, int64_t t, double lr, const AdamWOptions& opt, void*) {
     AdamW(layout).step(p, g, m, v, 0, layout.numel(), t, lr, opt);
@@ -50,6 +51,9 @@ DeviceOps make_host_ops() {
   };
   o.copy = [](void* dst, const void* src, size_t bytes, void*) {
     if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+  };
+  o.add = [](float* x, const float* y, int64_t n, void*) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   };
   o.scale = [](float* x, int64_t n, float factor, void*) {
     for (int64_t i = 0; i < n; ++i) x[i] *= factor;

@@ -41,6 +41,8 @@ struct DeviceOps {
   void (*event_destroy)(void* event) = nullptr;
   void (*event_record)(void* event, void* stream) = nullptr;
   void (*event_wait)(void* event) = nullptr;
+  // Whether the work before the event's last record has run (true on the host).
+  bool (*event_done)(void* event) = nullptr;
   // One AdamW step over [0, layout.numel()) of full flat buffers (o.lr ignored: `lr`).
   // `params_bf16` (mixed precision; nullptr: none): the bf16 copy of the parameters,
   // rewritten with the updated ones rounded to nearest even (on a GPU in the same pass).
@@ -54,6 +56,8 @@ struct DeviceOps {
                       const AdamWOptions& o, void* stream) = nullptr;
   // device <- device.
   void (*copy)(void* dst, const void* src, size_t bytes, void* stream) = nullptr;
+  // x[i] += y[i] (a pipeline's tied gradient from another stage); no overlap but x == y.
+  void (*add)(float* x, const float* y, int64_t n, void* stream) = nullptr;
   // x[i] *= factor (clipping by a norm known on the host: etr::clip_grad_norm's product).
   void (*scale)(float* x, int64_t n, float factor, void* stream) = nullptr;
   // *out = sum of x[i]^2 in double, into memory of the device; on the host etr::sum_squares

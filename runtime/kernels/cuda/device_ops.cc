@@ -5,6 +5,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/kernels/cuda/adamw.h"
 #include "runtime/kernels/cuda/elementwise.h"
+#include "runtime/kernels/cuda/vector_ops.h"
 
 namespace etr::cuda {
 namespace {
@@ -41,6 +42,12 @@ DeviceOps make_ops() {
     CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), as_stream(s)));
   };
   o.event_wait = [](void* e) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); };
+  o.event_done = [](void* e) {
+    const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (r == cudaErrorNotReady) return false;
+    CUDA_CHECK(r);
+    return true;
+  };
   o.adamw_step = [](const ParamLayout& layout, float* p, const float* g, float* m, float* v,
                     uint16_t* p16, int64_t t, double lr, const AdamWOptions& opt, void* s) {
     adamw_step_layout(layout, p, g, m, v, p16, t, lr, opt, as_stream(s));
@@ -53,6 +60,9 @@ DeviceOps make_ops() {
     if (bytes > 0 && dst != src) {
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(s)));
     }
+  };
+  o.add = [](float* x, const float* y, int64_t n, void* s) {
+    if (n > 0) add_inplace(x, y, n, as_stream(s));
   };
   o.scale = [](float* x, int64_t n, float factor, void* s) {
     if (n > 0) cuda_scale(x, DType::kF32, n, factor, as_stream(s));
