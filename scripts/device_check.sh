@@ -307,6 +307,7 @@ smoke() {
 smoke train_gpu cuda "$B/bin/etr-train"
 smoke train_gpu_np2 cuda mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
 smoke train_gpu_zero3_np2 cuda mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train" --set parallel.zero_stage=3
+smoke train_gpu_pp2 cuda mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train" --set parallel.pp=2
 smoke train_np1 cpu "$B/bin/etr-train"
 smoke train_np2 cpu mpirun -np 2 "${mpirun_flags[@]}" "$B/bin/etr-train"
 # On the GPU: --plan (the memory model of the device), and an out-of-memory error inside
