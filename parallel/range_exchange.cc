@@ -12,13 +12,8 @@
 namespace etr {
 namespace {
 
-int as_count(int64_t n) {
-  if (n > INT_MAX) {
-    throw InvalidArgument("a range exchange of " + std::to_string(n) +
-                          " elements to one rank is more than MPI counts");
-  }
-  return static_cast<int>(n);
-}
+constexpr int64_t kMaxMessage = int64_t{1} << 30;  // elements per message (MPI counts are int)
+constexpr int kTag = 0x5e7;
 
 std::vector<int> displacements(const std::vector<int>& counts) {
   std::vector<int> d(counts.size(), 0);
@@ -39,46 +34,64 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
   MPI_CHECK(MPI_Iallgather(want, 2, MPI_INT64_T, wants.data(), 2, MPI_INT64_T, group.comm(), &r));
   wait(r);
   std::vector<int64_t> headers;  // (offset, count) per sent run, destination by destination
-  std::vector<float> data;
-  std::vector<int> header_counts(n, 0), data_counts(n, 0);
+  struct Run {
+    int to;
+    const float* data;
+    int64_t offset, count;
+  };
+  std::vector<Run> runs;
+  std::vector<int> header_counts(n, 0);
+  const int me = group.rank();
   for (int d = 0; d < n; ++d) {
     const int64_t lo = wants[2 * d], hi = wants[2 * d + 1];
-    int64_t sent = 0;
     for (const FlatPiece& p : pieces) {
       const int64_t a = std::max(lo, p.begin), b = std::min(hi, p.end);
       if (a >= b) continue;
+      if (d == me) {  // (this rank's own: copied, not sent)
+        std::copy(p.data + (a - p.begin), p.data + (b - p.begin), out + (a - out_begin));
+        continue;
+      }
       headers.push_back(a);
       headers.push_back(b - a);
-      data.insert(data.end(), p.data + (a - p.begin), p.data + (b - p.begin));
       header_counts[d] += 2;
-      sent += b - a;
+      runs.push_back({d, p.data + (a - p.begin), a, b - a});
     }
-    data_counts[d] = as_count(sent);
   }
-  std::vector<int> counts(2 * static_cast<size_t>(n)), in_counts(counts.size());
-  for (int d = 0; d < n; ++d) counts[2 * d] = header_counts[d], counts[2 * d + 1] = data_counts[d];
-  MPI_CHECK(MPI_Ialltoall(counts.data(), 2, MPI_INT, in_counts.data(), 2, MPI_INT, group.comm(), &r));
+  std::vector<int> in_headers(n);
+  MPI_CHECK(MPI_Ialltoall(header_counts.data(), 1, MPI_INT, in_headers.data(), 1, MPI_INT, group.comm(), &r));
   wait(r);
-  std::vector<int> in_headers(n), in_data(n);
-  for (int d = 0; d < n; ++d) in_headers[d] = in_counts[2 * d], in_data[d] = in_counts[2 * d + 1];
   const std::vector<int> hd = displacements(header_counts), ihd = displacements(in_headers);
-  const std::vector<int> dd = displacements(data_counts), idd = displacements(in_data);
   std::vector<int64_t> got_headers(static_cast<size_t>(ihd.back() + in_headers.back()));
-  std::vector<float> got(static_cast<size_t>(idd.back()) + static_cast<size_t>(in_data.back()));
   MPI_CHECK(MPI_Ialltoallv(headers.data(), header_counts.data(), hd.data(), MPI_INT64_T,
                            got_headers.data(), in_headers.data(), ihd.data(), MPI_INT64_T,
                            group.comm(), &r));
   wait(r);
-  MPI_CHECK(MPI_Ialltoallv(data.data(), data_counts.data(), dd.data(), MPI_FLOAT, got.data(),
-                           in_data.data(), idd.data(), MPI_FLOAT, group.comm(), &r));
-  wait(r);
-  size_t at = 0;
-  for (size_t h = 0; h + 1 < got_headers.size(); h += 2) {
-    const int64_t offset = got_headers[h], count = got_headers[h + 1];
-    std::copy(got.begin() + static_cast<int64_t>(at), got.begin() + static_cast<int64_t>(at) + count,
-              out + (offset - out_begin));
-    at += static_cast<size_t>(count);
+  // The elements go straight from the pieces into `out` (no packed copy on either side:
+  // the tied gradients and checkpoint ranges this moves can be hundreds of MiB), each run
+  // in messages of at most kMaxMessage elements, in the same order on both sides (MPI keeps
+  // the order of messages between two ranks with one tag).
+  std::vector<MPI_Request> requests;
+  auto each_message = [](int64_t count, const auto& f) {
+    for (int64_t at = 0; at < count; at += kMaxMessage) f(at, std::min(kMaxMessage, count - at));
+  };
+  for (int s = 0; s < n; ++s) {
+    for (int h = ihd[s]; h < ihd[s] + in_headers[s]; h += 2) {
+      float* to = out + (got_headers[static_cast<size_t>(h)] - out_begin);
+      each_message(got_headers[static_cast<size_t>(h) + 1], [&](int64_t at, int64_t count) {
+        requests.push_back(MPI_REQUEST_NULL);
+        MPI_CHECK(MPI_Irecv(to + at, static_cast<int>(count), MPI_FLOAT, s, kTag, group.comm(),
+                            &requests.back()));
+      });
+    }
   }
+  for (const Run& run : runs) {
+    each_message(run.count, [&](int64_t at, int64_t count) {
+      requests.push_back(MPI_REQUEST_NULL);
+      MPI_CHECK(MPI_Isend(run.data + at, static_cast<int>(count), MPI_FLOAT, run.to, kTag, group.comm(),
+                          &requests.back()));
+    });
+  }
+  for (MPI_Request& q : requests) wait(q);
 }
 
 }  // namespace etr

@@ -3,8 +3,11 @@
 //
 // Every rank contributes pieces (ranges of the flat buffer with their data; each element
 // is contributed by at most one rank of the group) and asks for one range. One
-// MPI_Allgather of the asked ranges, one MPI_Alltoall of counts, then two
-// MPI_Alltoallv: the (offset, count) headers of what is sent, and the elements.
+// MPI_Allgather of the asked ranges, one MPI_Alltoall of header counts, one MPI_Alltoallv
+// of the (offset, count) headers of what is sent, then the elements point to point,
+// straight from the pieces into `out` (no staging copy on either side; a rank's own
+// elements are copied). The exchange's point-to-point messages use a duplicate-free tag
+// of the group's communicator: no other traffic with that tag may be in flight.
 #pragma once
 
 #include <cstdint>

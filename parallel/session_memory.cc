@@ -453,6 +453,19 @@ void TrainSession::restart_peak() {
   work_alloc().reset_peak();
 }
 
+void TrainSession::measure_outside() {
+  if (outside_measured_ || device().is_cuda()) return;
+  outside_measured_ = true;
+  const size_t resident = resident_bytes(), reserved = alloc_.stats().reserved;
+  outside_bytes_ = resident > reserved ? resident - reserved : 0;
+  if (leader()) {
+    log_.info("memory outside the allocator after the first step (the binary, MPI, OpenBLAS, the "
+              "data, the collectives' scratch): ", format_bytes(static_cast<double>(outside_bytes_)),
+              "; the process's resident peak should be about ",
+              format_bytes(static_cast<double>(predicted_resident_peak())));
+  }
+}
+
 size_t TrainSession::predicted_peak() const { return memory_model_.peak(micro_batch_, recompute_); }
 
 std::vector<std::string> TrainSession::memory_plan() const {

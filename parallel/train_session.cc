@@ -143,6 +143,9 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   const int64_t share = static_cast<int64_t>(rank_batch().samples());
   inputs_.resize(static_cast<size_t>((share + micro_batch_cap()) * T));
   targets_.resize(inputs_.size());
+  // What construction freed (a pipeline's whole initial model on world rank 0, the layer
+  // timing's probe) goes back to the system: the host cache is for the steps' buffers.
+  alloc_.trim();
 }
 
 void TrainSession::build_pipeline(const TrainProgram& program, const SessionContext& ctx) {
@@ -459,6 +462,7 @@ StepStats TrainSession::train_step() {
   st.device_peak_bytes = device_peak_;
   st.recompute = recompute_;
   release_activations();
+  measure_outside();
   if (replan_wanted) replan();
   balance_shares(compute_seconds);
   recompute_trial_step(sums[5], static_cast<double>(B));

@@ -213,6 +213,13 @@ class TrainSession {
   const BatchPlan& batch_plan() const { return *plan_; }
   // The model's peak at the current micro-batch.
   size_t predicted_peak() const;
+  // On the host: what the process holds outside the allocator (the binary, MPI's buffers
+  // and shared segments, OpenBLAS's, the data, the collectives' scratch), measured once,
+  // after the first step, as resident bytes less the allocator's reserved ones; 0 before
+  // it and on a GPU. predicted_resident_peak() adds it to predicted_peak(): the kernel's
+  // count (VmHWM, peak_resident_bytes()) the memory model predicts.
+  size_t outside_bytes() const { return outside_bytes_; }
+  size_t predicted_resident_peak() const { return predicted_peak() + outside_bytes_; }
   // What `etr-train --plan` prints: the memory model's table for this rank.
   std::vector<std::string> memory_plan() const;
 
@@ -247,6 +254,7 @@ class TrainSession {
   // ETR_TEST_HOST_DEVICE_ENGINE=1 on the host: the GPU's paths on host memory.
   bool device_path_on_host() const;
   void log_memory() const;
+  void measure_outside();
   void setup_parallel();
   void resume();
   // Returns the seconds of forward and backward (for the shares).
@@ -315,6 +323,8 @@ class TrainSession {
   double* scalars_ = host_scalars_;
   PinnedBuffer loss_copy_;           // the step's loss, read once
   size_t driver_base_ = 0, device_peak_ = 0;
+  size_t outside_bytes_ = 0;
+  bool outside_measured_ = false;
   size_t device_budget_ = 0;          // the device's (this rank's share), before the test's cut
   int sharing_ = 1;                   // ranks of this node on this rank's GPU
   bool device_budget_read_ = false;

@@ -249,6 +249,29 @@ size_t resident_bytes(const std::string& statm) {
   return pages ? static_cast<size_t>(*pages) * page : 0;
 }
 
+size_t peak_resident_bytes(const std::string& status) {
+  char buf[4096];
+  const ssize_t n = read_small(status, buf, sizeof buf - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* at = std::strstr(buf, "VmHWM:");
+  if (!at) return 0;
+  at += 6;
+  while (*at == ' ' || *at == '\t') ++at;
+  const char* end = at;
+  while (*end >= '0' && *end <= '9') ++end;
+  const auto kib = parse_u64(at, end);
+  return kib ? static_cast<size_t>(*kib) * 1024 : 0;
+}
+
+bool reset_peak_resident() {
+  const int fd = ::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "5", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
 // A positive byte count of setting `name`, or nullopt for "".
 std::optional<size_t> budget_setting(const std::string& value, const char* name) {
   if (value.empty()) return std::nullopt;

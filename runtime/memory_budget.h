@@ -73,6 +73,12 @@ std::optional<CgroupMemory> read_cgroup_memory();
 // Bytes this process has resident (/proc/self/statm's second field times the page size);
 // 0 when it cannot be read.
 size_t resident_bytes(const std::string& statm = "/proc/self/statm");
+// The most bytes this process has had resident since it started or since the last
+// reset_peak_resident() (the kernel's VmHWM, /proc/self/status); 0 when it cannot be read.
+size_t peak_resident_bytes(const std::string& status = "/proc/self/status");
+// Sets the kernel's peak resident count to what is resident now (writes 5 to
+// /proc/self/clear_refs); false where the kernel does not allow it.
+bool reset_peak_resident();
 
 // The budget of one process's host allocator (class comment at the top of the file).
 class MemoryBudget {

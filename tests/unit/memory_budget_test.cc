@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "runtime/error.h"
 #include "runtime/launcher/mpirun_output.h"
@@ -364,6 +365,29 @@ TEST(MemoryBudget, OnThisMachine) {
   EXPECT_GT(r.bytes, 0u);
   EXPECT_LE(r.bytes, 64 * kMiB);  // the environment's, or a smaller cgroup share
   EXPECT_GT(resident_bytes(), 0u);
+}
+
+// The kernel's peak count of this process: 64 MiB touched raise VmHWM by at least that
+// much over what was resident before, and a reset brings it back to what is resident now
+// (once they are freed); the parser reads VmHWM's kB from a status text.
+TEST(PeakResident, FollowsTouchedMemoryAndResets) {
+  const std::filesystem::path status = std::filesystem::temp_directory_path() / "etr_status_test";
+  std::ofstream(status) << "Name:\tx\nVmPeak:\t  999 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
+  EXPECT_EQ(peak_resident_bytes(status.string()), 2048u * 1024);
+  std::ofstream(status) << "Name:\tx\n";
+  EXPECT_EQ(peak_resident_bytes(status.string()), 0u);
+  std::filesystem::remove(status);
+
+  if (!reset_peak_resident()) GTEST_SKIP() << "this kernel does not let a process reset VmHWM";
+  const size_t before = resident_bytes();
+  EXPECT_LE(peak_resident_bytes(), before + 4 * kMiB) << "the reset";
+  {
+    std::vector<char> big(64 * kMiB);
+    std::memset(big.data(), 1, big.size());
+    EXPECT_GE(peak_resident_bytes(), before + 64 * kMiB - kMiB);
+  }
+  ASSERT_TRUE(reset_peak_resident());
+  EXPECT_LT(peak_resident_bytes(), before + 16 * kMiB) << "the 64 MiB went back; so did the peak";
 }
 
 // --- etr-run: OOM kills (runtime/launcher/oom_watch.h) --------------------------------
