@@ -70,6 +70,7 @@ struct TieSide {
   int peer = 0;                   // in the pp group
   int tag = 0;
   std::vector<float> mine;  // the user's part, sent from a copy (host memory)
+  Buffer theirs;            // the owner's: the user's part as received (planned)
   PipeRequestPtr sent;
 };
 
@@ -148,6 +149,7 @@ size_t PipelineExecutor::bytes_for(const Schedule& schedule, int64_t B, int64_t 
     const int64_t in = c.first ? 0 : cut_.input_numel(c.c.vstage, B, T);
     const int64_t out = c.last ? 0 : c.c.stack->layer(c.c.stack->size() - 1).output_numel(B, T);
     bytes += static_cast<size_t>(in * needs.inputs + out * needs.douts + in * slots) * sizeof(float);
+    for (const TieSide& t : c.ties) bytes += t.owner ? static_cast<size_t>(t.numel) * sizeof(float) : 0;
   }
   return bytes;
 }
@@ -185,6 +187,11 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
     pool(c.inputs, c.first ? 0 : c.in_max, needs.inputs);
     pool(c.douts, c.last ? 0 : c.out_max, needs.douts);
     pool(c.dins, c.first ? 0 : c.in_max, slots);
+    for (TieSide& t : c.ties) {  // the owner's receive buffer of the user's part
+      if (!t.owner || t.theirs.size() > 0) continue;
+      t.theirs = Buffer(alloc_, static_cast<size_t>(t.numel) * sizeof(float));
+    }
+    for (const TieSide& t : c.ties) planned_bytes_ += t.theirs.size();
     c.act_sent.assign(static_cast<size_t>(slots), nullptr);
     c.grad_sent.assign(static_cast<size_t>(slots), nullptr);
     c.final_backward = 0;
@@ -235,11 +242,9 @@ void PipelineExecutor::exchange_tie(ChunkState& c, TieSide& t) {
     return;
   }
   // Sent at the user's final backward, which the owner's last backward depends on.
-  Buffer theirs(alloc_, static_cast<size_t>(t.numel) * sizeof(float));
-  float* p = static_cast<float*>(theirs.data());
+  float* p = static_cast<float*>(t.theirs.data());
   link_->recv(p, t.numel, t.peer, t.tag, "tied gradient")->wait();
   ops_.add(g + t.offset, p, t.numel, stream_);
-  if (link_->staged()) ops_.synchronize(stream_);  // (before the buffer goes back)
 }
 
 void PipelineExecutor::finish_ties() {

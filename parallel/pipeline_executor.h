@@ -90,7 +90,7 @@ class PipelineExecutor {
   bool staged_transfers() const { return link_->staged(); }
   // Activation slots of each chunk (the schedule's bound).
   const std::vector<int>& slots() const { return slots_; }
-  // Bytes of activations, scratch and transfer buffers planned.
+  // Bytes of activations, scratch, transfer buffers and a tied gradient's receive buffer planned.
   size_t planned_bytes() const { return planned_bytes_; }
   // What plan(schedule, B, T) would allocate on this rank, without allocating.
   size_t bytes_for(const Schedule& schedule, int64_t B, int64_t T) const;
