@@ -130,6 +130,11 @@ class Engine {
   virtual std::string describe() const = 0;
 
   virtual void begin_step() = 0;
+  // After begin_step() threw OutOfMemory part-way (a ZeRO-3 window of a pipeline stage's
+  // gathers, which begin_step launches): makes what it had not made, each part at most
+  // once (the collectives it launched are not launched again), so the step goes on and
+  // its failure is agreed at its end.
+  virtual void finish_begin_step() {}
   // Before a micro-batch's backward; only the last micro-batch of a step communicates.
   virtual void begin_backward(bool last) = 0;
   virtual void before_forward(int /*layer*/) {}

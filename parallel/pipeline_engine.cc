@@ -228,7 +228,15 @@ std::string PipelineEngine::describe() const {
 }
 
 void PipelineEngine::begin_step() {
-  for (auto& e : engines_) e->begin_step();
+  begin_failure_.clear();
+  for (auto& e : engines_) {
+    try {
+      e->begin_step();
+    } catch (const OutOfMemory& x) {  // the step goes on, to be discarded at its end
+      if (begin_failure_.empty()) begin_failure_ = x.what();
+      e->finish_begin_step();
+    }
+  }
 }
 
 void PipelineEngine::begin_backward(bool) {

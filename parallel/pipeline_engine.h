@@ -72,6 +72,9 @@ class PipelineEngine final : public Engine {
   void run_step(std::span<const Batch> batches, std::span<const double> weights, double* loss_sum);
   // The time the last grad_norm() waited for the other stages (the clipping's stall).
   double norm_wait_seconds() const { return norm_wait_seconds_; }
+  // The out-of-memory error begin_step() met and got past ("" when none): the step is to
+  // be discarded as after the executor's (PipelineExecutor::failure()).
+  const std::string& begin_failure() const { return begin_failure_; }
   // The bubble theory gives the planned schedule (equal forward, input and weight
   // gradient times): the formula for GPipe, 1F1B and interleaved; for ZB-H1 the bound
   // its lists can reach under 1F1B's activation limit (pipeline_schedule.h), since the
@@ -125,6 +128,7 @@ class PipelineEngine final : public Engine {
   std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
   double norm_wait_seconds_ = 0;
+  std::string begin_failure_;
   double theory_ = 0;
 };
 

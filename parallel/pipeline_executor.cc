@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "parallel/pipeline_calls.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -72,6 +73,7 @@ struct TieSide {
   std::vector<float> mine;  // the user's part, sent from a copy (host memory)
   Buffer theirs;            // the owner's: the user's part as received (planned)
   PipeRequestPtr sent;
+  bool exchanged = false;  // this step
 };
 
 struct PipelineExecutor::ChunkState {
@@ -86,6 +88,9 @@ struct PipelineExecutor::ChunkState {
   std::vector<uint8_t> weights_done, grad_posted;  // per micro-batch, this step
   size_t final_backward = 0;                    // index of the step's last backward
   std::vector<TieSide> ties;
+  std::vector<EngineCall> calls;  // the step's engine calls, in order (pipeline_calls.h)
+  std::vector<size_t> calls_end;  // per list index: the end of its action's calls
+  size_t made = 0;                // calls made this step
 };
 
 PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& grid,
@@ -201,6 +206,13 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
         c.final_backward = i;
       }
     }
+    c.calls.clear();
+    c.calls_end.assign(list.size(), 0);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].chunk != chunk) continue;
+      append_engine_calls(list[i], c.c.stack->size(), i == c.final_backward, c.calls);
+      c.calls_end[i] = c.calls.size();
+    }
     c.slot_of.assign(static_cast<size_t>(m), -1);
     c.input_of.assign(static_cast<size_t>(m), -1);
     c.dout_of.assign(static_cast<size_t>(m), -1);
@@ -209,19 +221,40 @@ void PipelineExecutor::plan(const Schedule& schedule, int64_t B, int64_t T) {
   }
 }
 
+// The engine's hooks, each call counted (only the step's last backward makes gradients final).
 StackHooks PipelineExecutor::hooks_for(ChunkState& c, bool final) {
-  StackHooks h = c.c.engine->hooks();
-  if (!final) {
-    h.after_backward = nullptr;  // only the step's last backward makes gradients final
-    return h;
+  StackHooks h;
+  h.before_forward = [this, &c](int layer) { make_call(c, {EngineCallKind::kBeforeForward, layer, false}); };
+  h.before_backward = [this, &c](int layer) { make_call(c, {EngineCallKind::kBeforeBackward, layer, false}); };
+  if (final) {
+    h.after_backward = [this, &c](int layer) { make_call(c, {EngineCallKind::kAfterBackward, layer, true}); };
   }
-  h.after_backward = [this, &c](int layer) {
-    for (TieSide& t : c.ties) {
-      if (t.layer == layer) exchange_tie(c, t);
-    }
-    c.c.engine->layer_grads_final(layer);
-  };
   return h;
+}
+
+void PipelineExecutor::make_call(ChunkState& c, const EngineCall& call) {
+  Engine& e = *c.c.engine;
+  switch (call.kind) {
+    case EngineCallKind::kBeforeForward: e.before_forward(call.layer); break;
+    case EngineCallKind::kBeginBackward: e.begin_backward(call.final); break;
+    case EngineCallKind::kBeforeBackward: e.before_backward(call.layer); break;
+    case EngineCallKind::kAfterBackward:
+      for (TieSide& t : c.ties) {
+        if (t.layer == call.layer && !t.exchanged) exchange_tie(c, t);
+      }
+      e.layer_grads_final(call.layer);
+      break;
+  }
+  ++c.made;  // (a call that threw is not made: complete_calls makes it again)
+}
+
+void PipelineExecutor::complete_calls(ChunkState& c, size_t index) {
+  const size_t end = c.calls_end.at(index);
+  while (c.made < end) make_call(c, c.calls[c.made]);
+}
+
+void PipelineExecutor::fail(const OutOfMemory& e) {
+  if (failure_.empty()) failure_ = e.what();
 }
 
 void PipelineExecutor::exchange_tie(ChunkState& c, TieSide& t) {
@@ -239,12 +272,14 @@ void PipelineExecutor::exchange_tie(ChunkState& c, TieSide& t) {
       from = t.mine.data();
     }
     t.sent = link_->send(from, t.numel, t.peer, t.tag, "tied gradient");
+    t.exchanged = true;
     return;
   }
   // Sent at the user's final backward, which the owner's last backward depends on.
   float* p = static_cast<float*>(t.theirs.data());
   link_->recv(p, t.numel, t.peer, t.tag, "tied gradient")->wait();
   ops_.add(g + t.offset, p, t.numel, stream_);
+  t.exchanged = true;
 }
 
 void PipelineExecutor::finish_ties() {
@@ -288,7 +323,7 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
   }
 }
 
-void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batches,
+void PipelineExecutor::forward(const PipeAction& a, size_t index, std::span<const Batch> batches,
                                std::span<const double> weights, double* loss_sum) {
   ChunkState& c = *chunks_.at(static_cast<size_t>(a.chunk));
   const size_t mb = static_cast<size_t>(a.micro_batch);
@@ -306,14 +341,21 @@ void PipelineExecutor::forward(const PipeAction& a, std::span<const Batch> batch
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
   if (!c.last) b.targets = nullptr;
-  auto span = scope_of(tracer_, TraceTrack::kCompute, what("forward", a), "pipeline");
-  const auto t0 = Clock::now();
-  if (c.last) {
-    c.c.stack->forward_accumulate(b, loss_sum, weights[mb], 1.0, hooks_for(c, false), slot, input);
-  } else {
-    c.c.stack->forward(b, hooks_for(c, false), slot, input);
+  if (failure_.empty()) {
+    auto span = scope_of(tracer_, TraceTrack::kCompute, what("forward", a), "pipeline");
+    const auto t0 = Clock::now();
+    try {
+      if (c.last) {
+        c.c.stack->forward_accumulate(b, loss_sum, weights[mb], 1.0, hooks_for(c, false), slot, input);
+      } else {
+        c.c.stack->forward(b, hooks_for(c, false), slot, input);
+      }
+    } catch (const OutOfMemory& e) {
+      fail(e);
+    }
+    stats_.compute_seconds += seconds_since(t0);
   }
-  stats_.compute_seconds += seconds_since(t0);
+  if (!failure_.empty()) complete_calls(c, index);  // no compute: the calls only
 }
 
 void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<const Batch> batches) {
@@ -335,20 +377,25 @@ void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<con
   }
   // The step's last backward (or W) of the chunk makes its gradients final.
   const bool final = index == c.final_backward;
-  if (a.op != PipeOp::kBackwardInput) c.c.engine->begin_backward(final);
   Batch b = batches[mb];
   if (!c.first) b.tokens = nullptr;
   if (!c.last) b.targets = nullptr;
-  {
+  if (failure_.empty()) {
     auto span = scope_of(tracer_, TraceTrack::kCompute,
                          what(a.op == PipeOp::kBackward ? "backward" : weights_only ? "W" : "B", a),
                          "pipeline");
     const auto t0 = Clock::now();
-    if (a.op == PipeOp::kBackward) c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
-    if (a.op == PipeOp::kBackwardInput) c.c.stack->backward_input(b, hooks_for(c, false), slot, dout, din);
-    if (weights_only) c.c.stack->backward_weight(b, hooks_for(c, final), slot);
+    try {
+      if (a.op != PipeOp::kBackwardInput) make_call(c, {EngineCallKind::kBeginBackward, 0, final});
+      if (a.op == PipeOp::kBackward) c.c.stack->backward(b, hooks_for(c, final), slot, dout, din);
+      if (a.op == PipeOp::kBackwardInput) c.c.stack->backward_input(b, hooks_for(c, false), slot, dout, din);
+      if (weights_only) c.c.stack->backward_weight(b, hooks_for(c, final), slot);
+    } catch (const OutOfMemory& e) {
+      fail(e);
+    }
     stats_.compute_seconds += seconds_since(t0);
   }
+  if (!failure_.empty()) complete_calls(c, index);  // no compute: the calls only
   if (!weights_only && !c.last) c.free_douts.push_back(c.dout_of[mb]);  // W keeps what it needs
   if (a.op != PipeOp::kBackwardInput) c.weights_done[mb] = 1;
   release_if_done(c, a.micro_batch);
@@ -383,15 +430,18 @@ void PipelineExecutor::run(std::span<const Batch> batches, std::span<const doubl
     c.weights_done.assign(c.slot_of.size(), 0);
     c.grad_posted.assign(c.slot_of.size(), 0);
     std::fill(c.slot_of.begin(), c.slot_of.end(), -1);
+    c.made = 0;
+    for (TieSide& t : c.ties) t.exchanged = false;
   }
   stats_ = {};
+  failure_.clear();
   const auto t0 = Clock::now();
   const std::vector<PipeAction>& list = schedule_.stages.at(static_cast<size_t>(grid_.pp_rank()));
   for (size_t i = 0; i < list.size(); ++i) {
     const PipeAction& a = list[i];
     switch (a.op) {
       case PipeOp::kRecvActivation: post_recv(a, false); break;
-      case PipeOp::kForward: forward(a, batches, weights, loss_sum); break;
+      case PipeOp::kForward: forward(a, i, batches, weights, loss_sum); break;
       case PipeOp::kSendActivation: send(a, false); break;
       case PipeOp::kRecvGrad: post_recv(a, true); break;
       case PipeOp::kBackward:

@@ -35,20 +35,29 @@
 // that layer is final (it was sent long before: the owner's last backward depends on the
 // user's), so the owner's reduction sums both; the user's copy then takes the owner's
 // reduced sum (PipelineEngine::sync_ties).
+//
+// Out of memory part-way through a step (a ZeRO window, a device buffer, anything the
+// compute allocates): the rank runs the rest of its list without compute, making each
+// action's transfers and the engine calls it had not made (parallel/pipeline_calls.h), so
+// its dp peers and pipeline neighbours complete the step; failure() says so, and the
+// session discards the step and redoes it with half the micro-batch.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "parallel/engine.h"
+#include "parallel/pipeline_calls.h"
 #include "parallel/pipeline_link.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_stage.h"
 #include "parallel/process_grid.h"
 #include "runtime/allocator.h"
+#include "runtime/error.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/trace.h"
 
@@ -101,20 +110,29 @@ class PipelineExecutor {
   // double on a GPU) += the mean loss of each micro-batch times weights[mb], in order.
   void run(std::span<const Batch> batches, std::span<const double> weights, double* loss_sum);
   const PipelineStepStats& last_step() const { return stats_; }
+  // The out-of-memory error that stopped the last step's compute on this rank ("" when
+  // none): its remaining actions then ran without compute (their transfers and engine
+  // calls only, parallel/pipeline_calls.h), and the step is to be discarded.
+  const std::string& failure() const { return failure_; }
   // Forward only through every stage (evaluation); the mean loss on the rank of the last
   // virtual stage, 0 elsewhere.
   double forward_only(const Batch& batch);
 
  private:
   struct ChunkState;
-  void forward(const PipeAction& a, std::span<const Batch> batches, std::span<const double> weights,
-               double* loss_sum);
+  void forward(const PipeAction& a, size_t index, std::span<const Batch> batches,
+               std::span<const double> weights, double* loss_sum);
   // Whole, B or W; `index` in the list (the chunk's last backward or W is final).
   void backward(const PipeAction& a, size_t index, std::span<const Batch> batches);
   void release_if_done(ChunkState& c, int micro_batch);
   void post_recv(const PipeAction& a, bool grad);
   void send(const PipeAction& a, bool grad);
   StackHooks hooks_for(ChunkState& c, bool final);
+  // One engine call of chunk c, counted once made; the calls of list index `index` not
+  // made yet, without compute; the step's first out-of-memory error.
+  void make_call(ChunkState& c, const EngineCall& call);
+  void complete_calls(ChunkState& c, size_t index);
+  void fail(const OutOfMemory& e);
   void exchange_tie(ChunkState& c, TieSide& t);
   void finish_ties();
   int tag(int mb, int vstage, bool grad) const;
@@ -131,6 +149,7 @@ class PipelineExecutor {
   std::vector<int> slots_;
   size_t planned_bytes_ = 0;
   PipelineStepStats stats_;
+  std::string failure_;
 };
 
 }  // namespace etr

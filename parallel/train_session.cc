@@ -312,6 +312,10 @@ void TrainSession::run_pipeline(int64_t B, int64_t T) {
     b.targets = tg + at;
   }
   pipeline_->run_step(batches, weights, scalars_);  // the loss on the device, read with the norm
+  // Out of memory part-way: the rest of the step ran without compute (its transfers and
+  // engine calls only); the step's sums carry the failure to every rank (train_step).
+  if (step_oom_.empty()) step_oom_ = pipeline_->begin_failure();
+  if (step_oom_.empty()) step_oom_ = pipeline_->executor().failure();
 }
 
 // The loss is left on the device (step_loss reads it).
@@ -418,7 +422,7 @@ StepStats TrainSession::train_step() {
   // So does a rank's wish for another micro-batch (the memory budget, re-read here).
   // So do an automatic global batch's figures (no pipeline then): n_r |g_r|^2, the step's
   // compute seconds and the last optimizer step's.
-  // And (no pipeline) a rank's out-of-memory error inside the step.
+  // And a rank's out-of-memory error inside the step.
   double sums[8] = {loss_sum, resize_requested() ? 1.0 : 0.0,
                     std::isfinite(st.grad_norm) ? 0.0 : 1.0, budget_wants_replan() ? 1.0 : 0.0,
                     pipeline_ ? pipeline_->executor().last_step().bubble() : 0.0,
@@ -430,7 +434,7 @@ StepStats TrainSession::train_step() {
   }
   const bool timed = goodput_ || recompute_trial_active();
   if (timed) sums[5] = compute_seconds;
-  sum_over_ranks(sums, pipeline_ ? 6 : 8);
+  sum_over_ranks(sums, 8);
   if (sums[7] > 0) {  // nothing of the step is kept: the same samples again, smaller
     recover_from_oom(std::exchange(step_oom_, std::string()));
     return train_step();

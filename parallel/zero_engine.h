@@ -133,6 +133,7 @@ class ZeroEngine final : public Engine {
   std::string describe() const override;
 
   void begin_step() override;
+  void finish_begin_step() override;
   void begin_backward(bool last) override;
   void before_forward(int layer) override;
   void before_backward(int layer) override;

@@ -10,9 +10,13 @@
 namespace etr {
 
 void ZeroEngine::begin_step() {
-  add_optimizer_states();  // stage 3 without initialize_parameters()
   if (layers_) layers_->release_all();  // parameters materialized since the last step
-  if (layers_ && options_.gather_once_per_step) layers_->launch_all();
+  finish_begin_step();
+}
+
+// (each part may be made again: the gathers already launched are not launched again)
+void ZeroEngine::finish_begin_step() {
+  add_optimizer_states();  // stage 3 without initialize_parameters()
   if (grad_window_) {
     grad_window_->drop_all();
     std::fill(grad_held_.begin(), grad_held_.end(), 0);
@@ -22,6 +26,7 @@ void ZeroEngine::begin_step() {
   } else {
     ops_.zero(full_grads_, static_cast<size_t>(stack_.layout().numel()) * sizeof(float), stream_);
   }
+  if (layers_ && options_.gather_once_per_step) layers_->launch_all();
 }
 
 void ZeroEngine::begin_backward(bool last) {

@@ -1,0 +1,36 @@
+// The engine calls of a pipeline chunk's step, in order (parallel/pipeline_executor.h), so
+// that a rank whose compute failed part-way through a step (out of memory: a ZeRO window,
+// a device buffer, anything) can make the calls it has not made yet without computing,
+// as EngineCallLog (parallel/engine_call_log.h) does for one stack: its dp peers meet it in
+// every collective those calls start, and its pipeline neighbours get their transfers
+// (with bytes that do not matter: every rank discards the step).
+//
+// A chunk of L layers makes, for each of its compute actions in list order:
+//   kForward         before_forward(0) .. before_forward(L-1)
+//   kBackward        begin_backward(final), then for layer L-1 .. 0: before_backward,
+//                    and after_backward (the tied gradient's exchange at its layer, then
+//                    layer_grads_final) when `final`
+//   kBackwardInput   before_backward(L-1) .. before_backward(0)
+//   kBackwardWeight  as kBackward
+// where `final` is true for the chunk's last backward (or W) of the step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/pipeline_schedule.h"
+
+namespace etr {
+
+enum class EngineCallKind : uint8_t { kBeforeForward, kBeginBackward, kBeforeBackward, kAfterBackward };
+
+struct EngineCall {
+  EngineCallKind kind = EngineCallKind::kBeforeForward;
+  int layer = 0;       // kBeginBackward: none
+  bool final = false;  // kBeginBackward: the argument
+};
+
+// Appends the calls compute action `a` makes on a chunk of `layers` layers.
+void append_engine_calls(const PipeAction& a, int layers, bool final, std::vector<EngineCall>& out);
+
+}  // namespace etr
