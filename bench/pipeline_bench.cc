@@ -44,6 +44,8 @@ struct Row {
   int m = 0;
   double theory = 0;
   double list = 0;    // the schedule's own list simulated with equal F, B, W
+  double costed = 0;  // the same list simulated with the measured mean F, B, W (and backward) times
+  double recv_wait_ms = 0, send_wait_ms = 0;  // per step, mean over the stages
   double bubble = 0;  // measured: per step the mean over the stages; the median step
   double tokens_per_s = 0;
   std::vector<double> activation_bytes;  // per stage
@@ -77,6 +79,8 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   MPI_Barrier(MPI_COMM_WORLD);
   std::vector<double> bubbles;  // per step, summed over the ranks below
   double compute = 0;
+  // Sums over the timed steps: seconds and counts of F, fused backward, B, W; the waits.
+  double parts[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     r.loss = t.train_step().loss;
@@ -84,7 +88,24 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
     compute += p.executor().last_step().compute_seconds;
     r.wall_ms += 1e3 * p.executor().last_step().wall_seconds / a.steps;
     r.norm_min_ms += 1e3 * p.norm_wait_seconds() / a.steps;
+    const PipelineStepStats& s = p.executor().last_step();
+    const double step[10] = {s.forward_seconds, double(s.forwards), s.backward_seconds, double(s.backwards),
+                             s.input_grad_seconds, double(s.input_grads), s.weight_grad_seconds,
+                             double(s.weight_grads), s.recv_wait_seconds, s.send_wait_seconds};
+    for (int k = 0; k < 10; ++k) parts[k] += step[k];
   }
+  MPI_Allreduce(MPI_IN_PLACE, parts, 10, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  ActionCosts costs;  // the list at the measured means (a fused backward split in halves)
+  costs.forward = parts[1] > 0 ? parts[0] / parts[1] : 1;
+  if (parts[5] > 0) {
+    costs.backward_input = parts[4] / parts[5];
+    costs.backward_weight = parts[7] > 0 ? parts[6] / parts[7] : 0;
+  } else {
+    costs.backward_input = costs.backward_weight = parts[3] > 0 ? parts[2] / parts[3] / 2 : 1;
+  }
+  r.costed = simulate_schedule(p.executor().schedule(), costs).bubble_fraction;
+  r.recv_wait_ms = 1e3 * parts[8] / (a.steps * P);
+  r.send_wait_ms = 1e3 * parts[9] / (a.steps * P);
   r.norm_max_ms = r.norm_min_ms;
   MPI_Allreduce(MPI_IN_PLACE, &r.norm_min_ms, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &r.norm_max_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -131,10 +152,10 @@ std::string row_text(const Row& r) {
   }
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %10.0f %8.1f %6.2f %6.2f   %-15s  %s\n",
+                "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %7.1f%% %+7.1f %10.0f %8.1f %6.2f %6.2f %6.2f %6.2f   %-15s  %s\n",
                 r.schedule.c_str(), r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory),
-                100 * r.list, r.tokens_per_s, r.wall_ms, r.norm_min_ms, r.norm_max_ms, ms.c_str(),
-                act.c_str());
+                100 * r.list, 100 * r.costed, 100 * (r.bubble - r.costed), r.tokens_per_s, r.wall_ms,
+                r.recv_wait_ms, r.send_wait_ms, r.norm_min_ms, r.norm_max_ms, ms.c_str(), act.c_str());
   return buf;
 }
 
@@ -148,7 +169,11 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
                 "bubble = 1 - compute / wall of the schedule's actions, mean over stages, median step; "
                 "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.) for m >= P, 1 - 3m/(2m+2P-1) below; list = "
-                "the schedule's own lists simulated with equal forward, B and W times; norm = the wait in the "
+                "the schedule's own lists simulated with equal forward, B and W times; costed = the same lists "
+                "simulated with the measured mean forward, B, W (fused backward) times, and excess = measured - "
+                "costed: what the transfers and the host cost beyond the lists at the real times; recv / send = "
+                "ms per step waiting for a received activation or gradient / for a send to free its buffer, "
+                "mean over stages; norm = the wait in the "
                 "gradient norm's sum over the stages per step, least and most waiting rank (the least: the "
                 "sum itself; the rest: the flush the bubble counts); activations = planned per stage\n",
                 c.model().n_layer(), c.model().d_model(), c.model().seq_len(), c.batch().micro_batch(),
@@ -170,13 +195,15 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
   std::snprintf(buf, sizeof buf, "# reference: the same model on 1 rank, global batch %d x %d: %.0f tokens/s\n",
                 ref_m, c.batch().micro_batch(), one_rank);
   ctx.print(buf);
-  ctx.print("#   schedule    m   measured     theory   points     list   tokens/s  wall ms "
-            "norm ms (min max)  compute ms/stage activations per stage\n");
+  ctx.print("#   schedule    m   measured     theory   points     list   costed  excess   tokens/s  wall ms "
+            "  recv   send norm ms (min max)  compute ms/stage activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r));
     out.push_back({{"schedule", r.schedule}, {"micro_batches", r.m}, {"bubble", r.bubble},
-                   {"theory", r.theory}, {"list", r.list}, {"tokens_per_s", r.tokens_per_s},
+                   {"theory", r.theory}, {"list", r.list}, {"costed", r.costed},
+                   {"recv_wait_ms", r.recv_wait_ms}, {"send_wait_ms", r.send_wait_ms},
+                   {"tokens_per_s", r.tokens_per_s},
                    {"wall_ms", r.wall_ms}, {"compute_ms", r.compute_ms},
                    {"norm_wait_min_ms", r.norm_min_ms}, {"norm_wait_max_ms", r.norm_max_ms},
                    {"activation_bytes", r.activation_bytes}, {"final_loss", r.loss}});

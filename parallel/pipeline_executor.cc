@@ -61,6 +61,13 @@ std::string what(const char* op, const PipeAction& a) {
 
 constexpr int kTieTag = 32767 - 255;
 
+void timed_wait(PipeRequest& r, double& seconds) {
+  if (r.done()) return;
+  const auto t0 = Clock::now();
+  r.wait();
+  seconds += seconds_since(t0);
+}
+
 }  // namespace
 
 // A tied parameter's gradient exchange on one side.
@@ -331,11 +338,11 @@ void PipelineExecutor::forward(const PipeAction& a, size_t index, std::span<cons
   const int slot = c.free_slots.back();
   c.free_slots.pop_back();
   c.slot_of[mb] = slot;
-  if (PipeRequestPtr& w = c.act_sent[static_cast<size_t>(slot)]) w->wait();  // the slot's last output left
+  if (PipeRequestPtr& w = c.act_sent[static_cast<size_t>(slot)]) timed_wait(*w, stats_.send_wait_seconds);
   const float* input = nullptr;
   if (!c.first) {
     auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait activation", a), "pipeline");
-    c.recv_in[mb]->wait();
+    timed_wait(*c.recv_in[mb], stats_.recv_wait_seconds);
     input = static_cast<const float*>(c.inputs[static_cast<size_t>(c.input_of[mb])].data());
   }
   Batch b = batches[mb];
@@ -353,7 +360,10 @@ void PipelineExecutor::forward(const PipeAction& a, size_t index, std::span<cons
     } catch (const OutOfMemory& e) {
       fail(e);
     }
-    stats_.compute_seconds += seconds_since(t0);
+    const double took = seconds_since(t0);
+    stats_.compute_seconds += took;
+    stats_.forward_seconds += took;
+    ++stats_.forwards;
   }
   if (!failure_.empty()) complete_calls(c, index);  // no compute: the calls only
 }
@@ -367,11 +377,11 @@ void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<con
   float* din = nullptr;
   if (!weights_only && !c.last) {
     auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait gradient", a), "pipeline");
-    c.recv_dout[mb]->wait();
+    timed_wait(*c.recv_dout[mb], stats_.recv_wait_seconds);
     dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
   }
   if (!weights_only && !c.first) {
-    if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) w->wait();
+    if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) timed_wait(*w, stats_.send_wait_seconds);
     din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
     ops_.zero(din, static_cast<size_t>(c.in_max) * sizeof(float), stream_);
   }
@@ -393,7 +403,11 @@ void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<con
     } catch (const OutOfMemory& e) {
       fail(e);
     }
-    stats_.compute_seconds += seconds_since(t0);
+    const double took = seconds_since(t0);
+    stats_.compute_seconds += took;
+    if (a.op == PipeOp::kBackward) stats_.backward_seconds += took, ++stats_.backwards;
+    if (a.op == PipeOp::kBackwardInput) stats_.input_grad_seconds += took, ++stats_.input_grads;
+    if (weights_only) stats_.weight_grad_seconds += took, ++stats_.weight_grads;
   }
   if (!failure_.empty()) complete_calls(c, index);  // no compute: the calls only
   if (!weights_only && !c.last) c.free_douts.push_back(c.dout_of[mb]);  // W keeps what it needs
@@ -452,8 +466,8 @@ void PipelineExecutor::run(std::span<const Batch> batches, std::span<const doubl
     }
   }
   for (auto& cp : chunks_) {
-    for (PipeRequestPtr& w : cp->act_sent) if (w) w->wait();
-    for (PipeRequestPtr& w : cp->grad_sent) if (w) w->wait();
+    for (PipeRequestPtr& w : cp->act_sent) if (w) timed_wait(*w, stats_.send_wait_seconds);
+    for (PipeRequestPtr& w : cp->grad_sent) if (w) timed_wait(*w, stats_.send_wait_seconds);
   }
   stats_.wall_seconds = seconds_since(t0);
 }

@@ -76,6 +76,12 @@ struct PipelineChunk {
 struct PipelineStepStats {
   double wall_seconds = 0;     // the schedule's actions, first to last
   double compute_seconds = 0;  // forward and backward
+  // Where the time went: compute by kind (seconds, and how many actions), the waits for a
+  // received activation or gradient, and the waits for an earlier send to leave a buffer
+  // (before its reuse, and at the end of the step).
+  double forward_seconds = 0, backward_seconds = 0, input_grad_seconds = 0, weight_grad_seconds = 0;
+  int forwards = 0, backwards = 0, input_grads = 0, weight_grads = 0;
+  double recv_wait_seconds = 0, send_wait_seconds = 0;
   double bubble() const { return wall_seconds > 0 ? 1 - compute_seconds / wall_seconds : 0; }
 };
 
