@@ -34,7 +34,7 @@ namespace {
 using Actions = std::vector<PipeAction>;
 
 int virtual_stage(const ScheduleSpec& spec, int stage, int chunk) {
-  return chunk * spec.stages + stage;
+  return virtual_stage_of(spec, stage, chunk);
 }
 int last_virtual_stage(const ScheduleSpec& spec) {
   return spec.stages * spec.virtual_stages - 1;
@@ -184,6 +184,77 @@ std::vector<Actions> zero_bubble_h1_compute(const ScheduleSpec& spec) {
   return out;
 }
 
+// ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", section 6): two chunks per
+// stage in a V (stage s holds virtual stages s and 2P-1-s, so the last one, with the loss,
+// is on stage 0 beside the first), each backward split into B and W. Placed by a
+// list-scheduling run with unit times for every chunk's F, B and W: at each step a free
+// stage runs the first ready of, in this order, chunk 1's next F, chunk 0's next F (each
+// only while fewer than 2P chunk-micro-batches are held, a micro-batch's chunk being held
+// from its F to its W: P whole micro-batches, 1F1B's first stage), chunk 0's next B, chunk
+// 1's next B, and its oldest pending W; otherwise it waits. F's and B's of a chunk run in
+// micro-batch order, so the channels pair up in order, and W's in the order of their B's,
+// so stage 0 finishes chunk 1's (the tied wte's user) before chunk 0's (its owner). For
+// m >= 2P (check_schedule_spec) the makespan is 6m + P - 1 chunk units for P <= 8,
+// m <= 32 (pipeline_schedule_test): every stage busy from its first input to the end.
+std::vector<Actions> zero_bubble_v_compute(const ScheduleSpec& spec) {
+  const int p = spec.stages, m = spec.micro_batches;
+  constexpr int kNever = INT_MAX;
+  using Times = std::vector<std::array<std::vector<int>, 2>>;  // [stage][chunk][mb] end
+  Times f_done(p), b_done(p);
+  for (int s = 0; s < p; ++s) {
+    for (int c = 0; c < 2; ++c) {
+      f_done[s][c].assign(m, kNever);
+      b_done[s][c].assign(m, kNever);
+    }
+  }
+  std::vector<std::array<int, 2>> next_f(p, {0, 0}), next_b(p, {0, 0});
+  std::vector<std::deque<std::pair<int, int>>> pending_w(p);  // (chunk, mb)
+  std::vector<int> held(p, 0);
+  std::vector<Actions> out(p);
+  // Whether the input of (s, chunk c, mb)'s F, or the gradient its B needs, is there at t.
+  auto f_ready = [&](int s, int c, int mb, int t) {
+    if (c == 0) return s == 0 || f_done[s - 1][0][mb] <= t;
+    return s < p - 1 ? f_done[s + 1][1][mb] <= t : f_done[s][0][mb] <= t;
+  };
+  auto b_ready = [&](int s, int c, int mb, int t) {
+    if (c == 1) return s > 0 ? b_done[s - 1][1][mb] <= t : f_done[0][1][mb] <= t;
+    return s < p - 1 ? b_done[s + 1][0][mb] <= t : b_done[s][1][mb] <= t;
+  };
+  size_t left = static_cast<size_t>(p) * 6 * m;
+  for (int t = 0; left > 0; ++t) {
+    if (t > 12 * (m + p) + 12) throw Error("the zb-v list scheduling did not finish (a bug in etr).");
+    for (int s = 0; s < p; ++s) {
+      std::optional<PipeAction> run;
+      for (int c : {1, 0}) {  // F: chunk 1 first
+        const int mb = next_f[s][c];
+        if (run || mb >= m || held[s] >= 2 * p || !f_ready(s, c, mb, t)) continue;
+        run = PipeAction{PipeOp::kForward, mb, c};
+      }
+      for (int c : {0, 1}) {  // B: chunk 0 first
+        const int mb = next_b[s][c];
+        if (run || mb >= m || !b_ready(s, c, mb, t)) continue;
+        run = PipeAction{PipeOp::kBackwardInput, mb, c};
+      }
+      if (!run && !pending_w[s].empty()) {
+        run = PipeAction{PipeOp::kBackwardWeight, pending_w[s].front().second, pending_w[s].front().first};
+        pending_w[s].pop_front();
+      }
+      if (!run) continue;
+      const int c = run->chunk, mb = run->micro_batch;
+      if (run->op == PipeOp::kForward) ++held[s], ++next_f[s][c], f_done[s][c][mb] = t + 1;
+      if (run->op == PipeOp::kBackwardInput) {
+        ++next_b[s][c];
+        b_done[s][c][mb] = t + 1;
+        pending_w[s].push_back({c, mb});
+      }
+      if (run->op == PipeOp::kBackwardWeight) --held[s];
+      out[s].push_back(*run);
+      --left;
+    }
+  }
+  return out;
+}
+
 // What a stage has done so far for one (micro-batch, chunk).
 struct UnitState {
   bool recv_act = false, forward = false, sent_act = false, recv_grad = false;
@@ -300,35 +371,40 @@ using Channel = std::vector<std::pair<int, int>>;
 void check_pairing(const Schedule& schedule) {
   const ScheduleSpec& spec = schedule.spec;
   const int p = spec.stages;
-  // [sending stage][0: activations, 1: gradients]
-  std::vector<std::array<Channel, 2>> sent(p), received(p);
+  // [from stage * P + to stage][0: activations, 1: gradients]
+  std::vector<std::array<Channel, 2>> sent(static_cast<size_t>(p) * p), received(sent.size());
+  auto channel = [&](int from, int to) { return static_cast<size_t>(from) * p + to; };
   for (int s = 0; s < p; ++s) {
     for (const PipeAction& a : schedule.stages[s]) {
       const int j = virtual_stage(spec, s, a.chunk);
-      if (a.op == PipeOp::kSendActivation) sent[s][0].push_back({a.micro_batch, j + 1});
-      if (a.op == PipeOp::kSendGrad) sent[s][1].push_back({a.micro_batch, j - 1});
-      if (a.op == PipeOp::kRecvActivation)
-        received[(s + p - 1) % p][0].push_back({a.micro_batch, j});
-      if (a.op == PipeOp::kRecvGrad) received[(s + 1) % p][1].push_back({a.micro_batch, j});
+      if (a.op == PipeOp::kSendActivation) {
+        sent[channel(s, stage_of_virtual(spec, j + 1))][0].push_back({a.micro_batch, j + 1});
+      }
+      if (a.op == PipeOp::kSendGrad) sent[channel(s, stage_of_virtual(spec, j - 1))][1].push_back({a.micro_batch, j - 1});
+      if (a.op == PipeOp::kRecvActivation) {
+        received[channel(stage_of_virtual(spec, j - 1), s)][0].push_back({a.micro_batch, j});
+      }
+      if (a.op == PipeOp::kRecvGrad) received[channel(stage_of_virtual(spec, j + 1), s)][1].push_back({a.micro_batch, j});
     }
   }
-  for (int s = 0; s < p; ++s) {
-    for (int kind = 0; kind < 2; ++kind) {
-      const Channel &out = sent[s][kind], &in = received[s][kind];
-      const int to = kind == 0 ? (s + 1) % p : (s + p - 1) % p;
-      const auto [o, r] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
-      if (o == out.end() && r == in.end()) continue;
-      auto describe = [&](Channel::const_iterator it, const Channel& c) {
-        return it == c.end() ? std::string("nothing")
-                             : "mb " + std::to_string(it->first) + " for virtual stage " +
-                                   std::to_string(it->second);
-      };
-      throw InvalidArgument(
-          "pipeline schedule stage " + std::to_string(s) + " sends " +
-          (kind == 0 ? "activations" : "gradients") + " to stage " + std::to_string(to) +
-          " in another order than stage " + std::to_string(to) + " receives them: message " +
-          std::to_string(o - out.begin()) + " is " + describe(o, out) +
-          " on the sending side and " + describe(r, in) + " on the receiving side.");
+  for (int from = 0; from < p; ++from) {
+    for (int to = 0; to < p; ++to) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const Channel &out = sent[channel(from, to)][kind], &in = received[channel(from, to)][kind];
+        const auto [o, r] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+        if (o == out.end() && r == in.end()) continue;
+        auto describe = [&](Channel::const_iterator it, const Channel& c) {
+          return it == c.end() ? std::string("nothing")
+                               : "mb " + std::to_string(it->first) + " for virtual stage " +
+                                     std::to_string(it->second);
+        };
+        throw InvalidArgument(
+            "pipeline schedule stage " + std::to_string(from) + " sends " +
+            (kind == 0 ? "activations" : "gradients") + " to stage " + std::to_string(to) +
+            " in another order than stage " + std::to_string(to) + " receives them: message " +
+            std::to_string(o - out.begin()) + " is " + describe(o, out) +
+            " on the sending side and " + describe(r, in) + " on the receiving side.");
+      }
     }
   }
 }
@@ -340,8 +416,9 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "interleaved" || name == "interleaved-1f1b") return ScheduleKind::kInterleaved1F1B;
   if (name == "zb-h1") return ScheduleKind::kZeroBubbleH1;
+  if (name == "zb-v") return ScheduleKind::kZeroBubbleV;
   throw ConfigError("unknown pipeline schedule '" + std::string(name) +
-                    "'; choose gpipe, 1f1b, interleaved (or interleaved-1f1b) or zb-h1.");
+                    "'; choose gpipe, 1f1b, interleaved (or interleaved-1f1b), zb-h1 or zb-v.");
 }
 
 std::string_view schedule_name(ScheduleKind kind) {
@@ -354,6 +431,8 @@ std::string_view schedule_name(ScheduleKind kind) {
       return "interleaved";
     case ScheduleKind::kZeroBubbleH1:
       return "zb-h1";
+    case ScheduleKind::kZeroBubbleV:
+      return "zb-v";
   }
   return "unknown";
 }
@@ -400,6 +479,23 @@ void check_schedule_spec(const ScheduleSpec& spec) {
   if (spec.virtual_stages < 1) {
     throw ConfigError("pipeline virtual stages = " + v + " must be at least 1.");
   }
+  if (spec.kind == ScheduleKind::kZeroBubbleV) {
+    if (spec.virtual_stages != 2) {
+      throw ConfigError("the zb-v pipeline schedule runs 2 chunks per stage (a V), not " + v + ".");
+    }
+    if (spec.stages < 2) {
+      throw ConfigError("the zb-v pipeline schedule needs at least 2 stages, not " + p + ".");
+    }
+    if (spec.micro_batches < 2 * spec.stages) {
+      throw ConfigError("the zb-v pipeline schedule needs at least 2 x stages = " +
+                        std::to_string(2 * spec.stages) + " micro-batches, not " + m +
+                        " (below that its lists cannot fill the V).");
+    }
+    if (spec.micro_batches > (INT_MAX / 16) / spec.stages) {
+      throw ConfigError("pipeline stages x micro-batches is too large.");
+    }
+    return;
+  }
   if (spec.kind != ScheduleKind::kInterleaved1F1B) {
     if (spec.virtual_stages > 1) {
       throw ConfigError("pipeline virtual stages = " + v + " needs the interleaved schedule; " +
@@ -429,6 +525,7 @@ Schedule build_schedule(const ScheduleSpec& spec) {
   Schedule schedule{spec, std::vector<Actions>(spec.stages)};
   std::vector<Actions> zero_bubble;
   if (spec.kind == ScheduleKind::kZeroBubbleH1) zero_bubble = zero_bubble_h1_compute(spec);
+  if (spec.kind == ScheduleKind::kZeroBubbleV) zero_bubble = zero_bubble_v_compute(spec);
   for (int s = 0; s < spec.stages; ++s) {
     Actions compute;
     switch (spec.kind) {
@@ -442,6 +539,7 @@ Schedule build_schedule(const ScheduleSpec& spec) {
         compute = interleaved_compute(spec, s);
         break;
       case ScheduleKind::kZeroBubbleH1:
+      case ScheduleKind::kZeroBubbleV:
         compute = std::move(zero_bubble[s]);
         break;
     }
@@ -476,6 +574,17 @@ void validate_schedule(const Schedule& schedule) {
   }
   for (int s = 0; s < spec.stages; ++s) check_stage(spec, s, schedule.stages[s]);
   check_pairing(schedule);
+}
+
+int virtual_stage_of(const ScheduleSpec& spec, int stage, int chunk) {
+  if (spec.kind == ScheduleKind::kZeroBubbleV && chunk == 1) return 2 * spec.stages - 1 - stage;
+  return chunk * spec.stages + stage;
+}
+
+int stage_of_virtual(const ScheduleSpec& spec, int vstage) {
+  const int p = spec.stages;
+  if (spec.kind == ScheduleKind::kZeroBubbleV && vstage >= p) return 2 * p - 1 - vstage;
+  return ((vstage % p) + p) % p;
 }
 
 }  // namespace etr

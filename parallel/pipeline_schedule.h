@@ -7,7 +7,10 @@
 // Virtual stages (interleaved 1F1B): the model's layers are cut into P v chunks; rank s
 // holds chunks c = 0..v-1, i.e. virtual stages c P + s (Megatron-LM's placement), so the
 // activations of virtual stage j go to virtual stage j + 1 on rank (s + 1) % P. Without
-// interleaving v = 1 and the chunk is always 0.
+// interleaving v = 1 and the chunk is always 0. ZB-V places its 2 chunks in a V: rank s
+// holds virtual stages s (chunk 0) and 2P-1-s (chunk 1), so rank P-1 sends to itself at
+// the turn and rank 0 holds the first and the last (the loss, and both halves of a tied
+// embedding). virtual_stage_of() and stage_of_virtual() say where a chunk is.
 //
 // Actions of stage s for micro-batch mb of chunk c:
 //   kRecvActivation  post the receive of the chunk's input from the previous virtual
@@ -53,21 +56,26 @@ struct PipeAction {
   bool operator==(const PipeAction&) const = default;
 };
 
-enum class ScheduleKind : uint8_t { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubbleH1 };
+enum class ScheduleKind : uint8_t { kGPipe, k1F1B, kInterleaved1F1B, kZeroBubbleH1, kZeroBubbleV };
 
 struct ScheduleSpec {
   ScheduleKind kind = ScheduleKind::k1F1B;
   int stages = 1;          // P
   int micro_batches = 1;   // m, per optimizer step and pipeline (replica)
-  int virtual_stages = 1;  // v: chunks per rank (> 1 only for kInterleaved1F1B)
+  int virtual_stages = 1;  // v: chunks per rank (> 1 only for kInterleaved1F1B; 2 for kZeroBubbleV)
 };
+
+// The virtual stage of chunk `chunk` on stage `stage` (c P + s; ZB-V: s, and 2P-1-s for
+// chunk 1), and the stage holding virtual stage `vstage`.
+int virtual_stage_of(const ScheduleSpec& spec, int stage, int chunk);
+int stage_of_virtual(const ScheduleSpec& spec, int vstage);
 
 struct Schedule {
   ScheduleSpec spec;
   std::vector<std::vector<PipeAction>> stages;  // [stage s] -> its actions, in order
 };
 
-// "gpipe", "1f1b", "interleaved" ("interleaved-1f1b"), "zb-h1" (case as written); throws
+// "gpipe", "1f1b", "interleaved" ("interleaved-1f1b"), "zb-h1", "zb-v" (case as written); throws
 // ConfigError naming the choices otherwise.
 ScheduleKind parse_schedule_kind(std::string_view name);
 std::string_view schedule_name(ScheduleKind kind);
@@ -79,7 +87,7 @@ std::string to_string(const PipeAction& action);
 // Throws ConfigError, one sentence naming the value and the limit, when the spec cannot
 // be scheduled: P < 1, m < 1, v < 1, v > 1 for a schedule that is not interleaved,
 // interleaved with m not a multiple of P (or m < P), with v < 2 or with P < 2 (its
-// chunks would send to their own rank).
+// chunks would send to their own rank); zb-v with v != 2, P < 2 or m < 2P.
 void check_schedule_spec(const ScheduleSpec& spec);
 
 // The schedule of `spec` (check_schedule_spec first). Orders of stage s's compute actions
@@ -90,6 +98,8 @@ void check_schedule_spec(const ScheduleSpec& spec);
 //   ZB-H1        1F1B's order with each backward split into B and W; each W placed where
 //                the stage would otherwise wait (for a gradient, or for a W to free room
 //                under the bound of P micro-batches held until their W: 1F1B's peak).
+//   ZB-V         two chunks in a V, split backwards, list-scheduled with unit times under
+//                the bound of 2P chunk-micro-batches held (P whole ones: 1F1B's peak).
 // Each receive is posted right after the stage's previous compute action (first in the
 // list for the first), each send follows its compute action, and the list ends with one
 // kOptimizerStep{micro_batch -1, chunk 0}.
@@ -97,7 +107,8 @@ Schedule build_schedule(const ScheduleSpec& spec);
 
 // Most micro-batches whose activations stage `stage` holds at once, over all its chunks,
 // counted in list order (kForward adds one; kBackward or kBackwardWeight releases it).
-// build_schedule gives: GPipe m; 1F1B min(m, P - s); ZB-H1 min(m, P); interleaved
+// build_schedule gives: GPipe m; 1F1B min(m, P - s); ZB-H1 min(m, P); ZB-V at most 2P
+// chunk-micro-batches (P whole micro-batches); interleaved
 // min(v m, 2(P-s-1) + (v-1)P + 1) (Megatron-LM's warm-up plus one).
 int max_in_flight(const Schedule& schedule, int stage);
 
@@ -137,7 +148,9 @@ SimulatedRun simulate_schedule(const Schedule& schedule, const ActionCosts& cost
 // makes the last stage alternate F and B, 1 - 3m/(2m + 2P - 1) (makespan 2m + 2P - 1: the
 // last micro-batch's B leaves the last stage at P + 2m - 1, crosses P - 1 stages, and
 // stage 0 runs its W; both expressions agree at m = P). build_schedule's lists simulate to
-// exactly these with unit costs.
+// exactly these with unit costs. ZB-V, in units of a chunk's F (= B = W): every stage busy
+// from its first input (stage s's after s units) to the end, makespan 6m + P - 1, bubble
+// (P-1)/(6m + P-1): half of ZB-H1's at the same memory; its lists reach it for m >= 2P.
 double theoretical_bubble(const ScheduleSpec& spec);
 
 }  // namespace etr

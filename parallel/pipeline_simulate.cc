@@ -66,7 +66,7 @@ std::string deadlock_message(const Schedule& schedule, const std::vector<size_t>
   for (int s = 0; s < p; ++s) {
     if (next[s] >= schedule.stages[s].size()) continue;
     const PipeAction& a = schedule.stages[s][next[s]];
-    const auto [grad, from] = dependency(a, a.chunk * p + s, last);
+    const auto [grad, from] = dependency(a, virtual_stage_of(schedule.spec, s, a.chunk), last);
     msg += " stage " + std::to_string(s) + " waits at action " + std::to_string(next[s]) + " (" +
            to_string(a) + ") for the " + (grad ? "gradient" : "activation") +
            " send of virtual stage " + std::to_string(from) + ";";
@@ -84,7 +84,7 @@ bool advance(const Schedule& schedule, int s, const ActionCosts& costs, SendTime
   const size_t before = next[s];
   for (; next[s] < list.size(); ++next[s]) {
     const PipeAction& a = list[next[s]];
-    const int j = a.chunk * p + s;
+    const int j = virtual_stage_of(schedule.spec, s, a.chunk);
     double start = clock[s];
     if (const auto [grad, from] = dependency(a, j, last); from >= 0) {
       const double* done = sends.slot(grad ? sends.grad : sends.activation, from, a.micro_batch);
@@ -154,6 +154,8 @@ double theoretical_bubble(const ScheduleSpec& spec) {
       return idle / (spec.virtual_stages * m + idle);
     case ScheduleKind::kZeroBubbleH1:
       return 1 - 3 * m / std::max(3 * m + idle, 2 * m + 2 * idle + 1);
+    case ScheduleKind::kZeroBubbleV:
+      return idle / (6 * m + idle);
   }
   return 0;
 }

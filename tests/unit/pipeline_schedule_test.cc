@@ -9,6 +9,7 @@
 //   - simulate_schedule with unit costs (F = B = W = 1, so a whole backward costs 2) gives
 //     theoretical_bubble exactly for every kind: for ZB-H1 Qi et al.'s (P-1)/(3m + P-1)
 //     when m >= P (makespan 3m + P - 1; P <= 8, m <= 32, no slack), below 1F1B for P >= 2;
+//   - ZB-V (two chunks in a V): (P-1)/(6m + P-1) for 2P <= m <= 32, P <= 8, no slack;
 //   - exact lists for small cases pin the orders; broken lists are refused with a message
 //     naming the stage.
 #include "parallel/pipeline_schedule.h"
@@ -25,16 +26,18 @@ namespace etr {
 namespace {
 
 constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-                                   ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1};
+                                   ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1,
+                                   ScheduleKind::kZeroBubbleV};
 constexpr double kTolerance = 1e-9;
 
 // Every spec of the sweep that check_schedule_spec accepts.
 std::vector<ScheduleSpec> sweep(ScheduleKind kind) {
   std::vector<ScheduleSpec> out;
   const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
+  const bool v_shape = kind == ScheduleKind::kZeroBubbleV;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 16; ++m) {
-      for (int v = interleaved ? 2 : 1; v <= (interleaved ? 4 : 1); ++v) {
+      for (int v = interleaved || v_shape ? 2 : 1; v <= (interleaved ? 4 : v_shape ? 2 : 1); ++v) {
         const ScheduleSpec spec{kind, p, m, v};
         try {
           check_schedule_spec(spec);
@@ -123,7 +126,7 @@ TEST(PipelineSchedule, ParsesNamesAndListsTheChoices) {
   for (const char* bad : {"pipedream", "GPipe", "", "zb-h2"}) {
     expect_refused<ConfigError>(
         [&] { parse_schedule_kind(bad); },
-        {"'" + std::string(bad) + "'", "gpipe", "1f1b", "interleaved", "zb-h1"});
+        {"'" + std::string(bad) + "'", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});
   }
 }
 
@@ -144,6 +147,10 @@ TEST(PipelineSchedule, CheckSpecRefusesWhatCannotBeScheduled) {
   refuse({K::kInterleaved1F1B, 2, 3, 2}, "micro-batches (3)");
   refuse({K::kInterleaved1F1B, 4, 2, 2}, "micro-batches (2)");
   refuse({K::kInterleaved1F1B, 1, 4, 2}, "not 1");
+  refuse({K::kZeroBubbleV, 2, 4, 1}, "not 1");
+  refuse({K::kZeroBubbleV, 1, 4, 2}, "not 1");
+  refuse({K::kZeroBubbleV, 4, 7, 2}, "not 7");
+  EXPECT_NO_THROW(check_schedule_spec({K::kZeroBubbleV, 4, 8, 2}));
   EXPECT_NO_THROW(check_schedule_spec({K::kInterleaved1F1B, 4, 8, 3}));
   EXPECT_NO_THROW(check_schedule_spec({K::kGPipe, 1, 1, 1}));
 }
@@ -151,7 +158,7 @@ TEST(PipelineSchedule, CheckSpecRefusesWhatCannotBeScheduled) {
 TEST(PipelineSchedule, EveryListIsValidAndPostsReceivesEarly) {
   for (ScheduleKind kind : kKinds) {
     const std::vector<ScheduleSpec> specs = sweep(kind);
-    EXPECT_GT(specs.size(), 60u) << schedule_name(kind);
+    EXPECT_GT(specs.size(), kind == ScheduleKind::kZeroBubbleV ? 40u : 60u) << schedule_name(kind);
     for (const ScheduleSpec& spec : specs) {
       const Schedule schedule = build_schedule(spec);
       ASSERT_NO_THROW(validate_schedule(schedule)) << name(spec);
@@ -185,6 +192,7 @@ TEST(PipelineSchedule, InFlightBounds) {
         int bound = std::min(m, p - s);  // 1F1B
         if (kind == ScheduleKind::kGPipe) bound = m;
         if (kind == ScheduleKind::kZeroBubbleH1) bound = std::min(m, p);
+        if (kind == ScheduleKind::kZeroBubbleV) bound = 2 * p;  // chunk-micro-batches: P whole ones
         if (kind == ScheduleKind::kInterleaved1F1B) {
           bound = std::min(v * m, 2 * (p - s - 1) + (v - 1) * p + 1);
         }
@@ -233,6 +241,43 @@ TEST(PipelineSchedule, ZbH1HasThePapersBubble) {
       }
     }
   }
+}
+
+// ZB-V: at F = B = W = 1 (a chunk's) the makespan is exactly 6m + P - 1 for P <= 8 and
+// 2P <= m <= 32, the bubble (P-1)/(6m + P-1) with no slack, every stage busy 6m; no stage
+// holds more than 2P chunk-micro-batches (P whole ones: 1F1B's first stage); below ZB-H1's
+// bubble; and stage 0 computes its last W of chunk 1 (the tied embedding's user) before its
+// last W of chunk 0 (the owner), which the tied gradient's exchange on one rank needs.
+TEST(PipelineSchedule, ZbVHasItsBubble) {
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 2 * p; m <= 32; ++m) {
+      const ScheduleSpec spec{ScheduleKind::kZeroBubbleV, p, m, 2};
+      const Schedule schedule = build_schedule(spec);
+      ASSERT_NO_THROW(validate_schedule(schedule)) << name(spec);
+      const SimulatedRun run = simulate_schedule(schedule);
+      EXPECT_EQ(run.makespan, 6 * m + p - 1) << name(spec);
+      EXPECT_DOUBLE_EQ(run.bubble_fraction, 1.0 - 6.0 * m / (6.0 * m + p - 1)) << name(spec);
+      EXPECT_NEAR(run.bubble_fraction, theoretical_bubble(spec), 1e-15) << name(spec);
+      const Schedule one_f_one_b = build_schedule({ScheduleKind::k1F1B, p, m, 1});
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(run.busy[static_cast<size_t>(s)], 6.0 * m) << name(spec) << " stage " << s;
+        EXPECT_LE(max_in_flight(schedule, s), 2 * max_in_flight(one_f_one_b, 0)) << name(spec);
+      }
+      EXPECT_LT(run.bubble_fraction, theoretical_bubble({ScheduleKind::kZeroBubbleH1, p, m, 1})) << name(spec);
+      const std::vector<PipeAction>& first = schedule.stages[0];
+      auto last_w = [&](int chunk) {
+        for (size_t i = first.size(); i-- > 0;) {
+          if (first[i].op == PipeOp::kBackwardWeight && first[i].chunk == chunk) return i;
+        }
+        return size_t{0};
+      };
+      EXPECT_LT(last_w(1), last_w(0)) << name(spec);
+    }
+  }
+  EXPECT_EQ(virtual_stage_of({ScheduleKind::kZeroBubbleV, 4, 8, 2}, 1, 1), 6);
+  EXPECT_EQ(stage_of_virtual({ScheduleKind::kZeroBubbleV, 4, 8, 2}, 6), 1);
+  EXPECT_EQ(stage_of_virtual({ScheduleKind::kZeroBubbleV, 4, 8, 2}, 7), 0);
+  EXPECT_EQ(stage_of_virtual({ScheduleKind::kInterleaved1F1B, 4, 8, 2}, 7), 3);
 }
 
 TEST(PipelineSchedule, SimulationCountsCostsAndCommunication) {
