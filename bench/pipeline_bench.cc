@@ -33,7 +33,7 @@ struct PipelineArgs {
   int steps = 8;
   int warmup = 1;
   std::vector<int> micro_batches{1, 2, 4, 8, 16};
-  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
+  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
   std::string config;
   std::vector<std::string> overrides;
   std::string json;
@@ -168,7 +168,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
                 "bubble = 1 - compute / wall of the schedule's actions, mean over stages, median step; "
-                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.) for m >= P, 1 - 3m/(2m+2P-1) below; list = "
+                "theory: (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), ZB-H1 (P-1)/(3m+P-1) (Qi et al.) for m >= P, 1 - 3m/(2m+2P-1) below; ZB-V (P-1)/(6m+P-1) (m >= 2P); list = "
                 "the schedule's own lists simulated with equal forward, B and W times; costed = the same lists "
                 "simulated with the measured mean forward, B, W (fused backward) times, and excess = measured - "
                 "costed: what the transfers and the host cost beyond the lists at the real times; recv / send = "
@@ -186,6 +186,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
   for (const std::string& s : a.schedules) {
     for (int m : a.micro_batches) {
       if (s == "interleaved" && m % P != 0) continue;  // the schedule needs m a multiple of P
+      if (s == "zb-v" && m < 2 * P) continue;          // the V needs m >= 2P
       rows.push_back(measure(ctx, a, s, m));
     }
   }

@@ -23,7 +23,7 @@ PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique
       grid_(grid),
       alloc_(alloc),
       options_(std::move(options)),
-      cut_(model, options_.bounds, grid.pp_size()) {
+      cut_(model, options_.bounds, grid.pp_size(), options_.schedule.kind == ScheduleKind::kZeroBubbleV) {
   std::vector<PipelineChunk> run;
   for (int c = 0; c < cut_.virtual_stages(); ++c) {
     const int j = cut_.vstage(grid_.pp_rank(), c);

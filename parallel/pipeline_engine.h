@@ -60,6 +60,10 @@ class PipelineEngine final : public Engine {
   const PipelineCut& cut() const { return cut_; }
   PipelineExecutor& executor() { return *executor_; }
   int chunks() const { return static_cast<int>(chunks_.size()); }
+  // This rank holds the last virtual stage (the loss; in a V, stage 0 does).
+  bool holds_loss() const {
+    return cut_.stage_of(cut_.num_vstages() - 1) == grid_.pp_rank();
+  }
   LayerStack<float>& chunk_stack(int c) { return *chunks_.at(c); }
   Engine& chunk_engine(int c) { return *engines_.at(c); }
   // Plans the step for `micro_batches` micro-batches of up to B x T (ConfigError when the

@@ -129,7 +129,7 @@ PipelineExecutor::PipelineExecutor(const PipelineCut& cut, const ProcessGrid& gr
       side.offset = e.offset;
       side.numel = e.numel();
       side.layer = side.owner ? e.layer : 0;
-      side.peer = (side.owner ? t.user_vstage : t.owner_vstage) % cut_.stages();
+      side.peer = cut_.stage_of(side.owner ? t.user_vstage : t.owner_vstage);
       side.tag = kTieTag + static_cast<int>(i);
       s->ties.push_back(std::move(side));
     }
@@ -310,7 +310,7 @@ void PipelineExecutor::post_recv(const PipeAction& a, bool grad) {
   float* p = static_cast<float*>((grad ? c.douts : c.inputs)[static_cast<size_t>(buf)].data());
   const int from_vstage = c.c.vstage + (grad ? 1 : -1);
   (grad ? c.recv_dout : c.recv_in)[mb] =
-      link_->recv(p, numel, from_vstage % cut_.stages(), tag(a.micro_batch, c.c.vstage, grad),
+      link_->recv(p, numel, cut_.stage_of(from_vstage), tag(a.micro_batch, c.c.vstage, grad),
                   what(grad ? "gradient" : "activation", a));
 }
 
@@ -322,7 +322,7 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
                         : c.c.stack->output(slot);
   const int to_vstage = c.c.vstage + (grad ? -1 : 1);
   (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
-      link_->send(p, numel, to_vstage % cut_.stages(), tag(a.micro_batch, to_vstage, grad),
+      link_->send(p, numel, cut_.stage_of(to_vstage), tag(a.micro_batch, to_vstage, grad),
                   what(grad ? "gradient" : "activation", a));
   if (grad) {
     c.grad_posted[static_cast<size_t>(a.micro_batch)] = 1;
@@ -474,13 +474,16 @@ void PipelineExecutor::run(std::span<const Batch> batches, std::span<const doubl
 
 double PipelineExecutor::forward_only(const Batch& batch) {
   double loss = 0;
-  for (auto& cp : chunks_) {  // in virtual-stage order: chunk c is virtual stage c P + s
+  // Sends are waited for at the end: in a V the turn's stage sends to itself, and its
+  // receive is posted only at the next chunk.
+  std::vector<PipeRequestPtr> sent;
+  for (auto& cp : chunks_) {  // in virtual-stage order (each rank's chunks ascend)
     ChunkState& c = *cp;
     const int64_t in = cut_.input_numel(c.c.vstage, batch.B, batch.T);
     const float* input = nullptr;
     if (!c.first) {
       float* p = static_cast<float*>(c.inputs.at(0).data());
-      link_->recv(p, in, (c.c.vstage - 1) % cut_.stages(), tag(0, c.c.vstage, false),
+      link_->recv(p, in, cut_.stage_of(c.c.vstage - 1), tag(0, c.c.vstage, false),
                   "evaluation activation")->wait();
       input = p;
     }
@@ -491,10 +494,11 @@ double PipelineExecutor::forward_only(const Batch& batch) {
     if (c.last) loss = l;
     if (!c.last) {
       const int64_t out = c.c.stack->layer(c.c.stack->size() - 1).output_numel(batch.B, batch.T);
-      link_->send(c.c.stack->output(0), out, (c.c.vstage + 1) % cut_.stages(),
-                  tag(0, c.c.vstage + 1, false), "evaluation activation")->wait();
+      sent.push_back(link_->send(c.c.stack->output(0), out, cut_.stage_of(c.c.vstage + 1),
+                                 tag(0, c.c.vstage + 1, false), "evaluation activation"));
     }
   }
+  for (PipeRequestPtr& r : sent) r->wait();
   return loss;
 }
 

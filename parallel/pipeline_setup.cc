@@ -25,8 +25,8 @@ ScheduleSpec pipeline_schedule_spec(const TrainConfig& config, int stages, int m
   s.stages = stages;
   s.micro_batches = micro_batches;
   s.virtual_stages = p.pp_virtual_stages() > 0 ? p.pp_virtual_stages()
-                     : s.kind == ScheduleKind::kInterleaved1F1B ? 2
-                                                                : 1;
+                     : s.kind == ScheduleKind::kInterleaved1F1B || s.kind == ScheduleKind::kZeroBubbleV ? 2
+                                                                                                        : 1;
   try {
     check_schedule_spec(s);
     const int64_t vstages = static_cast<int64_t>(s.stages) * s.virtual_stages;
@@ -155,7 +155,7 @@ std::vector<std::string> describe_stages(const TrainConfig& config, const Schedu
                                          const LayerStack<float>& model, const std::vector<int>& bounds,
                                          const std::vector<double>& costs, int dp, int64_t B, int64_t T) {
   const Schedule schedule = build_schedule(spec);
-  const PipelineCut cut(model, bounds, spec.stages);
+  const PipelineCut cut(model, bounds, spec.stages, spec.kind == ScheduleKind::kZeroBubbleV);
   const bool timed = config.parallel().pp_partition() == "measure";
   const double share = zero_state_share(config.parallel().zero_stage(), dp);
   std::vector<std::string> out;

@@ -14,11 +14,11 @@ int vstage_of(const std::vector<int>& bounds, int layer) {
 
 }  // namespace
 
-PipelineCut::PipelineCut(const LayerStack<float>& model, std::vector<int> bounds, int stages)
-    : model_(model), stages_(stages), bounds_(std::move(bounds)) {
+PipelineCut::PipelineCut(const LayerStack<float>& model, std::vector<int> bounds, int stages, bool v_shape)
+    : model_(model), stages_(stages), v_shape_(v_shape), bounds_(std::move(bounds)) {
   const int parts = static_cast<int>(bounds_.size()) - 1;
   bool ok = stages_ >= 1 && parts >= stages_ && parts % stages_ == 0 && bounds_.front() == 0 &&
-            bounds_.back() == model_.size();
+            bounds_.back() == model_.size() && (!v_shape_ || parts == 2 * stages_);
   for (int j = 0; ok && j < parts; ++j) ok = bounds_[j] < bounds_[j + 1];
   if (!ok) {
     throw InvalidArgument("the pipeline boundaries do not cut " + std::to_string(model_.size()) +

@@ -2,7 +2,8 @@
 //
 // A model of n layers is cut at boundaries b[0] = 0 < ... < b[P v] = n into P v
 // contiguous parts, the virtual stages j = c P + s (rank s of the pp group holds chunks
-// c = 0..v-1; v = 1 without interleaving). A chunk is a LayerStack of its layers with a
+// c = 0..v-1; v = 1 without interleaving), or in a V (ZB-V: v = 2, rank s holds virtual
+// stages s and 2P-1-s). A chunk is a LayerStack of its layers with a
 // layout of its own: the layers' tensors in the model's order, so a tensor's offset in the
 // chunk is its offset in the model minus the chunk's first offset (own_offset()), and
 // before them the tensors it borrows: a parameter shared between layers (GPT-2's tied
@@ -37,12 +38,17 @@ class PipelineCut {
   // `model`: the whole model's stack (its layout, sharing and layers' sizes are read;
   // its layers stay). `bounds`: P v + 1 layer boundaries. InvalidArgument when they do
   // not cut model.size() layers into non-empty parts.
-  PipelineCut(const LayerStack<float>& model, std::vector<int> bounds, int stages);
+  // `v_shape`: ZB-V's placement (2 P parts).
+  PipelineCut(const LayerStack<float>& model, std::vector<int> bounds, int stages, bool v_shape = false);
 
   int stages() const { return stages_; }
   int virtual_stages() const { return static_cast<int>(bounds_.size() - 1) / stages_; }
   const std::vector<int>& bounds() const { return bounds_; }
-  int vstage(int stage, int chunk) const { return chunk * stages_ + stage; }
+  // Virtual stage of chunk `chunk` on stage `stage`, and the stage of virtual stage j.
+  int vstage(int stage, int chunk) const {
+    return v_shape_ && chunk == 1 ? 2 * stages_ - 1 - stage : chunk * stages_ + stage;
+  }
+  int stage_of(int j) const { return v_shape_ && j >= stages_ ? 2 * stages_ - 1 - j : j % stages_; }
   int num_vstages() const { return static_cast<int>(bounds_.size()) - 1; }
   // Ties between different virtual stages.
   const std::vector<Tie>& ties() const { return ties_; }
@@ -66,6 +72,7 @@ class PipelineCut {
  private:
   const LayerStack<float>& model_;
   int stages_;
+  bool v_shape_;
   std::vector<int> bounds_;
   std::vector<Tie> ties_;
   std::vector<std::vector<TensorEntry>> borrowed_;  // per virtual stage

@@ -124,7 +124,7 @@ double TrainSession::evaluate() {
     engine_->materialize_parameters();  // collective: forward without the engine's hooks
   }
   // A pipeline's loss is on its last stage: it alone counts the samples.
-  const bool counts = !pipeline_ || grid_->is_last_stage();
+  const bool counts = !pipeline_ || pipeline_->holds_loss();
   double sums[2] = {0, 0};  // loss summed over samples, samples
   for (uint64_t k = 0; k < share.batches; ++k) {
     const uint64_t lo = std::min(share.count, k * b), hi = std::min(share.count, lo + b);

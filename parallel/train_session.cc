@@ -403,7 +403,7 @@ StepStats TrainSession::train_step() {
     // the engine sums it into every rank's).
     const LayerStack<float>& last =
         pipeline_ ? pipeline_->chunk_stack(pipeline_->chunks() - 1) : *model_.stack;
-    if (!pipeline_ || grid_->is_last_stage()) {
+    if (!pipeline_ || pipeline_->holds_loss()) {
       poison_gradient(engine_->gradients() + last.layout().entries().back().offset);
     }
   }

@@ -298,12 +298,13 @@ TEST(TrainOnGpu, APipelineOfTwoStagesFollowsTheOneRankGpuRun) {
     for (int i = 0; i < 5; ++i) single.train_step();
     want = state_of(single);
   }
-  for (const std::string schedule : {"1f1b", "gpipe", "interleaved", "zb-h1"}) {
+  for (const std::string schedule : {"1f1b", "gpipe", "interleaved", "zb-h1", "zb-v"}) {
     for (int stage : {0, 3}) {
       const std::string what = schedule + ", zero_stage " + std::to_string(stage);
-      Trainer t(config("cuda", {"parallel.pp=2", "parallel.pp_schedule=" + schedule,
-                                "parallel.zero_stage=" + std::to_string(stage)}),
-                world(), test_log());
+      std::vector<std::string> o = {"parallel.pp=2", "parallel.pp_schedule=" + schedule,
+                                    "parallel.zero_stage=" + std::to_string(stage)};
+      if (schedule == "zb-v") o.push_back("batch.micro_batch=1");  // its V needs 2 pp micro-batches
+      Trainer t(config("cuda", o), world(), test_log());
       ASSERT_TRUE(t.session().device().is_cuda()) << what;
       ASSERT_TRUE(t.pipeline()->executor().staged_transfers()) << what;
       double bubble = 0;

@@ -83,6 +83,7 @@ TEST(BatchMemory, ModelWithinFivePercentOfTheMeasuredPeak) {
     grid.push_back({"parallel.pp=2", "parallel.zero_stage=3", "batch.micro_batch=2"});
     grid.push_back({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual_stages=2",
                     "batch.micro_batch=1", "model.n_layer=6"});
+    grid.push_back({"parallel.pp=2", "parallel.pp_schedule=zb-v", "batch.micro_batch=1"});
   }
   for (const auto& extra : grid) {
     std::string what;

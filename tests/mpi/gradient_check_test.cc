@@ -118,7 +118,7 @@ TEST(GradientCheck, EveryZeroStageHasTheSingleProcessGradient) {
 void every_schedule(int pp, const std::vector<std::string>& extra, const std::string& label) {
   const Trajectory want = reference(config({}));
   std::vector<float> first_m;
-  for (std::string s : {"1f1b", "gpipe", "interleaved", "zb-h1"}) {
+  for (std::string s : {"1f1b", "gpipe", "interleaved", "zb-h1", "zb-v"}) {
     std::vector<std::string> o = extra;
     o.push_back("parallel.pp=" + std::to_string(pp));
     o.push_back("parallel.pp_schedule=" + s);
