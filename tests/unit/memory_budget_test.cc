@@ -368,8 +368,8 @@ TEST(MemoryBudget, OnThisMachine) {
 }
 
 // The kernel's peak count of this process: 64 MiB touched raise VmHWM by at least that
-// much over what was resident before, and a reset brings it back to what is resident now
-// (once they are freed); the parser reads VmHWM's kB from a status text.
+// much over what was resident before, and a reset brings it back to what is resident now;
+// the parser reads VmHWM's kB from a status text.
 TEST(PeakResident, FollowsTouchedMemoryAndResets) {
   const std::filesystem::path status = std::filesystem::temp_directory_path() / "etr_status_test";
   std::ofstream(status) << "Name:\tx\nVmPeak:\t  999 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
@@ -386,8 +386,10 @@ TEST(PeakResident, FollowsTouchedMemoryAndResets) {
     std::memset(big.data(), 1, big.size());
     EXPECT_GE(peak_resident_bytes(), before + 64 * kMiB - kMiB);
   }
+  // The 64 MiB went back (to the heap; under ASan to its quarantine, still resident): the
+  // reset brings the peak to what is resident now.
   ASSERT_TRUE(reset_peak_resident());
-  EXPECT_LT(peak_resident_bytes(), before + 16 * kMiB) << "the 64 MiB went back; so did the peak";
+  EXPECT_LE(peak_resident_bytes(), resident_bytes() + 4 * kMiB) << "the reset after the free";
 }
 
 // --- etr-run: OOM kills (runtime/launcher/oom_watch.h) --------------------------------
