@@ -134,7 +134,7 @@ std::vector<MemoryCase> memory_cases() {
   for (int z : {1, 2, 3}) c.push_back({"zero " + num(z) + ", b 4", {mb(4), zero(z)}});
   for (int b : {2, 8})
     c.push_back({"recompute blocks, b " + num(b), {mb(b), "runtime.recompute=blocks"}});
-  for (std::string s : {"gpipe", "1f1b", "zb-h1"}) {
+  for (std::string s : {"gpipe", "1f1b", "zb-h1", "zb-v"}) {
     c.push_back({"pp 2 " + s + ", b 2", {mb(2), "parallel.pp=2", "parallel.pp_schedule=" + s}});
   }
   c.push_back({"pp 2 zero 3, b 2", {mb(2), "parallel.pp=2", zero(3)}});
