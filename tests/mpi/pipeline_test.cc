@@ -23,6 +23,7 @@
 
 #include "examples/gpt/model_presets.h"
 #include "examples/train/trainer.h"
+#include "mpi/checkpoint_test_util.h"
 #include "mpi/mpi_test_main.h"
 #include "mpi/pipeline_test_config.h"
 #include "runtime/config/train_config.h"
@@ -155,9 +156,9 @@ TEST(Pipeline, CheckpointLoadsIntoAnotherSplit) {
   World& w = testing::world();
   const int n = w.group().size();
   if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
-  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_ckpt_" + std::to_string(n));
-  if (w.rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // (a directory of this run's own: two test runs on one machine must not share it)
+  const testing::SharedTempDir temp(w.group(), "pipeline_ckpt");
+  const fs::path& dir = temp.path();
   const std::string ckpt = "checkpoint.dir=" + dir.string();
   State saved;
   {
@@ -183,8 +184,6 @@ TEST(Pipeline, CheckpointLoadsIntoAnotherSplit) {
     want.losses.clear();
     expect_close(want, more, "resumed at pp " + pp);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (w.rank() == 0) fs::remove_all(dir);
 }
 
 // The other way round: saved at pp = 1 (dp = np),
@@ -193,9 +192,9 @@ TEST(Pipeline, CheckpointOfDataParallelismLoadsIntoAnInterleavedPipeline) {
   World& w = testing::world();
   const int n = w.group().size();
   if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
-  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_ckpt_dp_" + std::to_string(n));
-  if (w.rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // (a directory of this run's own: two test runs on one machine must not share it)
+  const testing::SharedTempDir temp(w.group(), "pipeline_ckpt_dp");
+  const fs::path& dir = temp.path();
   const std::string ckpt = "checkpoint.dir=" + dir.string();
   State saved;
   {
@@ -213,8 +212,6 @@ TEST(Pipeline, CheckpointOfDataParallelismLoadsIntoAnInterleavedPipeline) {
     const std::vector<float>& want = s == state::kParam ? saved.param : s == state::kAdamM ? saved.m : saved.v;
     EXPECT_EQ(0, std::memcmp(back.data(), want.data(), want.size() * sizeof(float))) << s;
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (w.rank() == 0) fs::remove_all(dir);
 }
 
 // Evaluation runs forward through the stages and gives the single process's held-out
@@ -225,9 +222,9 @@ TEST(Pipeline, EvaluationAndASaveMidRunMatchTheSingleProcess) {
   const int n = w.group().size();
   if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
   const int pp = n == 4 ? 2 : n;
-  const fs::path dir = fs::temp_directory_path() / ("etr_pipeline_eval_" + std::to_string(n));
-  if (w.rank() == 0) fs::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // (a directory of this run's own: two test runs on one machine must not share it)
+  const testing::SharedTempDir temp(w.group(), "pipeline_eval");
+  const fs::path& dir = temp.path();
   Group self(MPI_COMM_SELF, "self", false);
   Trainer single(config({}), self, w.log());
   single.train_step();
@@ -245,8 +242,6 @@ TEST(Pipeline, EvaluationAndASaveMidRunMatchTheSingleProcess) {
     EXPECT_LE(max_diff(want, t.gather_state(state::kParam)), kParamTol) << s << ": parameters";
     t.flush_checkpoints();
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (w.rank() == 0) fs::remove_all(dir);
 }
 
 // The merged trace shows every stage's forwards and backwards per micro-batch and the
@@ -255,7 +250,8 @@ TEST(Pipeline, TraceShowsEachStagesSchedule) {
   World& w = testing::world();
   const int n = w.group().size();
   if (n < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
-  const fs::path path = fs::temp_directory_path() / ("etr_pipeline_trace_np" + std::to_string(n) + ".json");
+  const testing::SharedTempDir temp(w.group(), "pipeline_trace");
+  const fs::path path = temp.path() / "trace.json";
   {
     Trainer t(config({"parallel.pp=" + std::to_string(n), "log.trace_file=" + path.string()}), w);
     t.train_step();
