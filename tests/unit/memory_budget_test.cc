@@ -371,7 +371,7 @@ TEST(MemoryBudget, OnThisMachine) {
 // much over what was resident before, and a reset brings it back to what is resident now;
 // the parser reads VmHWM's kB from a status text.
 TEST(PeakResident, FollowsTouchedMemoryAndResets) {
-  const std::filesystem::path status = std::filesystem::temp_directory_path() / "etr_status_test";
+  const std::filesystem::path status = std::filesystem::temp_directory_path() / ("etr_status_test_" + std::to_string(::getpid()));
   std::ofstream(status) << "Name:\tx\nVmPeak:\t  999 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
   EXPECT_EQ(peak_resident_bytes(status.string()), 2048u * 1024);
   std::ofstream(status) << "Name:\tx\n";
