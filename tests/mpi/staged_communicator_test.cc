@@ -62,6 +62,15 @@ class DelayedCopier final : public StagedCopier {
     return enqueue(dst, src, bytes);
   }
   std::atomic<int> allocations{0}, downloads{0}, uploads{0};
+  // While held, no copy runs (so no operation completes): a test issues a batch of them
+  // all in flight at once, whatever the machine's timing.
+  void hold(bool on) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = on;
+    }
+    cv_.notify_all();
+  }
 
  private:
   struct Copy {
@@ -99,7 +108,7 @@ class DelayedCopier final : public StagedCopier {
       int delay_us;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return stop_ || (!held_ && !queue_.empty()); });
         if (queue_.empty()) return;
         c = queue_.front();
         queue_.pop_front();
@@ -114,7 +123,7 @@ class DelayedCopier final : public StagedCopier {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Copy> queue_;
-  bool stop_ = false;
+  bool stop_ = false, held_ = false;
   std::thread worker_;
 };
 
@@ -254,9 +263,11 @@ TEST(StagedCommunicator, ManyInFlightReuseStagingAndTimeInOrder) {
       bufs.emplace_back(sizes[k]);
       for (int64_t i = 0; i < sizes[k]; ++i) bufs[k][i] = static_cast<float>((r + 1) * (i % 97) + k);
     }
+    s.copier->hold(true);  // every op in flight at once, in both rounds
     for (size_t k = 0; k < sizes.size(); ++k) {
       works.push_back(s.comm->allreduce(TensorView::flat(bufs[k].data(), sizes[k], DType::kF32), ReduceOp::kSum));
     }
+    s.copier->hold(false);
     for (auto& w : works) w->wait(milliseconds(60000));
     const float ranks_sum = static_cast<float>(np * (np + 1) / 2);
     for (size_t k = 0; k < sizes.size(); ++k) {
