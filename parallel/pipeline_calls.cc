@@ -1,6 +1,35 @@
 #include "parallel/pipeline_calls.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace etr {
+
+Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first) {
+  std::vector<uint8_t> weights(static_cast<size_t>(m), 0), sent(static_cast<size_t>(m), first);
+  std::vector<uint8_t> dout(static_cast<size_t>(m), 0);
+  Needs now, most;
+  auto done = [&](size_t mb) {
+    if (!weights[mb] || !sent[mb]) return;
+    --now.slots;
+    if (!first) --now.inputs;
+  };
+  for (const PipeAction& a : list) {
+    if (a.chunk != chunk || a.micro_batch < 0) continue;
+    const size_t mb = static_cast<size_t>(a.micro_batch);
+    const bool reads_dout = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardInput;
+    if (reads_dout && dout[mb]) --now.douts;
+    if (a.op == PipeOp::kRecvActivation) ++now.inputs;
+    if (a.op == PipeOp::kForward) ++now.slots;
+    if (a.op == PipeOp::kRecvGrad) ++now.douts, dout[mb] = 1;
+    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) weights[mb] = 1, done(mb);
+    if (a.op == PipeOp::kSendGrad) sent[mb] = 1, done(mb);
+    most = {std::max(most.slots, now.slots), std::max(most.inputs, now.inputs),
+            std::max(most.douts, now.douts)};
+  }
+  return most;
+}
+
 
 void append_engine_calls(const PipeAction& a, int layers, bool final, std::vector<EngineCall>& out) {
   if (a.op == PipeOp::kForward) {

@@ -1,4 +1,5 @@
-// The engine calls of a pipeline chunk's step, in order (parallel/pipeline_executor.h), so
+// What a pipeline chunk's step list asks of the executor: the buffers it holds at most
+// (needs_of), and the engine calls of the step, in order (parallel/pipeline_executor.h), so
 // that a rank whose compute failed part-way through a step (out of memory: a ZeRO window,
 // a device buffer, anything) can make the calls it has not made yet without computing,
 // as EngineCallLog (parallel/engine_call_log.h) does for one stack: its dp peers meet it in
@@ -29,6 +30,15 @@ struct EngineCall {
   int layer = 0;       // kBeginBackward: none
   bool final = false;  // kBeginBackward: the argument
 };
+
+// What chunk `chunk` holds at most at once, in list order, as the executor takes and frees
+// it: activation slots (a forward to its weight gradients and, but on the model's first
+// virtual stage, its input gradient's send), received inputs (the receive's post to the
+// same), and received output gradients (the post to the backward, or B, that reads it).
+struct Needs {
+  int slots = 0, inputs = 0, douts = 0;
+};
+Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first);
 
 // Appends the calls compute action `a` makes on a chunk of `layers` layers.
 void append_engine_calls(const PipeAction& a, int layers, bool final, std::vector<EngineCall>& out);

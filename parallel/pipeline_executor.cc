@@ -15,39 +15,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// What chunk `chunk` holds at most at once, in list order, as the executor takes and
-// frees it: activation slots (a forward to its weight gradients and, but on virtual stage
-// 0, its input gradient's send), received inputs (the receive's post to the same), and
-// received output gradients (the post to the backward, or B, that reads it).
-struct Needs {
-  int slots = 0, inputs = 0, douts = 0;
-};
-
-Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first) {
-  std::vector<uint8_t> weights(static_cast<size_t>(m), 0), sent(static_cast<size_t>(m), first);
-  std::vector<uint8_t> dout(static_cast<size_t>(m), 0);
-  Needs now, most;
-  auto done = [&](size_t mb) {
-    if (!weights[mb] || !sent[mb]) return;
-    --now.slots;
-    if (!first) --now.inputs;
-  };
-  for (const PipeAction& a : list) {
-    if (a.chunk != chunk || a.micro_batch < 0) continue;
-    const size_t mb = static_cast<size_t>(a.micro_batch);
-    const bool reads_dout = a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardInput;
-    if (reads_dout && dout[mb]) --now.douts;
-    if (a.op == PipeOp::kRecvActivation) ++now.inputs;
-    if (a.op == PipeOp::kForward) ++now.slots;
-    if (a.op == PipeOp::kRecvGrad) ++now.douts, dout[mb] = 1;
-    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) weights[mb] = 1, done(mb);
-    if (a.op == PipeOp::kSendGrad) sent[mb] = 1, done(mb);
-    most = {std::max(most.slots, now.slots), std::max(most.inputs, now.inputs),
-            std::max(most.douts, now.douts)};
-  }
-  return most;
-}
-
 // Tags: transfers 0 .. 2 m (P v) - 1, then the ties from kTieTag: within 32767, the upper
 // bound of tags every MPI guarantees.
 // A trace scope (nothing without a tracer).

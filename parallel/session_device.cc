@@ -2,7 +2,8 @@
 // choice, its allocator and stream, the precision (runtime.precision) and the gradients'
 // backend on GPUs (comm.device_backend), a micro-batch's run (through CUDA graphs when
 // asked), the step's loss kept on the device and read once, and the end of a GPU run's
-// move of the model to the host (for the text sample).
+// move of the model to the host (for the text sample), and the engine each stack gets on
+// that device (make_engine).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <cstring>
 
 #include "parallel/train_session.h"
+#include "parallel/device_engine.h"
+#include "parallel/zero_engine.h"
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/kernels/device_ops.h"
@@ -265,6 +268,46 @@ void TrainSession::move_stack_to_host() {
   ctx.kernels = &kernels_for<float>(Device::cpu());
   stack.set_context(ctx);
   stack.bind(*host_state_);
+}
+
+DataParallelOptions data_parallel_options(const TrainConfig& c) {
+  DataParallelOptions o;
+  o.buckets.first_bucket_bytes = parse_bytes(c.parallel().first_bucket_size());
+  o.buckets.bucket_cap_bytes = parse_bytes(c.parallel().bucket_size());
+  o.buckets.overlap = c.parallel().overlap();
+  o.comm = CommOptions::from_config(c.comm());
+  o.adamw = AdamWOptions{c.optimizer().lr(), c.optimizer().beta1(), c.optimizer().beta2(),
+                         c.optimizer().eps(), c.optimizer().weight_decay()};
+  return o;
+}
+
+// ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
+// device path), the staged communicators and a pipeline's staged transfers on host memory.
+bool TrainSession::device_path_on_host() const {
+  const char* v = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
+  return device().is_cpu() && v && std::string_view(v) == "1";
+}
+
+std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {
+  const int stage = config_.parallel().zero_stage();
+  DataParallelOptions dp = data_parallel_options(config_);
+  dp.norm_begin = norm_begin;
+  const bool test_on_host = device_path_on_host();
+  const bool device_path = device().is_cuda() || test_on_host;
+  dp.nccl = device_path && nccl_;
+  if (device_path && stage == 0) {
+    return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp, grid_.get(), &tracer_);
+  }
+  if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
+  ZeroOptions o;
+  o.stage = stage;
+  o.dp = dp;
+  o.log = leader() ? &log_ : nullptr;
+  o.prefetch_bytes = parse_bytes(config_.parallel().zero_prefetch_size());
+  // A pipeline stage runs 2 m passes per step: its parameters are gathered once.
+  o.gather_once_per_step = grid_->pp_size() > 1;
+  o.staged = test_on_host;
+  return std::make_unique<ZeroEngine>(stack, *grid_, work_alloc(), std::move(o), &tracer_, device_.stream());
 }
 
 }  // namespace etr

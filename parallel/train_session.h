@@ -96,6 +96,9 @@ struct ModelSpec {
   std::function<void(const ParamLayout& layout, float* params)> init;
 };
 
+// The engines' options from a config: buckets and overlap (parallel.*), comm.*, AdamW.
+DataParallelOptions data_parallel_options(const TrainConfig& c);
+
 class TrainSession;
 
 // The global batch of the first plan: batch.global_batch, or batch.min_global_batch (at
