@@ -32,36 +32,11 @@ namespace {
 
 constexpr double kParamTol = 2e-5;
 
-struct State {
-  std::vector<float> param, m, v;
-  std::vector<double> losses;
-};
-
-State train(Trainer& t, int steps) {
-  State s;
-  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
-  s.param = t.gather_state(state::kParam);
-  s.m = t.gather_state(state::kAdamM);
-  s.v = t.gather_state(state::kAdamV);
-  return s;
-}
-
-bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = a.size() == b.size() ? 0 : INFINITY;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  return d;
-}
-
-void expect_bitwise(const State& want, const State& got, const std::string& what) {
-  EXPECT_TRUE(same(want.param, got.param)) << what << ": parameters, max diff " << max_diff(want.param, got.param);
-  EXPECT_TRUE(same(want.m, got.m)) << what << ": adam.m, max diff " << max_diff(want.m, got.m);
-  EXPECT_TRUE(same(want.v, got.v)) << what << ": adam.v, max diff " << max_diff(want.v, got.v);
-  EXPECT_EQ(want.losses, got.losses) << what << ": losses";
-}
+using testing_config::expect_bitwise;
+using testing_config::max_diff;
+using testing_config::same;
+using testing_config::State;
+using testing_config::train;
 
 // The device path's tied copy of wte on the last stage equals the owner's, bitwise.
 void expect_tied_copies_equal(Trainer& t, const std::vector<float>& whole, const std::string& what) {

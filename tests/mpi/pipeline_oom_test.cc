@@ -26,30 +26,11 @@
 namespace etr::train {
 namespace {
 
-struct State {
-  std::vector<float> param, m, v;
-  std::vector<double> losses;
-};
-
-State train(Trainer& t, int steps) {
-  State s;
-  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
-  s.param = t.gather_state(state::kParam);
-  s.m = t.gather_state(state::kAdamM);
-  s.v = t.gather_state(state::kAdamV);
-  return s;
-}
-
-bool same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-void expect_bitwise(const State& want, const State& got, const std::string& what) {
-  EXPECT_TRUE(same(want.param, got.param)) << what << ": parameters";
-  EXPECT_TRUE(same(want.m, got.m)) << what << ": adam.m";
-  EXPECT_TRUE(same(want.v, got.v)) << what << ": adam.v";
-  EXPECT_EQ(want.losses, got.losses) << what << ": losses";
-}
+using testing_config::expect_bitwise;
+using testing_config::max_diff;
+using testing_config::same;
+using testing_config::State;
+using testing_config::train;
 
 TrainConfig config(std::vector<std::string> o) { return testing_config::pipeline_config(o); }
 

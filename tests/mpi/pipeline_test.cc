@@ -42,25 +42,9 @@ constexpr double kLossTol = 1e-5;
 
 TrainConfig config(const std::vector<std::string>& extra) { return testing_config::pipeline_config(extra); }
 
-struct State {
-  std::vector<float> param, m, v;
-  std::vector<double> losses;
-};
-
-State train(Trainer& t, int steps) {
-  State s;
-  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
-  s.param = t.gather_state(state::kParam);
-  s.m = t.gather_state(state::kAdamM);
-  s.v = t.gather_state(state::kAdamV);
-  return s;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = a.size() == b.size() ? 0 : INFINITY;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  return d;
-}
+using testing_config::max_diff;
+using testing_config::State;
+using testing_config::train;
 
 void expect_close(const State& want, const State& got, const std::string& what) {
   EXPECT_LE(max_diff(want.param, got.param), kParamTol) << what << ": parameters";
