@@ -45,7 +45,9 @@ struct Row {
   double theory = 0;
   double list = 0;    // the schedule's own list simulated with equal F, B, W
   double costed = 0;  // the same list simulated with the measured mean F, B, W (and backward) times
+  ActionCosts costs;  // those means, seconds
   double recv_wait_ms = 0, send_wait_ms = 0;  // per step, mean over the stages
+  double post_ms = 0, engine_ms = 0;          // the same: posting transfers, engine calls
   double bubble = 0;  // measured: per step the mean over the stages; the median step
   double tokens_per_s = 0;
   std::vector<double> activation_bytes;  // per stage
@@ -80,7 +82,7 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
   std::vector<double> bubbles;  // per step, summed over the ranks below
   double compute = 0;
   // Sums over the timed steps: seconds and counts of F, fused backward, B, W; the waits.
-  double parts[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  double parts[12] = {};
   const auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) {
     r.loss = t.train_step().loss;
@@ -89,12 +91,13 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
     r.wall_ms += 1e3 * p.executor().last_step().wall_seconds / a.steps;
     r.norm_min_ms += 1e3 * p.norm_wait_seconds() / a.steps;
     const PipelineStepStats& s = p.executor().last_step();
-    const double step[10] = {s.forward_seconds, double(s.forwards), s.backward_seconds, double(s.backwards),
+    const double step[12] = {s.forward_seconds, double(s.forwards), s.backward_seconds, double(s.backwards),
                              s.input_grad_seconds, double(s.input_grads), s.weight_grad_seconds,
-                             double(s.weight_grads), s.recv_wait_seconds, s.send_wait_seconds};
-    for (int k = 0; k < 10; ++k) parts[k] += step[k];
+                             double(s.weight_grads), s.recv_wait_seconds, s.send_wait_seconds,
+                             s.transfer_seconds, s.engine_seconds};
+    for (int k = 0; k < 12; ++k) parts[k] += step[k];
   }
-  MPI_Allreduce(MPI_IN_PLACE, parts, 10, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, parts, 12, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   ActionCosts costs;  // the list at the measured means (a fused backward split in halves)
   costs.forward = parts[1] > 0 ? parts[0] / parts[1] : 1;
   if (parts[5] > 0) {
@@ -104,8 +107,11 @@ Row measure(BenchContext& ctx, const PipelineArgs& a, const std::string& schedul
     costs.backward_input = costs.backward_weight = parts[3] > 0 ? parts[2] / parts[3] / 2 : 1;
   }
   r.costed = simulate_schedule(p.executor().schedule(), costs).bubble_fraction;
+  r.costs = costs;
   r.recv_wait_ms = 1e3 * parts[8] / (a.steps * P);
   r.send_wait_ms = 1e3 * parts[9] / (a.steps * P);
+  r.post_ms = 1e3 * parts[10] / (a.steps * P);
+  r.engine_ms = 1e3 * parts[11] / (a.steps * P);
   r.norm_max_ms = r.norm_min_ms;
   MPI_Allreduce(MPI_IN_PLACE, &r.norm_min_ms, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &r.norm_max_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -152,10 +158,10 @@ std::string row_text(const Row& r) {
   }
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %7.1f%% %+7.1f %10.0f %8.1f %6.2f %6.2f %6.2f %6.2f   %-15s  %s\n",
+                "%12s %4d %9.1f%% %9.1f%% %+8.1f %7.1f%% %7.1f%% %+7.1f %10.0f %8.1f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f   %-15s  %s\n",
                 r.schedule.c_str(), r.m, 100 * r.bubble, 100 * r.theory, 100 * (r.bubble - r.theory),
                 100 * r.list, 100 * r.costed, 100 * (r.bubble - r.costed), r.tokens_per_s, r.wall_ms,
-                r.recv_wait_ms, r.send_wait_ms, r.norm_min_ms, r.norm_max_ms, ms.c_str(), act.c_str());
+                r.recv_wait_ms, r.send_wait_ms, r.post_ms, r.engine_ms, r.norm_min_ms, r.norm_max_ms, ms.c_str(), act.c_str());
   return buf;
 }
 
@@ -163,7 +169,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
   const int P = ctx.size();
   if (P < 2) throw ConfigError("etr-bench pipeline needs at least 2 ranks (one per stage)");
   const TrainConfig c = bench_config(a, P, "1f1b", P);
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "# etr-bench pipeline: GPT-2 n_layer=%d d_model=%d seq_len=%d, micro-batch %d, "
                 "pp %d (dp 1), 1 thread per rank\n# %s\n# %d warm-up + %d timed steps per row; "
@@ -173,7 +179,7 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 "simulated with the measured mean forward, B, W (fused backward) times, and excess = measured - "
                 "costed: what the transfers and the host cost beyond the lists at the real times; recv / send = "
                 "ms per step waiting for a received activation or gradient / for a send to free its buffer, "
-                "mean over stages; norm = the wait in the "
+                "mean over stages; post = ms per step posting sends and receives on the stage's thread; engine = ms per step in the engine's calls (gathers, gradient pages, reductions launched: inside compute); norm = the wait in the "
                 "gradient norm's sum over the stages per step, least and most waiting rank (the least: the "
                 "sum itself; the rest: the flush the bubble counts); activations = planned per stage\n",
                 c.model().n_layer(), c.model().d_model(), c.model().seq_len(), c.batch().micro_batch(),
@@ -197,13 +203,16 @@ void run(BenchContext& ctx, const PipelineArgs& a) {
                 ref_m, c.batch().micro_batch(), one_rank);
   ctx.print(buf);
   ctx.print("#   schedule    m   measured     theory   points     list   costed  excess   tokens/s  wall ms "
-            "  recv   send norm ms (min max)  compute ms/stage activations per stage\n");
+            "  recv   send   post engine norm ms (min max)  compute ms/stage activations per stage\n");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     ctx.print(row_text(r));
     out.push_back({{"schedule", r.schedule}, {"micro_batches", r.m}, {"bubble", r.bubble},
                    {"theory", r.theory}, {"list", r.list}, {"costed", r.costed},
+                   {"forward_ms", 1e3 * r.costs.forward}, {"input_grad_ms", 1e3 * r.costs.backward_input},
+                   {"weight_grad_ms", 1e3 * r.costs.backward_weight},
                    {"recv_wait_ms", r.recv_wait_ms}, {"send_wait_ms", r.send_wait_ms},
+                   {"post_ms", r.post_ms}, {"engine_ms", r.engine_ms},
                    {"tokens_per_s", r.tokens_per_s},
                    {"wall_ms", r.wall_ms}, {"compute_ms", r.compute_ms},
                    {"norm_wait_min_ms", r.norm_min_ms}, {"norm_wait_max_ms", r.norm_max_ms},

@@ -5,6 +5,16 @@
 
 namespace etr {
 
+std::string engine_call_name(const EngineCall& call) {
+  switch (call.kind) {
+    case EngineCallKind::kBeforeForward: return "before_forward layer " + std::to_string(call.layer);
+    case EngineCallKind::kBeginBackward: return "begin_backward";
+    case EngineCallKind::kBeforeBackward: return "before_backward layer " + std::to_string(call.layer);
+    case EngineCallKind::kAfterBackward: return "grads_final layer " + std::to_string(call.layer);
+  }
+  return "engine call";
+}
+
 Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first) {
   std::vector<uint8_t> weights(static_cast<size_t>(m), 0), sent(static_cast<size_t>(m), first);
   std::vector<uint8_t> dout(static_cast<size_t>(m), 0);

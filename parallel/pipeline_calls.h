@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "parallel/pipeline_schedule.h"
@@ -30,6 +31,9 @@ struct EngineCall {
   int layer = 0;       // kBeginBackward: none
   bool final = false;  // kBeginBackward: the argument
 };
+
+// "before_forward layer 3", "begin_backward": a trace span's name.
+std::string engine_call_name(const EngineCall& call);
 
 // What chunk `chunk` holds at most at once, in list order, as the executor takes and frees
 // it: activation slots (a forward to its weight gradients and, but on the model's first

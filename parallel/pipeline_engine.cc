@@ -24,6 +24,7 @@ PipelineEngine::PipelineEngine(LayerStack<float>& model, std::vector<std::unique
       alloc_(alloc),
       options_(std::move(options)),
       cut_(model, options_.bounds, grid.pp_size(), options_.schedule.kind == ScheduleKind::kZeroBubbleV) {
+  tracer_ = tracer;
   std::vector<PipelineChunk> run;
   for (int c = 0; c < cut_.virtual_stages(); ++c) {
     const int j = cut_.vstage(grid_.pp_rank(), c);
@@ -323,6 +324,7 @@ double PipelineEngine::grad_norm() {
     squares += n * n;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  Tracer::Scope span(tracer_, TraceTrack::kWait, "gradient norm over stages", "pipeline");  // with the flush
   MPI_Request r = MPI_REQUEST_NULL;  // with the collectives' timeout: a stuck stage is an error
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm(), &r));
   wait_with_timeout(r, "the gradient norm's sum over the pipeline stages");

@@ -132,6 +132,7 @@ class PipelineEngine final : public Engine {
   std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
   double norm_wait_seconds_ = 0;
+  Tracer* tracer_ = nullptr;
   std::string begin_failure_;
   double theory_ = 0;
 };

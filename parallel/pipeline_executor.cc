@@ -28,8 +28,9 @@ std::string what(const char* op, const PipeAction& a) {
 
 constexpr int kTieTag = 32767 - 255;
 
-void timed_wait(PipeRequest& r, double& seconds) {
+void timed_wait(PipeRequest& r, double& seconds, Tracer* tracer = nullptr, const char* name = nullptr) {
   if (r.done()) return;
+  auto span = scope_of(name ? tracer : nullptr, TraceTrack::kWait, name ? name : "", "pipeline");
   const auto t0 = Clock::now();
   r.wait();
   seconds += seconds_since(t0);
@@ -208,6 +209,8 @@ StackHooks PipelineExecutor::hooks_for(ChunkState& c, bool final) {
 
 void PipelineExecutor::make_call(ChunkState& c, const EngineCall& call) {
   Engine& e = *c.c.engine;
+  auto span = scope_of(tracer_, TraceTrack::kComm, tracer_ ? engine_call_name(call) : std::string(), "pipeline");
+  const auto t0 = Clock::now();
   switch (call.kind) {
     case EngineCallKind::kBeforeForward: e.before_forward(call.layer); break;
     case EngineCallKind::kBeginBackward: e.begin_backward(call.final); break;
@@ -219,6 +222,7 @@ void PipelineExecutor::make_call(ChunkState& c, const EngineCall& call) {
       e.layer_grads_final(call.layer);
       break;
   }
+  stats_.engine_seconds += seconds_since(t0);
   ++c.made;  // (a call that threw is not made: complete_calls makes it again)
 }
 
@@ -276,9 +280,14 @@ void PipelineExecutor::post_recv(const PipeAction& a, bool grad) {
   const int64_t numel = grad ? c.out_max : c.in_max;  // whole buffers: sizes agree on both sides
   float* p = static_cast<float*>((grad ? c.douts : c.inputs)[static_cast<size_t>(buf)].data());
   const int from_vstage = c.c.vstage + (grad ? 1 : -1);
+  auto span = scope_of(tracer_, TraceTrack::kComm,
+                       tracer_ ? what(grad ? "post receive gradient" : "post receive activation", a) : "",
+                       "pipeline");
+  const auto t0 = Clock::now();
   (grad ? c.recv_dout : c.recv_in)[mb] =
       link_->recv(p, numel, cut_.stage_of(from_vstage), tag(a.micro_batch, c.c.vstage, grad),
                   what(grad ? "gradient" : "activation", a));
+  stats_.transfer_seconds += seconds_since(t0);
 }
 
 void PipelineExecutor::send(const PipeAction& a, bool grad) {
@@ -288,9 +297,15 @@ void PipelineExecutor::send(const PipeAction& a, bool grad) {
   const float* p = grad ? static_cast<const float*>(c.dins[static_cast<size_t>(slot)].data())
                         : c.c.stack->output(slot);
   const int to_vstage = c.c.vstage + (grad ? -1 : 1);
-  (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
-      link_->send(p, numel, cut_.stage_of(to_vstage), tag(a.micro_batch, to_vstage, grad),
-                  what(grad ? "gradient" : "activation", a));
+  {
+    auto span = scope_of(tracer_, TraceTrack::kComm, tracer_ ? what(grad ? "send gradient" : "send activation", a) : "",
+                         "pipeline");
+    const auto t0 = Clock::now();
+    (grad ? c.grad_sent : c.act_sent)[static_cast<size_t>(slot)] =
+        link_->send(p, numel, cut_.stage_of(to_vstage), tag(a.micro_batch, to_vstage, grad),
+                    what(grad ? "gradient" : "activation", a));
+    stats_.transfer_seconds += seconds_since(t0);
+  }
   if (grad) {
     c.grad_posted[static_cast<size_t>(a.micro_batch)] = 1;
     release_if_done(c, a.micro_batch);
@@ -305,7 +320,9 @@ void PipelineExecutor::forward(const PipeAction& a, size_t index, std::span<cons
   const int slot = c.free_slots.back();
   c.free_slots.pop_back();
   c.slot_of[mb] = slot;
-  if (PipeRequestPtr& w = c.act_sent[static_cast<size_t>(slot)]) timed_wait(*w, stats_.send_wait_seconds);
+  if (PipeRequestPtr& w = c.act_sent[static_cast<size_t>(slot)]) {
+    timed_wait(*w, stats_.send_wait_seconds, tracer_, "wait send activation");
+  }
   const float* input = nullptr;
   if (!c.first) {
     auto wait = scope_of(tracer_, TraceTrack::kWait, what("wait activation", a), "pipeline");
@@ -348,7 +365,9 @@ void PipelineExecutor::backward(const PipeAction& a, size_t index, std::span<con
     dout = static_cast<const float*>(c.douts[static_cast<size_t>(c.dout_of[mb])].data());
   }
   if (!weights_only && !c.first) {
-    if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) timed_wait(*w, stats_.send_wait_seconds);
+    if (PipeRequestPtr& w = c.grad_sent[static_cast<size_t>(slot)]) {
+      timed_wait(*w, stats_.send_wait_seconds, tracer_, "wait send gradient");
+    }
     din = static_cast<float*>(c.dins[static_cast<size_t>(slot)].data());
     ops_.zero(din, static_cast<size_t>(c.in_max) * sizeof(float), stream_);
   }
@@ -433,8 +452,8 @@ void PipelineExecutor::run(std::span<const Batch> batches, std::span<const doubl
     }
   }
   for (auto& cp : chunks_) {
-    for (PipeRequestPtr& w : cp->act_sent) if (w) timed_wait(*w, stats_.send_wait_seconds);
-    for (PipeRequestPtr& w : cp->grad_sent) if (w) timed_wait(*w, stats_.send_wait_seconds);
+    for (PipeRequestPtr& w : cp->act_sent) if (w) timed_wait(*w, stats_.send_wait_seconds, tracer_, "wait sends");
+    for (PipeRequestPtr& w : cp->grad_sent) if (w) timed_wait(*w, stats_.send_wait_seconds, tracer_, "wait sends");
   }
   stats_.wall_seconds = seconds_since(t0);
 }

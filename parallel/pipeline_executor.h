@@ -82,6 +82,11 @@ struct PipelineStepStats {
   double forward_seconds = 0, backward_seconds = 0, input_grad_seconds = 0, weight_grad_seconds = 0;
   int forwards = 0, backwards = 0, input_grads = 0, weight_grads = 0;
   double recv_wait_seconds = 0, send_wait_seconds = 0;
+  // On the caller's thread: posting the transfers (MPI's Isend/Irecv; with a device, the
+  // staging's enqueue), and the engine's calls (parameter gathers, gradient windows'
+  // pages, reductions launched; made from inside forward and backward, so partly within
+  // compute_seconds).
+  double transfer_seconds = 0, engine_seconds = 0;
   double bubble() const { return wall_seconds > 0 ? 1 - compute_seconds / wall_seconds : 0; }
 };
 

@@ -245,7 +245,7 @@ TEST(Pipeline, TraceShowsEachStagesSchedule) {
   std::ifstream in(path);
   ASSERT_TRUE(in) << path;
   const nlohmann::json trace = nlohmann::json::parse(in);
-  std::vector<int> forwards(n), backwards(n), waits(n);
+  std::vector<int> forwards(n), backwards(n), waits(n), sends(n), receives(n), norms(n), calls(n);
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
     const int pid = e["pid"];
@@ -253,11 +253,22 @@ TEST(Pipeline, TraceShowsEachStagesSchedule) {
     forwards[pid] += name.rfind("forward mb ", 0) == 0;
     backwards[pid] += name.rfind("backward mb ", 0) == 0;
     waits[pid] += name.rfind("wait ", 0) == 0;
+    // The transfers' cost on the stage's thread, the engine's calls, the norm's wait.
+    sends[pid] += name.rfind("send activation mb ", 0) == 0 || name.rfind("send gradient mb ", 0) == 0;
+    receives[pid] += name.rfind("post receive ", 0) == 0;
+    norms[pid] += name == "gradient norm over stages";
+    calls[pid] += name == "begin_backward";
   }
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(forwards[r], 12) << "stage " << r << ": one forward per micro-batch";
     EXPECT_EQ(backwards[r], 12) << "stage " << r;
     EXPECT_GT(waits[r], 0) << "stage " << r << ": waits for its neighbours";
+    // An inner stage sends and receives both ways per micro-batch, an end stage one way.
+    const int ways = (r > 0) + (r < n - 1);
+    EXPECT_EQ(sends[r], 12 * ways) << "stage " << r;
+    EXPECT_EQ(receives[r], 12 * ways) << "stage " << r;
+    EXPECT_EQ(norms[r], 1) << "stage " << r;
+    EXPECT_EQ(calls[r], 12) << "stage " << r << ": begin_backward per backward";
   }
   fs::remove(path);
 }
