@@ -55,4 +55,22 @@ void append_engine_calls(const PipeAction& a, int layers, bool final, std::vecto
   }
 }
 
+Schedule list_at_costs(const ScheduleSpec& spec, const ActionCosts& costs) {
+  Schedule unit = build_schedule(spec);
+  Schedule costed = build_schedule(spec, costs);
+  if (costed.stages == unit.stages ||
+      simulate_schedule(costed, costs).makespan >= simulate_schedule(unit, costs).makespan) {
+    return unit;
+  }
+  for (int s = 0; s < spec.stages; ++s) {
+    for (int c = 0; c < spec.virtual_stages; ++c) {
+      const bool first = virtual_stage_of(spec, s, c) == 0;
+      const Needs a = needs_of(costed.stages[s], c, spec.micro_batches, first);
+      const Needs b = needs_of(unit.stages[s], c, spec.micro_batches, first);
+      if (a.slots > b.slots || a.inputs > b.inputs || a.douts > b.douts) return unit;
+    }
+  }
+  return costed;
+}
+
 }  // namespace etr

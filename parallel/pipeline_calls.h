@@ -44,6 +44,12 @@ struct Needs {
 };
 Needs needs_of(const std::vector<PipeAction>& list, int chunk, int m, bool first);
 
+// The lists to run when a chunk's F, B and W take `costs`: build_schedule(spec, costs)
+// where that simulates to a shorter step at those times than the unit-time list and needs
+// no more buffers on any stage and chunk (needs_of, so the memory planned for the unit
+// list holds); else the unit-time list. A pure function: every stage picks the same.
+Schedule list_at_costs(const ScheduleSpec& spec, const ActionCosts& costs);
+
 // Appends the calls compute action `a` makes on a chunk of `layers` layers.
 void append_engine_calls(const PipeAction& a, int layers, bool final, std::vector<EngineCall>& out);
 

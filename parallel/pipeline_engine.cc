@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "checkpoint/shard_plan.h"
+#include "parallel/pipeline_calls.h"
 #include "parallel/range_exchange.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
@@ -45,6 +46,15 @@ void PipelineEngine::plan(int micro_batches, int64_t B, int64_t T) {
   check_schedule_spec(spec);
   executor_->plan(build_schedule(spec), B, T);
   theory_ = simulate_schedule(executor_->schedule()).bubble_fraction;
+  plan_B_ = B, plan_T_ = T;
+  steps_planned_ = placements_ = 0;
+  std::fill(std::begin(timed_), std::end(timed_), 0.0);
+  adapt_pending_ = adapted_ = forced_ = false;
+}
+
+void PipelineEngine::adapt_list(const ActionCosts& costs) {
+  costs_ = costs;
+  adapt_pending_ = forced_ = true;
 }
 
 size_t PipelineEngine::planned_bytes(int micro_batches, int64_t B, int64_t T) const {
@@ -75,6 +85,15 @@ size_t PipelineEngine::predicted_checkpoint_staging() const {
 
 void PipelineEngine::run_step(std::span<const Batch> batches, std::span<const double> weights,
                               double* loss_sum) {
+  if (adapt_pending_) {
+    adapt_pending_ = false;
+    Schedule list = list_at_costs(executor_->schedule().spec, costs_);
+    if (list.stages != executor_->schedule().stages) {
+      executor_->plan(list, plan_B_, plan_T_);
+      adapted_ = list.stages != build_schedule(list.spec).stages;
+      ++placements_;
+    }
+  }
   executor_->run(batches, weights, loss_sum);
 }
 
@@ -318,18 +337,35 @@ void PipelineEngine::sync_ties() {
 }
 
 double PipelineEngine::grad_norm() {
-  double squares = 0;
+  // The squares, and this stage's F, B, W seconds and counts of the step (ZB-V's times).
+  const PipelineStepStats& t = executor_->last_step();
+  double sums[7] = {0, t.forward_seconds, double(t.forwards), t.input_grad_seconds, double(t.input_grads),
+                    t.weight_grad_seconds, double(t.weight_grads)};
   for (auto& e : engines_) {
     const double n = e->grad_norm();
-    squares += n * n;
+    sums[0] += n * n;
   }
   const auto t0 = std::chrono::steady_clock::now();
   Tracer::Scope span(tracer_, TraceTrack::kWait, "gradient norm over stages", "pipeline");  // with the flush
   MPI_Request r = MPI_REQUEST_NULL;  // with the collectives' timeout: a stuck stage is an error
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm(), &r));
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, sums, 7, MPI_DOUBLE, MPI_SUM, grid_.pp_group().comm(), &r));
   wait_with_timeout(r, "the gradient norm's sum over the pipeline stages");
   norm_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return std::sqrt(squares);
+  // Every stage sees the same sums, so all rebuild the same list at the same step. The
+  // second step's times: the first's carry first touches and warm-up. A step that met an
+  // out-of-memory error ran no compute (its counts fall short).
+  const ScheduleSpec& spec = executor_->schedule().spec;
+  const double actions = double(spec.stages) * spec.virtual_stages * spec.micro_batches;
+  if (spec.kind == ScheduleKind::kZeroBubbleV && !forced_ && ++steps_planned_ >= 2 && sums[2] == actions &&
+      sums[4] == actions && sums[6] == actions) {
+    for (int k = 0; k < 6; ++k) timed_[k] += sums[k + 1];
+    // Steps 2, 4, 8, 16, ... of the plan: the means over its steps from the second on.
+    if ((steps_planned_ & (steps_planned_ - 1)) == 0) {
+      costs_ = ActionCosts{timed_[0] / timed_[1], timed_[2] / timed_[3], timed_[4] / timed_[5], 0};
+      adapt_pending_ = true;
+    }
+  }
+  return std::sqrt(sums[0]);
 }
 
 

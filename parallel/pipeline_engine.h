@@ -76,6 +76,21 @@ class PipelineEngine final : public Engine {
   void run_step(std::span<const Batch> batches, std::span<const double> weights, double* loss_sum);
   // The time the last grad_norm() waited for the other stages (the clipping's stall).
   double norm_wait_seconds() const { return norm_wait_seconds_; }
+  // ZB-V's list is placed with unit F, B, W times at plan(); the real ones differ (B
+  // slower than W, the loss chunk slower than a block's), and a unit list then idles up
+  // to several times its bubble. So the F, B and W times of the plan's steps, summed over
+  // the stages with the norm's sum (no extra collective), place it again
+  // (list_at_costs: only when shorter at those times with no more buffers) after the
+  // plan's steps 2, 4, 8, 16, ... from their mean since step 2 (the first carries first
+  // touches), from the next run_step on. Every list adds each chunk's micro-batches in
+  // the same order, so the parameters do not depend on which runs. adapt_list: place it
+  // at given times and stop measuring (tests). measured_costs: the means last used (unit
+  // before any); list_adapted: the list running is not the unit one; placements: lists
+  // changed since plan().
+  void adapt_list(const ActionCosts& costs);
+  const ActionCosts& measured_costs() const { return costs_; }
+  bool list_adapted() const { return adapted_; }
+  int placements() const { return placements_; }
   // The out-of-memory error begin_step() met and got past ("" when none): the step is to
   // be discarded as after the executor's (PipelineExecutor::failure()).
   const std::string& begin_failure() const { return begin_failure_; }
@@ -133,6 +148,12 @@ class PipelineEngine final : public Engine {
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
   double norm_wait_seconds_ = 0;
   Tracer* tracer_ = nullptr;
+  int64_t plan_B_ = 0, plan_T_ = 0;  // the last plan()'s micro-batch shape
+  int steps_planned_ = 0;            // grad_norm() calls since plan()
+  ActionCosts costs_;
+  bool adapt_pending_ = false, adapted_ = false, forced_ = false;
+  double timed_[6] = {};  // since the plan's second step: F, B, W seconds and counts
+  int placements_ = 0;
   std::string begin_failure_;
   double theory_ = 0;
 };

@@ -395,12 +395,12 @@ void check_schedule_spec(const ScheduleSpec& spec) {
   }
 }
 
-Schedule build_schedule(const ScheduleSpec& spec) {
+Schedule build_schedule(const ScheduleSpec& spec, const ActionCosts& costs) {
   check_schedule_spec(spec);
   Schedule schedule{spec, std::vector<Actions>(spec.stages)};
   std::vector<Actions> zero_bubble;
   if (spec.kind == ScheduleKind::kZeroBubbleH1) zero_bubble = zero_bubble_h1_compute(spec);
-  if (spec.kind == ScheduleKind::kZeroBubbleV) zero_bubble = zero_bubble_v_compute(spec);
+  if (spec.kind == ScheduleKind::kZeroBubbleV) zero_bubble = zero_bubble_v_compute(spec, costs);
   for (int s = 0; s < spec.stages; ++s) {
     Actions compute;
     switch (spec.kind) {

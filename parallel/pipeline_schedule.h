@@ -90,6 +90,16 @@ std::string to_string(const PipeAction& action);
 // chunks would send to their own rank); zb-v with v != 2, P < 2 or m < 2P.
 void check_schedule_spec(const ScheduleSpec& spec);
 
+// Time of each kind of action, in any unit; a kBackward costs backward_input +
+// backward_weight. A send occupies its stage for `p2p` (0: free); a receive is a post and
+// takes no time.
+struct ActionCosts {
+  double forward = 1;
+  double backward_input = 1;
+  double backward_weight = 1;
+  double p2p = 0;
+};
+
 // The schedule of `spec` (check_schedule_spec first). Orders of stage s's compute actions
 // (parallel/pipeline_schedule.cc has the details):
 //   GPipe        all forwards, then all backwards, in micro-batch order.
@@ -98,12 +108,13 @@ void check_schedule_spec(const ScheduleSpec& spec);
 //   ZB-H1        1F1B's order with each backward split into B and W; each W placed where
 //                the stage would otherwise wait (for a gradient, or for a W to free room
 //                under the bound of P micro-batches held until their W: 1F1B's peak).
-//   ZB-V         two chunks in a V, split backwards, list-scheduled with unit times under
+//   ZB-V         two chunks in a V, split backwards, list-scheduled at `costs` under
 //                the bound of 2P chunk-micro-batches held (P whole ones: 1F1B's peak).
 // Each receive is posted right after the stage's previous compute action (first in the
 // list for the first), each send follows its compute action, and the list ends with one
-// kOptimizerStep{micro_batch -1, chunk 0}.
-Schedule build_schedule(const ScheduleSpec& spec);
+// kOptimizerStep{micro_batch -1, chunk 0}. `costs`: the times ZB-V's list is placed
+// with (a chunk's F, B, W; the others' orders do not depend on them).
+Schedule build_schedule(const ScheduleSpec& spec, const ActionCosts& costs = {});
 
 // Most micro-batches whose activations stage `stage` holds at once, over all its chunks,
 // counted in list order (kForward adds one; kBackward or kBackwardWeight releases it).
@@ -118,16 +129,6 @@ int max_in_flight(const Schedule& schedule, int stage);
 // between neighbouring virtual stages in the same order on both sides; and the lists
 // end with kOptimizerStep.
 void validate_schedule(const Schedule& schedule);
-
-// Time of each kind of action, in any unit; a kBackward costs backward_input +
-// backward_weight. A send occupies its stage for `p2p` (0: free); a receive is a post and
-// takes no time.
-struct ActionCosts {
-  double forward = 1;
-  double backward_input = 1;
-  double backward_weight = 1;
-  double p2p = 0;
-};
 
 struct SimulatedRun {
   double makespan = 0;       // first action to the last kOptimizerStep (of any stage)

@@ -11,7 +11,9 @@ namespace etr {
 
 // Stage by stage, the compute actions (F, B, W) in the order each stage runs them.
 std::vector<std::vector<PipeAction>> zero_bubble_h1_compute(const ScheduleSpec& spec);
-std::vector<std::vector<PipeAction>> zero_bubble_v_compute(const ScheduleSpec& spec);
+// ZB-V's list placed with the given times of a chunk's F, B and W (pipeline_schedule.h).
+std::vector<std::vector<PipeAction>> zero_bubble_v_compute(const ScheduleSpec& spec,
+                                                           const ActionCosts& costs = {});
 
 // 1F1B's compute order of stage `stage`, each backward `backward` (kBackward; kBackwardInput
 // for the order ZB-H1 starts from).

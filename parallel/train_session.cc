@@ -271,7 +271,15 @@ void TrainSession::run_pipeline(int64_t B, int64_t T) {
     b.tokens = in + at;
     b.targets = tg + at;
   }
+  const int placed = pipeline_->placements();
   pipeline_->run_step(batches, weights, scalars_);  // the loss on the device, read with the norm
+  if (pipeline_->placements() != placed && leader()) {
+    const ActionCosts& c = pipeline_->measured_costs();
+    char line[160];
+    std::snprintf(line, sizeof line, "pipeline: the zb-v list placed again at the measured times (F %.2f ms, B %.2f ms, "
+                  "W %.2f ms per chunk and micro-batch)", 1e3 * c.forward, 1e3 * c.backward_input, 1e3 * c.backward_weight);
+    log_.info(line);
+  }
   // Out of memory part-way: the rest of the step ran without compute (its transfers and
   // engine calls only); the step's sums carry the failure to every rank (train_step).
   if (step_oom_.empty()) step_oom_ = pipeline_->begin_failure();
