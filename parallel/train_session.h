@@ -43,6 +43,7 @@
 #include "parallel/memory_model.h"
 #include "parallel/share_balancer.h"
 #include "parallel/pipeline_engine.h"
+#include "parallel/step_agreement.h"
 #include "parallel/process_grid.h"
 #include "parallel/step_report.h"
 #include "parallel/token_staging.h"
@@ -263,6 +264,13 @@ class TrainSession {
   // Returns the seconds of forward and backward (for the shares).
   double run_micro_batches(int64_t B, int64_t T);
   void skip_or_stop(StepStats& st, bool loss_finite);
+  // The step's pieces (train_step.cc).
+  void check_step_start();
+  double step_learning_rate();
+  void inject_nonfinite_gradient();
+  StepAgreement local_agreement(double grad_norm, double compute_seconds);
+  void apply_optimizer(const StepStats& st);
+  void finish_step(StepStats& st, const StepAgreement& agreed, double compute_seconds, int64_t B);
   void after_step(const StepStats& s, int64_t start, RunSummary& sum);
   // Rank 0: a decision's logged line, also as TensorBoard text under `tag` at `step`
   // (the step its line names).
