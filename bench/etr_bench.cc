@@ -1,5 +1,5 @@
 // etr-bench: benchmarks that put etr beside a reference measured in the same run
-// (DESIGN.md, "Tests and benchmarks"). Run under mpirun, e.g.
+// (docs/design.md, "Tests and benchmarks"). Run under mpirun, e.g.
 //
 //   build/etr-mpirun -np 2 build/bench/etr-bench allreduce --max-bytes 64MiB
 //
@@ -30,6 +30,7 @@
 #include "runtime/log.h"
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
+#include "runtime/error_text.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   try {
     world = std::make_unique<etr::World>(&argc, &argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    etr::print_error("etr-bench", e.what());
     return 1;
   }
   const bool root = world->rank() == 0;
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
             (word ? "unknown subcommand '" + std::string(argv[1]) + "'" : "no subcommand given") +
             "; use one of " + names;
       }
-      std::fprintf(stderr, "etr-bench: error: %s (see etr-bench --help)\n", message.c_str());
+      etr::print_error("etr-bench", message + " (see etr-bench --help)");
     }
     return e.get_exit_code() ? e.get_exit_code() : 1;
   }
@@ -112,10 +113,10 @@ int main(int argc, char** argv) {
     }
   } catch (const etr::ConfigError& e) {
     // Option values: the same on every rank, so every rank fails here; one says so.
-    if (root) std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    if (root) etr::print_error("etr-bench", e.what());
     return 1;
   } catch (const etr::bench::AgreedError& e) {
-    if (root) std::fprintf(stderr, "etr-bench: error: %s\n", e.what());
+    if (root) etr::print_error("etr-bench", e.what());
     return 1;
   } catch (const std::exception& e) {
     // Possibly this rank alone: the others may be waiting in a collective, so end the job.

@@ -19,6 +19,7 @@
 #include "runtime/mpi_wait.h"
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
+#include "runtime/error_text.h"
 
 namespace etr {
 namespace {
@@ -124,11 +125,11 @@ int fail(const Error& e, World& world, ElasticReporter& elastic, const std::stri
   elastic.event("error rank=" + std::to_string(world.rank()) + " own=" + (own ? "1" : "0") +
                 (peer >= 0 ? " peer=" + std::to_string(peer) : "") + (nonfinite ? " final=1" : ""));
   if (nonfinite) {  // every rank ends normally, and one says why
-    if (world.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+    if (world.rank() == 0) print_error(name, e.what());
     return 1;
   }
-  if (world.size() > 1) world.abort(name + ": error: " + e.what(), 1);
-  std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+  if (world.size() > 1) world.abort(name + ": error: " + printable(e.what()), 1);
+  print_error(name, e.what());
   return 1;
 }
 
@@ -178,7 +179,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
     launch = ElasticLaunch::from_env();
     world = std::make_unique<World>(&argc, &argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", info.name.c_str(), e.what());
+    print_error(info.name, e.what());
     return 1;
   }
   ElasticReporter elastic(launch);
@@ -211,7 +212,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   } catch (const Error& e) {
     // A bad config fails alike on every rank before any communication: say it once.
     if (!configured) {
-      if (world->rank() == 0) std::fprintf(stderr, "%s: error: %s\n", info.name.c_str(), e.what());
+      if (world->rank() == 0) print_error(info.name, e.what());
       return 1;
     }
     return fail(e, *world, elastic, info.name);

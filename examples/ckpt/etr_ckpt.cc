@@ -23,6 +23,7 @@
 
 #include "examples/ckpt/ckpt_commands.h"
 #include "runtime/error.h"
+#include "runtime/error_text.h"
 
 namespace {
 
@@ -165,10 +166,10 @@ int main(int argc, char** argv) {
   try {
     return run ? run() : 2;
   } catch (const etr::Error& e) {
-    std::fprintf(stderr, "etr-ckpt: error: %s\n", e.what());
+    etr::print_error("etr-ckpt", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "etr-ckpt: internal error: %s\n", e.what());
+    etr::print_error("etr-ckpt", e.what(), "internal error");
     return 1;
   }
 }

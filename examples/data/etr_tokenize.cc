@@ -39,6 +39,7 @@
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
+#include "runtime/error_text.h"
 
 namespace {
 
@@ -334,7 +335,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "etr-tokenize: error: %s (see etr-tokenize --help)\n", e.what());
+    etr::print_error("etr-tokenize", std::string(e.what()) + " (see etr-tokenize --help)");
     return 2;
   }
 
@@ -345,10 +346,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "etr-tokenize: error: out of memory (%s) while converting %s; give a smaller "
                  "input or free memory.\n",
-                 e.what(), o.synthetic ? "the synthetic corpus" : ("'" + o.input + "'").c_str());
+                 e.what(), o.synthetic ? "the synthetic corpus" : ("'" + etr::printable(o.input) + "'").c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "etr-tokenize: error: %s\n", e.what());
+    etr::print_error("etr-tokenize", e.what());
     return 1;
   }
   return 0;

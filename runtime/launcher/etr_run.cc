@@ -23,6 +23,7 @@
 #include "runtime/launcher/elastic_driver.h"
 #include "runtime/launcher/launch_shim.h"
 #include "runtime/launcher/mpirun_flags.h"
+#include "runtime/error_text.h"
 
 namespace {
 
@@ -138,10 +139,10 @@ int main(int argc, char** argv) {
   try {
     return run(o, f);
   } catch (const etr::Error& e) {
-    std::fprintf(stderr, "etr-run: error: %s\n", e.what());
+    etr::print_error("etr-run", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "etr-run: internal error: %s\n", e.what());
+    etr::print_error("etr-run", e.what(), "internal error");
     return 2;
   }
 }

@@ -7,6 +7,7 @@
 #include "runtime/error.h"
 #include "runtime/launcher/host_names.h"
 #include "runtime/launcher/network.h"
+#include "runtime/error_text.h"
 
 namespace etr::launcher {
 namespace {
@@ -53,7 +54,7 @@ int run_mpirun_flags(const std::vector<std::string>& args) {
     for (const auto& w : mpirun_flags(args)) std::printf("%s\n", w.c_str());
     return 0;
   } catch (const Error& e) {
-    std::fprintf(stderr, "etr-mpirun: error: %s\n", e.what());
+    print_error("etr-mpirun", e.what());
     return 1;
   }
 }

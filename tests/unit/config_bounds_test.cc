@@ -68,6 +68,31 @@ TEST(ConfigBounds, CountsAreBounded) {
   EXPECT_NO_THROW(resolved({"log.sample_tokens=100000"}));
 }
 
+// The pipeline's settings are checked with parallel.pp at 1 too: a value wrong in every
+// layout is refused whether or not a pipeline runs.
+TEST(ConfigBounds, PipelineSettingsAreCheckedWithoutAPipeline) {
+  EXPECT_THAT(resolve_error({"parallel.pp_schedule=bogus"}),
+              HasSubstr("parallel.pp_schedule = \"bogus\" is not a pipeline schedule"));
+  EXPECT_THAT(resolve_error({"parallel.pp_partition=bogus"}),
+              HasSubstr("parallel.pp_partition = \"bogus\" is not params, measure, nor a list"));
+  EXPECT_THAT(resolve_error({"parallel.pp_partition=1,x"}), HasSubstr("is not params, measure"));
+  EXPECT_THAT(resolve_error({"parallel.pp_partition=0,6"}), HasSubstr("is not params, measure"));
+  EXPECT_THAT(resolve_error({"parallel.pp_virtual_stages=1000000"}),
+              HasSubstr("parallel.pp_virtual_stages = 1000000 is more than the model's"));
+  EXPECT_THAT(resolve_error({"parallel.pp_virtual_stages=2"}), HasSubstr("needs parallel.pp_schedule = interleaved"));
+  EXPECT_THAT(resolve_error({"parallel.pp_schedule=zb-v", "parallel.pp_virtual_stages=3"}),
+              HasSubstr("runs 2 chunks per stage"));
+  const TrainConfig c = resolved();
+  const int layers = c.model().n_layer() + 2;
+  EXPECT_THAT(resolve_error({"parallel.pp_partition=1," + std::to_string(layers)}),
+              HasSubstr("covers " + std::to_string(layers + 1) + " layers"));
+  for (std::string_view s : pipeline_schedule_names()) {
+    EXPECT_NO_THROW(resolved({"parallel.pp_schedule=" + std::string(s)})) << s;
+  }
+  EXPECT_NO_THROW(resolved({"parallel.pp_partition= 1, " + std::to_string(layers - 1)}));
+  EXPECT_NO_THROW(resolved({"parallel.pp_schedule=interleaved", "parallel.pp_virtual_stages=3"}));
+}
+
 // The estimate against the bytes GptModel takes from its allocator: the parameter and
 // gradient buffers at construction, the activations and scratch at plan(B, T).
 TEST(ConfigBounds, TrainingMemoryIsWhatTheModelAllocates) {

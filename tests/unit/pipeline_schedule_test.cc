@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "parallel/pipeline_calls.h"
+#include "runtime/config/train_config.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -129,6 +130,18 @@ TEST(PipelineSchedule, ParsesNamesAndListsTheChoices) {
     expect_refused<ConfigError>(
         [&] { parse_schedule_kind(bad); },
         {"'" + std::string(bad) + "'", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"});
+  }
+}
+
+// The config accepts exactly the names this parser knows (runtime/config checks them
+// whether or not a pipeline runs).
+TEST(PipelineSchedule, TheConfigsNamesAreTheParsersNames) {
+  for (std::string_view name : pipeline_schedule_names()) EXPECT_NO_THROW(parse_schedule_kind(name)) << name;
+  for (const ScheduleKind kind : kKinds) {
+    const std::string_view name = schedule_name(kind);
+    EXPECT_NE(std::find(pipeline_schedule_names().begin(), pipeline_schedule_names().end(), name),
+              pipeline_schedule_names().end())
+        << name;
   }
 }
 
