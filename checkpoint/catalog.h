@@ -1,5 +1,5 @@
 // The checkpoints in a directory: listing, finding the newest, retention, rollback
-// (DESIGN.md, "Checkpoints"). A directory of checkpoints ("a tier") holds step-NNNNNNNNN/
+// (docs/design.md, "Checkpoints"). A directory of checkpoints ("a tier") holds step-NNNNNNNNN/
 // directories; one with a manifest.pb is complete (whether it verifies is a separate
 // question: checkpoint/manifest.h), one without is a save that never finished. Anything
 // else in the directory (".step-...partial" saves in flight, "rolled-back-..." folders)

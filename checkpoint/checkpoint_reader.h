@@ -1,6 +1,6 @@
 // CheckpointReader: reads a checkpoint into any layout, reading only the byte ranges the
 // caller needs (pread), and find_resumable(), which picks the checkpoint a job resumes
-// from (DESIGN.md, "Checkpoints").
+// from (docs/design.md, "Checkpoints").
 //
 //   CheckpointReader r(dir);                     // reads and checks the manifest
 //   r.read_state("param", layout, params, 0, layout.numel());   // a replica: everything

@@ -1,5 +1,5 @@
 // CheckpointWriter: saves a job's state as a sharded checkpoint, synchronously or in the
-// background, into tiers with retention (DESIGN.md, "Checkpoints").
+// background, into tiers with retention (docs/design.md, "Checkpoints").
 //
 // A save, collective over the group (world N, rank r):
 //   1. rank 0 creates TIER/.step-NNNNNNNNN.partial/ (a stale one from a crash is removed)

@@ -1,5 +1,5 @@
 // Checksum: XXH3-64 (seed 0) of checkpoint data, one-shot or streamed, and its text form
-// (DESIGN.md, "Checkpoints": a checksum per file in the manifest, verified on load).
+// (docs/design.md, "Checkpoints": a checksum per file in the manifest, verified on load).
 //
 //   Checksum sum;                       // streaming: any split of the bytes gives
 //   sum.update(a, n); sum.update(b, m); // the same digest as one call on all of them

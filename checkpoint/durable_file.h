@@ -1,6 +1,6 @@
 // DurableFile: writes one file so that its path names either the previous file (or
 // nothing) or the complete new one, and the new one is on disk once commit() returns
-// (DESIGN.md, "Checkpoints": write, fsync, rename).
+// (docs/design.md, "Checkpoints": write, fsync, rename).
 //
 //   DurableFile f(dir / "shard-00003.bin");   // creates "<path>.tmp.<pid>"
 //   f.write(data, n);                          // any number of times

@@ -1,5 +1,5 @@
 // The safetensors file format (Hugging Face): etr exports and imports model weights in
-// it (DESIGN.md, "Programs": etr-ckpt export; docs/gpt2_weights.md for GPT-2's names).
+// it (docs/design.md, "Programs": etr-ckpt export; docs/gpt2_weights.md for GPT-2's names).
 //
 // Layout of a file:
 //   [8 bytes]  N, unsigned little-endian: the length of the header

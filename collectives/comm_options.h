@@ -1,5 +1,5 @@
-// CommOptions: every tunable of the collectives in one place (STYLE.md, 10): the `comm`
-// section of the config (runtime/config/etr_config.proto, CommConfig), each field
+// CommOptions: every tunable of the collectives in one place (CONTRIBUTING.md, style 10):
+// the `comm` section of the config (runtime/config/etr_config.proto, CommConfig), each field
 // overridable by an environment variable through the settings registry
 // (runtime/config/settings.h):
 //

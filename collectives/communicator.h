@@ -1,4 +1,4 @@
-// Communicator: the collectives over one process group (DESIGN.md, "Collectives").
+// Communicator: the collectives over one process group (docs/design.md, "Collectives").
 //
 // Every call returns a Work; calls run in issue order on every rank, so the same
 // program order everywhere gives the same collective order. Buffers are TensorViews of

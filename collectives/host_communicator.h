@@ -1,5 +1,5 @@
 // HostCommunicator: the collectives over host memory, driven through MPI point-to-point
-// by this communicator's own progress engine (DESIGN.md, "Collectives").
+// by this communicator's own progress engine (docs/design.md, "Collectives").
 //
 //   World world(&argc, &argv);
 //   HostCommunicator comm(world.group(), CommOptions::from_env());

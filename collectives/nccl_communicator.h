@@ -1,5 +1,5 @@
 // NcclCommunicator: the collectives over CUDA device memory, one GPU per rank, through
-// NCCL on a dedicated stream (DESIGN.md, "Collectives", device backend).
+// NCCL on a dedicated stream (docs/design.md, "Collectives", device backend).
 //
 //   World world(&argc, &argv);
 //   NcclCommunicator comm(world.group(), world.local_rank() % cuda_device_count());

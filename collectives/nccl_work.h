@@ -3,7 +3,7 @@
 //
 // Protocol: the communicator enqueues the NCCL call on its stream and records `done`
 // right behind it; the Work is complete when cudaEventQuery(done) says so. Each poll
-// (is_completed, wait, error) also acts as the watchdog of DESIGN.md, "Collectives":
+// (is_completed, wait, error) also acts as the watchdog of docs/design.md, "Collectives":
 //   - the communicator already aborted (by another Work)  -> this Work fails too;
 //   - ncclCommGetAsyncError reports an error              -> abort, fail with it;
 //   - running longer than CommOptions::timeout since it was enqueued

@@ -1,5 +1,5 @@
 // ProgressEngine: one thread per communicator that runs its operations in issue order
-// (DESIGN.md, "Collectives"), so the caller can keep computing while they run.
+// (docs/design.md, "Collectives"), so the caller can keep computing while they run.
 //
 // An operation is a Task. A collective's Task runs it to completion and returns an
 // empty Poll. A point-to-point Task only posts its messages and returns a Poll, which

@@ -1,4 +1,4 @@
-// Transport: how the collective algorithms move bytes (gloo's split, STYLE.md 1).
+// Transport: how the collective algorithms move bytes (gloo's split, CONTRIBUTING.md, style 1).
 // An algorithm posts non-blocking sends and receives and tests them; it never knows
 // whether MPI, shared memory or a socket carries the bytes.
 //

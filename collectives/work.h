@@ -1,4 +1,4 @@
-// Work: the handle every asynchronous operation returns (STYLE.md, 2).
+// Work: the handle every asynchronous operation returns (CONTRIBUTING.md, style 2).
 //
 //   WorkPtr w = comm.allreduce(grads, ReduceOp::kAvg);
 //   ... compute ...

@@ -1,9 +1,9 @@
-// The batch policy (DESIGN.md, "Adaptive batch sizing"): the one place that decides which
+// The batch policy (docs/design.md, "Adaptive batch sizing"): the one place that decides which
 // batch shapes are legal and how a step's global batch is split over the ranks. Today it
 // splits a configured global batch evenly (BatchPlan::balanced); the adaptive policy
 // (memory model, out-of-memory recovery, goodput, per-rank shares) lands here next.
 //
-// BatchPlan: which global samples each rank trains on in one optimizer step (DESIGN.md,
+// BatchPlan: which global samples each rank trains on in one optimizer step (docs/design.md,
 // "Execution of one optimizer step": B = sum over ranks of b_r * k_r).
 //
 // Rank r runs k_r micro-batches of b_r samples (b_r, k_r >= 1; they may differ between

@@ -1,5 +1,5 @@
 // BucketReducer: data-parallel gradient averaging in buckets, overlapped with backward
-// (DESIGN.md, "Core data layout" and "Execution of one optimizer step", step 2).
+// (docs/design.md, "Core data layout" and "Execution of one optimizer step", step 2).
 //
 // The flat gradient buffer [0, numel) is cut into buckets from its END backwards, since
 // backward finishes the layers in reverse order:

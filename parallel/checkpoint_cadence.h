@@ -1,4 +1,4 @@
-// CheckpointCadence: a training job's checkpoints (DESIGN.md, "Checkpoints"): what one
+// CheckpointCadence: a training job's checkpoints (docs/design.md, "Checkpoints"): what one
 // holds, when it is saved, and resuming from one. checkpoint/ does the writing, reading
 // and verifying; this decides when, with what metadata, and into which held ranges.
 //

@@ -1,7 +1,7 @@
 // DataParallelEngine: every rank holds all of the flat state (a replica) and gradients are
 // summed over the data-parallel ranks in buckets while backward runs (BucketReducer), then
 // every rank takes the same AdamW step on the same gradients, so the replicas stay equal
-// (DESIGN.md, "Execution of one optimizer step"; parallel/engine.h has the protocol).
+// (docs/design.md, "Execution of one optimizer step"; parallel/engine.h has the protocol).
 //
 // State (FlatState, all of the layout on every rank):
 //   param, grad, adam.m, adam.v   [layout.numel()] f32 each

@@ -1,4 +1,4 @@
-// DataSource: what the training loop needs from a data pipeline (DESIGN.md, "Layers and
+// DataSource: what the training loop needs from a data pipeline (docs/design.md, "Layers and
 // folders": examples/data implements it for token files and the synthetic corpus).
 //
 // Samples are addressed by a global index g (counted from the start of training over

@@ -1,4 +1,4 @@
-// ElasticSession: the job's side of etr-run (DESIGN.md, "Elasticity"; runtime/elastic.h
+// ElasticSession: the job's side of etr-run (docs/design.md, "Elasticity"; runtime/elastic.h
 // has the protocol). Rank 0 reports start-up, restore and progress to etr-run's run
 // directory and logs what a relaunch cost; when a resize is agreed on at a step boundary
 // (the request flag rides on the step's sums, so every rank sees it alike), the job saves

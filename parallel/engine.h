@@ -1,4 +1,4 @@
-// Engine: the step seam of the training engine (DESIGN.md, "The training engine"). The
+// Engine: the step seam of the training engine (docs/design.md, "The training engine"). The
 // training loop (parallel/train_session.h) calls an engine at named phases of every
 // optimizer step; engines differ in what each rank holds and communicates:
 //

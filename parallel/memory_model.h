@@ -1,5 +1,5 @@
 // MemoryModel: the peak bytes a rank's allocator holds during a training step, as a function
-// of its micro-batch b (DESIGN.md, "Adaptive batch sizing"; the batch policy's first part).
+// of its micro-batch b (docs/design.md, "Adaptive batch sizing"; the batch policy's first part).
 //
 // The peak is a sum of parts, each known before the step runs:
 //   - the engine's state at its ZeRO stage: parameters, gradients, AdamW moments (replicas or

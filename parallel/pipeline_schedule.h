@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md, "Execution of one optimizer step"): a schedule is,
+// Pipeline schedules as data (docs/design.md, "Execution of one optimizer step"): a schedule is,
 // for each of P pipeline stages (ranks of the pp group), the ordered list of actions that
 // stage performs in one optimizer step. The lists are built by pure functions of
 // (kind, P, m, v) and run by the executor (parallel/pipeline_executor.h); nothing in them

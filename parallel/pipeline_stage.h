@@ -1,4 +1,4 @@
-// Cutting a model into pipeline chunks (DESIGN.md, "The training engine": the stage seam).
+// Cutting a model into pipeline chunks (docs/design.md, "The training engine": the stage seam).
 //
 // A model of n layers is cut at boundaries b[0] = 0 < ... < b[P v] = n into P v
 // contiguous parts, the virtual stages j = c P + s (rank s of the pp group holds chunks

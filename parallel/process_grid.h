@@ -1,4 +1,4 @@
-// ProcessGrid: the dp x pp process grid of DESIGN.md ("Layers and folders", parallel/).
+// ProcessGrid: the dp x pp process grid of docs/design.md ("Layers and folders", parallel/).
 //
 // The world's N ranks form dp = N / pp replicas of a pp-stage pipeline. Rank r is
 //

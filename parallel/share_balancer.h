@@ -1,5 +1,5 @@
 // ShareBalancer: per-rank shares of the global batch in proportion to each rank's measured
-// speed (batch.shares = throughput; DESIGN.md "Adaptive batch sizing", unequal workers).
+// speed (batch.shares = throughput; docs/design.md "Adaptive batch sizing", unequal workers).
 //
 // Each step every data-parallel rank reports how many samples it trained and how long its
 // forward and backward passes took; the balancer smooths each rank's samples per second

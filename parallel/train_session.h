@@ -1,5 +1,5 @@
 // TrainSession: the training loop of etr, for any model built as a LayerStack, on one rank
-// or data-parallel over many (DESIGN.md, "Execution of one optimizer step").
+// or data-parallel over many (docs/design.md, "Execution of one optimizer step").
 //
 // One optimizer step:
 //   1. the batch policy (parallel/batch_policy.h) splits the global batch B over the
@@ -192,7 +192,7 @@ class TrainSession {
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
-  // Memory (session_memory.cc; DESIGN.md "Adaptive batch sizing"). The micro-batch is
+  // Memory (session_memory.cc; docs/design.md "Adaptive batch sizing"). The micro-batch is
   // batch.micro_batch, or with `auto` the largest whose planned peak fits the budget less
   // batch.memory_margin; either way lowered when the budget (runtime/memory_budget.h,
   // re-read at every step boundary) no longer holds it, and raised again up to it when

@@ -1,5 +1,5 @@
 // ZeroPlan: which elements of the flat state each of n data-parallel ranks owns under
-// ZeRO, and the gradient norm summed in one order whatever the stage (DESIGN.md, "Core
+// ZeRO, and the gradient norm summed in one order whatever the stage (docs/design.md, "Core
 // data layout": a ZeRO shard is a set of ranges of the flat buffers).
 //
 // The buckets are the gradient buckets of data parallelism cut for n ranks

@@ -1,4 +1,4 @@
-// Allocators with a byte budget (DESIGN.md, "Adaptive batch sizing").
+// Allocators with a byte budget (docs/design.md, "Adaptive batch sizing").
 //
 // Every allocator enforces a budget and throws OutOfMemory (requested, in use, peak,
 // budget) instead of letting the process die; on the CPU the budget is how tests reach

@@ -1,4 +1,4 @@
-// CHECK macros for the CUDA runtime, cuBLAS and NCCL (STYLE.md, "What we take", 3).
+// CHECK macros for the CUDA runtime, cuBLAS and NCCL (CONTRIBUTING.md, style 3).
 //
 //   CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream));
 //     throws etr::Error "cudaMemcpyAsync(...) failed: cudaErrorInvalidValue: invalid

@@ -1,4 +1,4 @@
-// The job's side of elastic training (DESIGN.md, "Elasticity"; docs/architecture.md,
+// The job's side of elastic training (docs/design.md, "Elasticity"; docs/architecture.md,
 // "Elasticity"). etr-run launches the job with mpirun and tells it, through environment
 // variables, why and how it was launched; the job tells etr-run what it did through two
 // files in the run directory. Any training program can use this; etr-train does.

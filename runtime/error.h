@@ -1,4 +1,4 @@
-// The typed error hierarchy of etr (STYLE.md, "What we take", 4).
+// The typed error hierarchy of etr (CONTRIBUTING.md, style 4).
 //
 // Library code throws; only main() decides to exit. Every message is a sentence
 // that says what is wrong and, where it can, what to do about it.

@@ -1,4 +1,4 @@
-// ExecContext: where and how layers compute (DESIGN.md, "The training engine": the stage
+// ExecContext: where and how layers compute (docs/design.md, "The training engine": the stage
 // seam). A LayerStack hands one to each of its layers; a layer reaches its kernels
 // through `kernels` (the device dispatch, runtime/kernels/dispatch.h), allocates nothing
 // itself, and records on `tracer` when one is set.

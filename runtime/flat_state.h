@@ -1,5 +1,5 @@
 // FlatState: the named flat buffers of one ParamLayout and the ranges of it this rank
-// holds (DESIGN.md, "The training engine": the state seam).
+// holds (docs/design.md, "The training engine": the state seam).
 //
 // Every state of a job ("param", "grad", "adam.m", "adam.v"; runtime/state_names.h) is a
 // flat buffer with the layout's offsets. A rank holds some ranges of the layout:

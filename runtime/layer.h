@@ -1,5 +1,5 @@
 // Layer: one stage of a model, computing forward and backward over the flat buffers
-// (DESIGN.md, "Core data layout" and "Execution of one optimizer step").
+// (docs/design.md, "Core data layout" and "Execution of one optimizer step").
 //
 // A model is an ordered stack of layers. Each layer
 //   - declares its parameter tensors into the model's ParamLayout (forward order), so its

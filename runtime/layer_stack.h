@@ -1,5 +1,5 @@
 // LayerStack: runs an ordered stack of layers, or a contiguous range of them (a pipeline
-// stage), over flat buffers (DESIGN.md, "The training engine": the stage seam).
+// stage), over flat buffers (docs/design.md, "The training engine": the stage seam).
 //
 //   LayerStack<float> stack(std::move(layers));       // declares the layout
 //   stack.share("wte.weight", /*owner=*/0, /*user=*/L + 1);   // tied parameters

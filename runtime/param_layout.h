@@ -1,4 +1,4 @@
-// ParamLayout: the layout table of a model's flat buffers (DESIGN.md, "Core data
+// ParamLayout: the layout table of a model's flat buffers (docs/design.md, "Core data
 // layout: flat buffers").
 //
 // A replica (or pipeline stage) keeps its parameters in ONE flat buffer laid out layer

@@ -1,4 +1,4 @@
-// The names of the flat state buffers of a training job (DESIGN.md, "The training
+// The names of the flat state buffers of a training job (docs/design.md, "The training
 // engine"): spelled here only. A checkpoint stores each by this name, FlatState holds
 // them under it, and etr-ckpt reads and exports them by it.
 #pragma once

@@ -1,5 +1,5 @@
 // TensorView: a typed, shaped window onto memory somewhere (host or a CUDA device).
-// It owns nothing; the flat buffers of DESIGN.md own the bytes, and views are ranges
+// It owns nothing; the flat buffers of docs/design.md own the bytes, and views are ranges
 // of them (`slice` on a flat view is how a bucket or a shard is addressed).
 #pragma once
 

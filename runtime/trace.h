@@ -1,6 +1,6 @@
 // Tracer: a timeline of one rank in the Chrome Trace Event Format, merged over the job
-// into one file with a process per rank (DESIGN.md, "Execution of one optimizer step",
-// step 4; STYLE.md, 12). The file opens in Perfetto (ui.perfetto.dev) and
+// into one file with a process per rank (docs/design.md, "Execution of one optimizer step",
+// step 4; CONTRIBUTING.md, style 12). The file opens in Perfetto (ui.perfetto.dev) and
 // chrome://tracing.
 //
 //   Tracer trace(origin);                          // enabled; origin after a barrier

@@ -1,6 +1,6 @@
 // Sampler: the training sample order, addressed by (global sample index, seed), so that
 // any rank of any world size computes the window of any sample in O(1) and a resumed job
-// continues exactly where the saved one stopped (DESIGN.md, "Elasticity": the data
+// continues exactly where the saved one stopped (docs/design.md, "Elasticity": the data
 // position is the same after any relaunch).
 //
 // Global sample index g counts samples from the start of training, over all ranks. With

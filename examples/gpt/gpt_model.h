@@ -1,4 +1,4 @@
-// GPT-2 as an ordered stack of layers (DESIGN.md, "The training engine": the stage seam).
+// GPT-2 as an ordered stack of layers (docs/design.md, "The training engine": the stage seam).
 //
 //   layer 0            EmbeddingLayer    wte, wpe
 //   layers 1..L        TransformerBlock  h.0 .. h.{L-1}

@@ -1,5 +1,5 @@
 // The settings registry: the one table of the settings an environment variable may set,
-// each with the config field it overrides (DESIGN.md, "Settings"; STYLE.md, 10).
+// each with the config field it overrides (docs/design.md, "Settings"; CONTRIBUTING.md, style 10).
 //
 //   ETR_COMM_TIMEOUT_S     comm.timeout_s        ETR_RING_DEPTH        comm.ring_depth
 //   ETR_ALLREDUCE_ALGO     comm.allreduce_algo   ETR_INLINE_BYTES      comm.inline_bytes

@@ -1,4 +1,4 @@
-// The device dispatch (DESIGN.md, "The training engine": the stage seam): a layer reaches
+// The device dispatch (docs/design.md, "The training engine": the stage seam): a layer reaches
 // its kernels through the KernelSet of its ExecContext, never through cpu:: or cuda::
 // directly, so the same layer runs on whichever device its stack was placed on.
 //

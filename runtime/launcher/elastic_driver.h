@@ -1,4 +1,4 @@
-// etr-run's loop (DESIGN.md, "Elasticity"): launch the job with mpirun on the slots it
+// etr-run's loop (docs/design.md, "Elasticity"): launch the job with mpirun on the slots it
 // has; when the job fails, relaunch it from its newest checkpoint on the healthy slots;
 // when discovery reports more (or fewer) slots, ask the job to resize and relaunch it at
 // the new size. runtime/elastic.h is the job's side of the protocol.

@@ -1,5 +1,5 @@
 // HostCommunicator::allreduce over the world group, at every world size ctest runs
-// (STYLE.md, 9): every op x dtype x element count x in-place/out-of-place, with each
+// (CONTRIBUTING.md, style 9): every op x dtype x element count x in-place/out-of-place, with each
 // algorithm forced in turn, and the ring's pipelining pushed to many small chunks.
 //
 // Every rank computes the reference from the input formula (collectives_test_util.h);
