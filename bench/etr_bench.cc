@@ -31,6 +31,7 @@
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
 #include "runtime/error_text.h"
+#include "runtime/env.h"
 
 namespace {
 
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
       setenv("ETR_LOG_LEVEL", log_level.c_str(), 1);  // for loggers made after this point
     }
     if (root) world->log().info(etr::env_settings_line());
+    if (root) world->log().info(etr::env_in_effect_line());
     etr::bench::BenchContext ctx(*world);
     for (auto& sub : subcommands) {
       if (sub.cli->parsed()) sub.run(ctx);

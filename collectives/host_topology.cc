@@ -6,6 +6,7 @@
 
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -14,7 +15,7 @@ constexpr const char* kRanksPerNodeVar = "ETR_TEST_RANKS_PER_NODE";
 
 // ETR_TEST_RANKS_PER_NODE, or 0 when unset.
 int test_ranks_per_node() {
-  const char* v = std::getenv(kRanksPerNodeVar);
+  const char* v = env_value(kRanksPerNodeVar);
   if (v == nullptr || *v == '\0') return 0;
   char* end = nullptr;
   const long k = std::strtol(v, &end, 10);

@@ -7,11 +7,12 @@
 #include <string_view>
 
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr {
 
 int64_t step_for_rank_from_env(const char* name, int rank) {
-  const char* v = std::getenv(name);
+  const char* v = env_value(name);
   if (!v || !*v) return -1;
   const std::string_view s(v);
   const size_t colon = s.find(':');
@@ -33,7 +34,7 @@ namespace {
 
 // ETR_TEST_FAIL_ALLOCATION=STEP:N[:RANK] into `f` (when it applies to `rank`).
 void allocation_fault_from_env(int rank, FaultInjection& f) {
-  const char* v = std::getenv("ETR_TEST_FAIL_ALLOCATION");
+  const char* v = env_value("ETR_TEST_FAIL_ALLOCATION");
   if (!v || !*v) return;
   const std::string s(v);
   long long step = 0, n = 0;

@@ -20,6 +20,7 @@
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
 #include "runtime/error_text.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -206,6 +207,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
     if (world->rank() == 0) {
       world->log().info("configuration:\n", format_config(config));
       world->log().info(env_settings_line());
+      world->log().info(env_in_effect_line());
     }
     if (cl.print_only) return 0;
     return train(config, *world, elastic, info, program, cl.plan_only);

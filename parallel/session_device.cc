@@ -18,6 +18,7 @@
 #include "runtime/kernels/device_ops.h"
 #include "runtime/mpi_check.h"
 #include "runtime/state_names.h"
+#include "runtime/env.h"
 
 namespace etr {
 
@@ -68,7 +69,7 @@ void TrainSession::read_device_budget(size_t cut) {
   // cuBLASLt workspace of the same size (runtime/kernels/cuda/bf16/cublaslt.h).
   const size_t outside = (size_t{32} << 20) * (mixed_ ? 2 : 1);
   size_t bytes = device_budget_;
-  const char* v = std::getenv("ETR_CUDA_MEMORY_BUDGET");
+  const char* v = env_value("ETR_CUDA_MEMORY_BUDGET");
   if (const auto set = budget_setting(v ? v : "", "ETR_CUDA_MEMORY_BUDGET")) {
     bytes = *set / static_cast<size_t>(sharing_);
   }
@@ -284,7 +285,7 @@ DataParallelOptions data_parallel_options(const TrainConfig& c) {
 // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
 // device path), the staged communicators and a pipeline's staged transfers on host memory.
 bool TrainSession::device_path_on_host() const {
-  const char* v = std::getenv("ETR_TEST_HOST_DEVICE_ENGINE");
+  const char* v = env_value("ETR_TEST_HOST_DEVICE_ENGINE");
   return device().is_cpu() && v && std::string_view(v) == "1";
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/mpi_check.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 // ETR_RUN_MEMORY_HALVINGS (set by etr-run after the kernel's OOM killer ended a rank):
 // how many times to halve the micro-batch. 0 when unset.
 int memory_halvings() {
-  const char* v = std::getenv("ETR_RUN_MEMORY_HALVINGS");
+  const char* v = env_value(EnvNames::kRunMemoryHalvings);
   if (!v || !*v) return 0;
   int n = 0;
   const std::string_view s(v);
@@ -38,10 +39,10 @@ int memory_halvings() {
 // would; it stays there. With ETR_TEST_BUDGET_CUT_MODE=boundary the cut comes before
 // that step's boundary check instead (at the end of step STEP - 1), which re-plans.
 void TrainSession::read_budget_cut() {
-  const char* v = std::getenv("ETR_TEST_BUDGET_CUT");
+  const char* v = env_value("ETR_TEST_BUDGET_CUT");
   if (!v || !*v) return;
   const std::string s(v);
-  const char* mode = std::getenv("ETR_TEST_BUDGET_CUT_MODE");
+  const char* mode = env_value("ETR_TEST_BUDGET_CUT_MODE");
   const std::string m = mode ? mode : "";
   if (!m.empty() && m != "inside" && m != "boundary") {
     throw ConfigError("ETR_TEST_BUDGET_CUT_MODE='" + m + "' is not inside or boundary");

@@ -9,6 +9,7 @@
 
 #include "parallel/train_session.h"
 #include "runtime/mpi_check.h"
+#include "runtime/env.h"
 
 namespace etr {
 
@@ -16,7 +17,7 @@ namespace etr {
 // (after each micro-batch's forward and backward it sleeps FACTOR - 1 times as long as
 // they took), as a worker on a slower or shared node would.
 void TrainSession::read_slow_rank() {
-  const char* v = std::getenv("ETR_SLOW_RANK");
+  const char* v = env_value("ETR_SLOW_RANK");
   if (!v || !*v) return;
   const std::string s(v);
   const size_t colon = s.find(':');

@@ -13,6 +13,7 @@
 #include "runtime/cuda_device_guard.h"
 #include "runtime/error.h"
 #include "runtime/memory_budget.h"
+#include "runtime/env.h"
 
 namespace etr {
 
@@ -41,7 +42,7 @@ CudaCachingAllocator::CudaCachingAllocator(int device, size_t budget) : device_(
                           "CUDA_VISIBLE_DEVICES");
   }
   if (budget == 0) {
-    const char* env = std::getenv("ETR_CUDA_MEMORY_BUDGET");
+    const char* env = env_value("ETR_CUDA_MEMORY_BUDGET");
     if (const auto set = budget_setting(env ? env : "", "ETR_CUDA_MEMORY_BUDGET")) {
       budget = *set;
     } else {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -27,7 +28,7 @@ extern "C" void on_resize_signal(int) {
 }
 
 const char* env(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = env_value(name);
   return v && *v ? v : nullptr;
 }
 
@@ -83,17 +84,17 @@ std::vector<std::pair<std::string, int>> parse_host_slots(const std::string& tex
 
 ElasticLaunch ElasticLaunch::from_env() {
   ElasticLaunch l;
-  const char* dir = env("ETR_RUN_DIR");
+  const char* dir = env(EnvNames::kRunDir);
   if (!dir) return l;
   l.active = true;
   l.run_dir = dir;
-  l.restart = static_cast<int>(env_int("ETR_RUN_RESTART", 0));
-  if (const char* r = env("ETR_RUN_REASON")) l.reason = r;
-  l.prev_world = static_cast<int>(env_int("ETR_RUN_PREV_NP", 0));
-  l.last_step = env_int("ETR_RUN_LAST_STEP", -1);
-  l.event_ms = env_int("ETR_RUN_EVENT_MS", 0);
-  if (const char* h = env("ETR_RUN_HOSTS")) l.hosts = parse_host_slots(h);
-  if (const char* c = env("ETR_RUN_CHECKPOINT_DIR")) l.checkpoint_dir = c;
+  l.restart = static_cast<int>(env_int(EnvNames::kRunRestart, 0));
+  if (const char* r = env(EnvNames::kRunReason)) l.reason = r;
+  l.prev_world = static_cast<int>(env_int(EnvNames::kRunPrevNp, 0));
+  l.last_step = env_int(EnvNames::kRunLastStep, -1);
+  l.event_ms = env_int(EnvNames::kRunEventMs, 0);
+  if (const char* h = env(EnvNames::kRunHosts)) l.hosts = parse_host_slots(h);
+  if (const char* c = env(EnvNames::kRunCheckpointDir)) l.checkpoint_dir = c;
   return l;
 }
 

@@ -11,6 +11,7 @@
 
 #include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr {
 
@@ -27,7 +28,7 @@ size_t host_available_memory() {
 
 HostAllocator::HostAllocator(size_t budget) {
   if (budget == 0) {
-    const char* env = std::getenv("ETR_HOST_MEMORY_BUDGET");
+    const char* env = env_value("ETR_HOST_MEMORY_BUDGET");
     budget = (env && *env) ? parse_bytes(env) : host_available_memory();
   }
   stats_.budget = budget;

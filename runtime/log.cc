@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr {
 
@@ -19,7 +20,7 @@ LogLevel parse_log_level(std::string_view name) {
 
 Logger::Logger(std::string prefix, FILE* sink)
     : prefix_(std::move(prefix)), sink_(sink), level_(LogLevel::kInfo) {
-  if (const char* env = std::getenv("ETR_LOG_LEVEL"); env && *env) level_ = parse_log_level(env);
+  if (const char* env = env_value("ETR_LOG_LEVEL"); env && *env) level_ = parse_log_level(env);
 }
 
 void Logger::write(LogLevel level, const std::string& message) {

@@ -15,6 +15,7 @@
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/host_allocator.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -293,7 +294,7 @@ namespace {
 MemoryBudget::Inputs machine_inputs(const std::string& config_value, int local_ranks) {
   MemoryBudget::Inputs in;
   in.config = config_value;
-  if (const char* env = std::getenv("ETR_HOST_MEMORY_BUDGET")) in.environment = env;
+  if (const char* env = env_value("ETR_HOST_MEMORY_BUDGET")) in.environment = env;
   in.cgroup = find_memory_cgroup();
   in.available = host_available_memory();
   in.local_ranks = local_ranks;

@@ -1,4 +1,5 @@
 #include "runtime/omp_env.h"
+#include "runtime/env.h"
 
 #include <cblas.h>
 #include <unistd.h>
@@ -17,11 +18,11 @@ const char* openblas_coretype_for(std::string_view corename, bool avx512, bool a
 
 void ensure_omp_spin_limit(char** argv) {
   bool changed = false;
-  if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY")) {
+  if (!env_value("GOMP_SPINCOUNT") && !env_value("OMP_WAIT_POLICY")) {
     setenv("GOMP_SPINCOUNT", "10000", 1);
     changed = true;
   }
-  if (!std::getenv("OPENBLAS_CORETYPE")) {
+  if (!env_value("OPENBLAS_CORETYPE")) {
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 registers.
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");

@@ -7,6 +7,7 @@
 #include "runtime/bytes.h"
 #include "runtime/config/config_fields.h"
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr {
 namespace {
@@ -102,7 +103,7 @@ std::vector<std::string> apply_env_settings(TrainConfig& config, std::string_vie
   std::vector<std::string> applied;
   for (const Entry& e : kEntries) {
     if (e.setting.path.substr(0, prefix.size()) != prefix) continue;
-    const char* v = std::getenv(std::string(e.setting.env).c_str());
+    const char* v = env_value(std::string(e.setting.env).c_str());
     if (!v || !*v) continue;
     const std::string sentence =
         std::string(e.setting.env) + "='" + v + "' is not " + std::string(e.setting.expect);
@@ -132,7 +133,7 @@ void validate_env_settings(const TrainConfig& config) {
 std::string env_settings_line() {
   std::string line;
   for (const EnvSetting& s : settings_list()) {
-    const char* v = std::getenv(std::string(s.env).c_str());
+    const char* v = env_value(std::string(s.env).c_str());
     if (!v || !*v) continue;
     line += (line.empty() ? "" : ", ") + std::string(s.env) + "=" + v + " (" + std::string(s.path) + ")";
   }

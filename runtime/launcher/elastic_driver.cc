@@ -25,6 +25,7 @@
 #include "runtime/launcher/launch_watch.h"
 #include "runtime/launcher/mpirun_output.h"
 #include "runtime/launcher/oom_watch.h"
+#include "runtime/env.h"
 
 namespace etr::launcher {
 namespace {
@@ -220,16 +221,16 @@ std::optional<std::vector<HostSlots>> Driver::wait_for_slots() {
 LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env) {
   LaunchResult r;
   std::map<std::string, std::string> vars = {  // runtime/elastic.h
-      {"ETR_RUN_DIR", run_dir_.string()},
-      {"ETR_RUN_RESTART", std::to_string(env.restart)},
-      {"ETR_RUN_REASON", env.reason},
-      {"ETR_RUN_PREV_NP", std::to_string(env.prev_np)},
-      {"ETR_RUN_LAST_STEP", std::to_string(env.last_step)},
-      {"ETR_RUN_EVENT_MS", std::to_string(env.event_ms)},
-      {"ETR_RUN_HOSTS", format_hosts(hosts)},
-      {"ETR_RUN_MEMORY_HALVINGS", std::to_string(env.memory_halvings)},
+      {EnvNames::kRunDir, run_dir_.string()},
+      {EnvNames::kRunRestart, std::to_string(env.restart)},
+      {EnvNames::kRunReason, env.reason},
+      {EnvNames::kRunPrevNp, std::to_string(env.prev_np)},
+      {EnvNames::kRunLastStep, std::to_string(env.last_step)},
+      {EnvNames::kRunEventMs, std::to_string(env.event_ms)},
+      {EnvNames::kRunHosts, format_hosts(hosts)},
+      {EnvNames::kRunMemoryHalvings, std::to_string(env.memory_halvings)},
   };
-  if (!o_.checkpoint_dir.empty()) vars["ETR_RUN_CHECKPOINT_DIR"] = o_.checkpoint_dir;
+  if (!o_.checkpoint_dir.empty()) vars[EnvNames::kRunCheckpointDir] = o_.checkpoint_dir;
   const JobEnvironment job_env = job_environment(std::move(vars));
   r.oom.before = read_oom_count();
   Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward, network_), job_env.vars));
@@ -321,7 +322,7 @@ void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assig
 
 void Driver::prepare_run_dir() {
   if (o_.run_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
+    const char* tmp = env_value("TMPDIR");
     std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/etr-run-XXXXXX";
     if (!mkdtemp(templ.data())) {
       throw IoError("cannot create a run directory in /tmp: " + std::string(std::strerror(errno)));

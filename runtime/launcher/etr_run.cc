@@ -24,6 +24,7 @@
 #include "runtime/launcher/launch_shim.h"
 #include "runtime/launcher/mpirun_flags.h"
 #include "runtime/error_text.h"
+#include "runtime/env.h"
 
 namespace {
 
@@ -111,6 +112,7 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   // The job inherits the environment: say which settings it carries (runtime/config/settings.h).
   // (On stdout: stderr carries etr-run's errors, one sentence each.)
   std::printf("etr-run: %s\n", etr::env_settings_line().c_str());
+  std::printf("etr-run: %s\n", etr::env_in_effect_line().c_str());
   std::fflush(stdout);
   return etr::launcher::run_elastic(o);
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 extern char** environ;
 
@@ -17,7 +18,7 @@ namespace etr::launcher {
 
 JobEnvironment job_environment(std::map<std::string, std::string> vars) {
   JobEnvironment env;
-  if (!std::getenv("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
+  if (!env_value("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
   for (const auto& [k, v] : vars) env.forward.push_back(k);
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);

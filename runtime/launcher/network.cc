@@ -20,6 +20,7 @@
 
 #include "runtime/error.h"
 #include "runtime/launcher/host_names.h"
+#include "runtime/env.h"
 
 namespace etr::launcher {
 namespace {
@@ -297,7 +298,7 @@ MpiNetwork choose_network(const std::vector<std::string>& hosts, const std::stri
   if (remote.empty()) return n;
   n.local = false;
   n.machines = static_cast<int>(remote.size()) + (includes_this ? 1 : 0);
-  const char* env = std::getenv(kIfaceEnv);
+  const char* env = env_value(kIfaceEnv);
   if (!iface_flag.empty()) {
     n.iface = iface_flag;
     n.origin = "--iface";

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "runtime/error.h"
+#include "runtime/env.h"
 
 namespace etr::launcher {
 namespace {
@@ -120,7 +121,7 @@ MpiNetwork launch_network(const RunOptions& o, const std::vector<HostSlots>& hos
 std::string program_problem(const std::string& program) {
   if (program.empty()) return "the job's program is an empty string";
   if (program.find('/') == std::string::npos) {
-    const char* path = std::getenv("PATH");
+    const char* path = env_value("PATH");
     std::string dirs = path ? path : "";
     for (size_t begin = 0;;) {
       const size_t colon = std::min(dirs.find(':', begin), dirs.size());

@@ -11,6 +11,7 @@
 
 #include "runtime/error.h"
 #include "runtime/kernels/cuda/bf16/flash_attention_tiles.cuh"
+#include "runtime/env.h"
 
 namespace etr::cuda {
 namespace {
@@ -21,7 +22,7 @@ using flash::nv;
 
 bool env_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("ETR_FLASH_ATTENTION");
+    const char* v = env_value("ETR_FLASH_ATTENTION");
     return v == nullptr || std::string(v) != "0";
   }();
   return on;
