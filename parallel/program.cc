@@ -21,6 +21,7 @@
 #include "runtime/world.h"
 #include "runtime/error_text.h"
 #include "runtime/env.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 namespace {
@@ -84,7 +85,7 @@ void print_memory_plan(TrainSession& session, World& world) {
       std::fputs(text.c_str(), stdout);
       std::fflush(stdout);
     }
-    MPI_Barrier(world.group().comm());
+    control::barrier(world.group().comm(), "the memory plan's printing (program)");
   }
 }
 

@@ -19,6 +19,7 @@
 #include "runtime/mpi_check.h"
 #include "runtime/state_names.h"
 #include "runtime/env.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -29,7 +30,7 @@ void TrainSession::setup_device(const Group& group) {
   int visible = rt.device() == "cpu" ? 0 : visible_cuda_devices();
   // Every rank alike: the fewest GPUs any rank sees decides (a job is on GPUs or not).
   int fewest = visible;
-  MPI_CHECK(MPI_Allreduce(&visible, &fewest, 1, MPI_INT, MPI_MIN, group.comm()));
+  control::allreduce(&fewest, 1, MPI_INT, MPI_MIN, group.comm(), "the GPUs every rank sees (session_device)");
   if (rt.device() == "cuda" && visible > 0 && fewest == 0) {
     throw ConfigError("runtime.device = cuda but another rank of this job sees no GPU; run every "
                       "rank where it sees one, or use runtime.device = cpu.");
@@ -109,7 +110,8 @@ bool TrainSession::choose_nccl() {
   if (!device().is_cuda()) return false;
   const std::string& backend = config_.comm().device_backend();
   int most_sharing = sharing_;
-  MPI_CHECK(MPI_Allreduce(&sharing_, &most_sharing, 1, MPI_INT, MPI_MAX, grid_->world_group().comm()));
+  control::allreduce(&most_sharing, 1, MPI_INT, MPI_MAX, grid_->world_group().comm(),
+                     "the ranks sharing a GPU (session_device)");
   if (backend == "nccl" && most_sharing > 1) {
     throw ConfigError("comm.device_backend = nccl needs a GPU of its own for every rank, but " +
                       std::to_string(most_sharing) +

@@ -12,6 +12,7 @@
 #include "runtime/cpu_affinity.h"
 #include "runtime/mpi_check.h"
 #include "runtime/env.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 namespace {
@@ -189,7 +190,8 @@ int64_t TrainSession::fit_pipeline_micro_batch(int64_t most, size_t budget, doub
 int64_t TrainSession::agree_micro_batch(int64_t mine) {
   int64_t lowest = mine;
   if (grid_->size() > 1) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm()));
+    control::allreduce(&lowest, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm(),
+                       "the micro-batch agreement (session_memory)");
   }
   if (lowest < 1) {
     const int64_t T = config_.model().seq_len();
@@ -226,7 +228,8 @@ void TrainSession::set_micro_batch(int64_t b) {
       static_cast<int64_t>(rank_batch().samples()), recompute_);
   const int64_t mine[2] = {b, std::max(most, b)};
   std::vector<int64_t> both(2 * static_cast<size_t>(grid_->dp_size()));
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, both.data(), 2, MPI_INT64_T, grid_->dp_group().comm()));
+  control::allgather(mine, 2, MPI_INT64_T, both.data(), grid_->dp_group().comm(),
+                     "the ranks' batch limits (session_memory)");
   std::vector<int64_t> all, memory;
   for (size_t r = 0; r < both.size(); r += 2) {
     all.push_back(both[r]);
@@ -277,7 +280,8 @@ void TrainSession::choose_zero_reduction() {
   auto* z = pipeline_ ? nullptr : dynamic_cast<ZeroEngine*>(engine_.get());
   if (!z || z->zero_stage() < 2 || device().is_cuda()) return;
   int each = zero_reduces_each(micro_batch_) ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &each, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm()));
+  control::allreduce(&each, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm(),
+                     "the ZeRO gradient mode agreement (session_memory)");
   for (int r = 0; r < grid_->dp_size(); ++r) {
     if (plan_->rank(r).accumulation != rank_batch().accumulation) each = 0;
   }

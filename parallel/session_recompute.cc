@@ -9,6 +9,7 @@
 
 #include "parallel/train_session.h"
 #include "runtime/mpi_check.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -22,7 +23,8 @@ void TrainSession::setup_recompute_trial() {
   // Every rank must gain a larger micro-batch, or none tries.
   int64_t gains = with > micro_batch_ ? 1 : 0;
   if (grid_->size() > 1) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &gains, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm()));
+    control::allreduce(&gains, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm(),
+                       "the recomputation trial's verdict (session_recompute)");
   }
   if (gains == 0) return;
   trial_.phase = 1;

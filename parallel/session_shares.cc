@@ -10,6 +10,7 @@
 #include "parallel/train_session.h"
 #include "runtime/mpi_check.h"
 #include "runtime/env.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -56,7 +57,8 @@ void TrainSession::balance_shares(double compute_seconds) {
   const int dp = grid_->dp_size();
   double mine[2] = {compute_seconds, static_cast<double>(rank_batch().samples())};
   std::vector<double> all(2 * static_cast<size_t>(dp));
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, grid_->dp_group().comm()));
+  control::allgather(mine, 2, MPI_DOUBLE, all.data(), grid_->dp_group().comm(),
+                     "the ranks' throughput for the shares (session_shares)");
   std::vector<uint64_t> samples(static_cast<size_t>(dp));
   std::vector<double> seconds(static_cast<size_t>(dp));
   for (size_t r = 0; r < samples.size(); ++r) {

@@ -20,6 +20,7 @@
 #include "runtime/kernels/cpu/threads.h"
 #include "runtime/mpi_check.h"
 #include "runtime/state_names.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 namespace {
@@ -162,8 +163,8 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
                   "); it balances the parameters they read instead");
       }
     }
-    MPI_CHECK(MPI_Bcast(got.data(), static_cast<int>(got.size()), MPI_DOUBLE, 0,
-                        grid_->world_group().comm()));
+    control::broadcast(got.data(), static_cast<int>(got.size()), MPI_DOUBLE, 0, grid_->world_group().comm(),
+                       "the pipeline's layer costs (train_session)");
     if (got.back() > 0) costs.assign(got.begin(), got.end() - 1);
   }
   PipelineOptions o;
@@ -191,8 +192,8 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
 void TrainSession::gather_stage_activation_bytes() {
   std::vector<double> planned(static_cast<size_t>(grid_->size()));
   const double mine = static_cast<double>(pipeline_->executor().planned_bytes());
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_DOUBLE, planned.data(), 1, MPI_DOUBLE,
-                          grid_->world_group().comm()));
+  control::allgather(&mine, 1, MPI_DOUBLE, planned.data(), grid_->world_group().comm(),
+                     "the stages' activation bytes (train_session)");
   planned.resize(static_cast<size_t>(grid_->pp_size()));  // replica 0's stages: ranks 0..P-1
   stage_activation_bytes_ = planned;
 }

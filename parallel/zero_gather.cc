@@ -10,6 +10,7 @@
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -212,7 +213,7 @@ void redistribute(const ZeroPlan& plan, const Group& group,
   const int n = group.size(), me = group.rank();
   std::vector<int64_t> ranges(2 * static_cast<size_t>(n));
   const int64_t mine[2] = {begin, end};
-  MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT64_T, ranges.data(), 2, MPI_INT64_T, group.comm()));
+  control::allgather(mine, 2, MPI_INT64_T, ranges.data(), group.comm(), "the ranges of a ZeRO gather (zero_gather)");
   std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
   std::vector<float> send;
   for (int q = 0; q < n; ++q) {

@@ -44,6 +44,7 @@ constexpr EnvVar kVars[] = {
     {"ETR_TEST_HOST_DEVICE_ENGINE", K::kTest, "1: the GPU's paths on host memory"},
     {"ETR_TEST_RANKS_PER_NODE", K::kTest, "K: blocks of K ranks count as one host"},
     {"ETR_SLOW_RANK", K::kTest, "R:F: rank R runs F times slower"},
+    {"ETR_TEST_STOP_AT", K::kTest, "WORD:R: rank R stops (SIGSTOP) at the control collective named WORD"},
     {"OPENBLAS_CORETYPE", K::kSystem, "OpenBLAS's kernels (set when it misdetects the CPU)"},
     {"GOMP_SPINCOUNT", K::kSystem, "libgomp's spinning before a thread sleeps"},
     {"OMP_WAIT_POLICY", K::kSystem, "OpenMP's waiting policy"},

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "runtime/mpi_check.h"
+#include <memory>
+#include "runtime/mpi_wait.h"
 
 namespace etr {
 
@@ -53,15 +55,32 @@ std::vector<int> Group::world_ranks() const {
   return world;
 }
 
+// Both with the collective timeout (runtime/mpi_wait.h): a stopped or dead peer is a
+// CommError naming the group, not a hang. MPI_Comm_idup writes the new handle when it
+// completes, so the handle lives on the heap and stays with a request that timed out.
 Group Group::dup(const std::string& name) const {
-  MPI_Comm comm;
-  MPI_CHECK(MPI_Comm_dup(comm_, &comm));
-  MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  return Group(comm, name);
+  auto comm = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Comm_idup(comm_, comm.get(), &r));
+  const std::string what = "duplicating the communicator of " + name_ + " for " + name;
+  try {
+    wait_with_timeout(r, what.c_str());
+  } catch (...) {
+    (void)comm.release();
+    throw;
+  }
+  MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
+  return Group(*comm, name);
 }
 
+// MPI has no nonblocking split: every rank first meets in a barrier with the timeout, so
+// a rank that never comes is found there.
 std::optional<Group> Group::split(std::optional<int> color, int key,
                                   const std::string& name) const {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibarrier(comm_, &r));
+  const std::string what = "splitting the communicator of " + name_ + " for " + name;
+  wait_with_timeout(r, what.c_str());
   MPI_Comm comm;
   MPI_CHECK(MPI_Comm_split(comm_, color ? *color : MPI_UNDEFINED, key, &comm));
   if (comm == MPI_COMM_NULL) return std::nullopt;

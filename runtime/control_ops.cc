@@ -1,0 +1,95 @@
+#include "runtime/control_ops.h"
+
+#include <signal.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "runtime/env.h"
+#include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
+
+namespace etr::control {
+namespace {
+
+size_t bytes_of(int count, MPI_Datatype type) {
+  int size = 0;
+  MPI_CHECK(MPI_Type_size(type, &size));
+  return static_cast<size_t>(count) * static_cast<size_t>(size);
+}
+
+// ETR_TEST_STOP_AT=WORD:RANK: this rank stops itself at the first site naming WORD.
+void stop_here_if_asked(const char* site, MPI_Comm comm) {
+  static bool done = false;
+  const char* v = env_value("ETR_TEST_STOP_AT");
+  if (done || !v || !*v) return;
+  const std::string spec(v);
+  const size_t colon = spec.rfind(':');
+  if (colon == std::string::npos) return;
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  (void)comm;
+  if (std::string(site).find(spec.substr(0, colon)) == std::string::npos) return;
+  if (std::to_string(world) != spec.substr(colon + 1)) return;
+  done = true;
+  raise(SIGSTOP);
+}
+
+// Waits for `request` over `buffer`; on a timeout the buffer stays with the request.
+void finish(MPI_Request& request, std::unique_ptr<char[]>& buffer, const char* site) {
+  try {
+    wait_with_timeout(request, site);
+  } catch (...) {
+    (void)buffer.release();  // MPI may still write into it (see the header)
+    throw;
+  }
+}
+
+}  // namespace
+
+void allreduce(void* inout, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* site) {
+  stop_here_if_asked(site, comm);
+  const size_t n = bytes_of(count, type);
+  auto buffer = std::make_unique<char[]>(n + 1);
+  std::memcpy(buffer.get(), inout, n);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer.get(), count, type, op, comm, &r));
+  finish(r, buffer, site);
+  std::memcpy(inout, buffer.get(), n);
+}
+
+void allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm, const char* site) {
+  stop_here_if_asked(site, comm);
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  const size_t n = bytes_of(count, type);
+  auto buffer = std::make_unique<char[]>(n * (static_cast<size_t>(size) + 1) + 1);
+  char* in = buffer.get() + n * static_cast<size_t>(size);
+  std::memcpy(in, mine, n);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(in, count, type, buffer.get(), count, type, comm, &r));
+  finish(r, buffer, site);
+  std::memcpy(all, buffer.get(), n * static_cast<size_t>(size));
+}
+
+void broadcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const char* site) {
+  stop_here_if_asked(site, comm);
+  const size_t n = bytes_of(count, type);
+  auto buffer = std::make_unique<char[]>(n + 1);
+  std::memcpy(buffer.get(), data, n);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibcast(buffer.get(), count, type, root, comm, &r));
+  finish(r, buffer, site);
+  std::memcpy(data, buffer.get(), n);
+}
+
+void barrier(MPI_Comm comm, const char* site) {
+  stop_here_if_asked(site, comm);
+  std::unique_ptr<char[]> none;
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Ibarrier(comm, &r));
+  finish(r, none, site);
+}
+
+}  // namespace etr::control
