@@ -33,7 +33,7 @@ namespace {
 constexpr double kCalibrateSeconds = 5e-3;  // a calibration batch lasts at least this
 constexpr double kRepSeconds = 20e-3;       // a timed repetition lasts at least this
 constexpr int kStreamReps = 5;
-constexpr size_t kCacheBytes = size_t{32} << 20;  // L3 (MPI_NOTES.md); %ceil from here on
+constexpr size_t kCacheBytes = size_t{32} << 20;  // L3 (docs/machine_notes.md); %ceil from here on
 
 // ---------------------------------------------------------------------------------------
 // Measurement

@@ -29,7 +29,7 @@ namespace {
 
 using etr::cpu::set_num_threads;
 
-// The small GPT of the benchmark (MPI_NOTES.md measured PyTorch on it).
+// The small GPT of the benchmark (docs/machine_notes.md measured PyTorch on it).
 constexpr int64_t B = 8, T = 128, C = 256, NH = 4, V = 256, Vp = 256;
 constexpr int64_t N = B * T;
 

@@ -4,7 +4,7 @@
 #   bench/run_allreduce.sh BUILD_DIR [etr-bench allreduce options]
 #   bench/run_allreduce.sh build --max-bytes 64MiB --json out/allreduce.json
 #
-# BUILD_DIR/etr-mpirun carries the mpirun flags these machines need (MPI_NOTES.md).
+# BUILD_DIR/etr-mpirun carries the mpirun flags these machines need (docs/machine_notes.md).
 #
 # Binding: --bind-to core (Open MPI's default at np 2, written out so that it stays so).
 # Measured with etr-bench allreduce, f32 sum, np 2, alternating runs on an otherwise idle

@@ -42,7 +42,7 @@ struct TrainArgs {
 
 // The stated benchmark model: the "small" preset (4 layers, 4 heads, d_model 256,
 // seq 128, vocab 256, 3.26 M parameters), micro-batch 8, AdamW, synthetic data — the
-// configuration MPI_NOTES.md measured PyTorch on.
+// configuration docs/machine_notes.md measured PyTorch on.
 TrainConfig bench_config(const TrainArgs& a) {
   TrainConfig c = bench_train_config(R"(model { preset: "small" }
                                         batch { global_batch: 8 micro_batch: 8 })",

@@ -16,7 +16,7 @@ namespace etr {
 
 // Scratch owned by one communicator and reused by every operation (only one runs at a
 // time). Buffers grow on demand and are touched once when they grow, so first-touch
-// page faults stay out of the steady state (MPI_NOTES.md).
+// page faults stay out of the steady state (docs/machine_notes.md).
 struct RingScratch {
   HostAllocator alloc;
   Buffer slots;   // depth x chunk bytes: received pieces before they are reduced

@@ -2,7 +2,7 @@
 //
 // Alignment is 64 bytes (a cache line; every SIMD width); allocations of 2 MiB and more
 // are aligned to 2 MiB and advised for transparent huge pages, which makes first touch
-// several times faster on these VMs (MPI_NOTES.md). Thread-safe.
+// several times faster on these VMs (docs/machine_notes.md). Thread-safe.
 //
 // Caching: a freed allocation of 2 MiB or more is kept (stats().reserved, not in_use)
 // and handed out again for a request of the same size, so buffers given back at the end

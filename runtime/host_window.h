@@ -16,7 +16,7 @@
 //
 // Pages are 2 MiB transparent huge pages when the kernel offers them (madvise) and the
 // window spans at least 4 of them: first touch of 4 KiB pages runs at about 2.4 GB/s on
-// these VMs against 14 GB/s with huge pages (MPI_NOTES.md), and a window is touched
+// these VMs against 14 GB/s with huge pages (docs/machine_notes.md), and a window is touched
 // afresh every step; a smaller window keeps 4 KiB pages, so that the memory held follows
 // the ranges held closely.
 #pragma once

@@ -2,7 +2,7 @@
 // etr-run --mpirun-flags, mpirun_flags.h) by etr-mpirun.
 //
 //   every host is this machine -> shared memory between the ranks (btl self,vader), and
-//       Open MPI's own TCP (its out-of-band channel) on loopback only (MPI_NOTES.md);
+//       Open MPI's own TCP (its out-of-band channel) on loopback only (docs/machine_notes.md);
 //   hosts on other machines   -> shared memory within a host, TCP between hosts
 //       (btl self,vader,tcp, two TCP connections per peer pair: a ring's two directions
 //       then do not share one), on one network: --iface (etr-run), else ETR_MPI_IFACE,
