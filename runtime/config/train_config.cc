@@ -265,7 +265,8 @@ void validate_pipeline(const TrainConfig& config) {
                      "interleaved-1f1b), zb-h1 or zb-v.");
   const int64_t layers = static_cast<int64_t>(config.model().n_layer()) + 2;
   const int v = p.pp_virtual_stages();
-  require(v <= layers, "parallel.pp_virtual_stages = " + text(v) + " is more than the model's " + text(layers) +
+  require(v <= layers, "parallel.pp_virtual_stages = " + text(v) + " asks for more virtual stages (model chunks "
+                           "per rank) than the model's " + text(layers) +
                            " layers (the embedding, model.n_layer blocks, the head); each chunk holds a layer "
                            "at least.");
   const bool interleaved = s == "interleaved" || s == "interleaved-1f1b";

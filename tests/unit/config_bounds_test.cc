@@ -78,7 +78,7 @@ TEST(ConfigBounds, PipelineSettingsAreCheckedWithoutAPipeline) {
   EXPECT_THAT(resolve_error({"parallel.pp_partition=1,x"}), HasSubstr("is not params, measure"));
   EXPECT_THAT(resolve_error({"parallel.pp_partition=0,6"}), HasSubstr("is not params, measure"));
   EXPECT_THAT(resolve_error({"parallel.pp_virtual_stages=1000000"}),
-              HasSubstr("parallel.pp_virtual_stages = 1000000 is more than the model's"));
+              HasSubstr("parallel.pp_virtual_stages = 1000000 asks for more virtual stages"));
   EXPECT_THAT(resolve_error({"parallel.pp_virtual_stages=2"}), HasSubstr("needs parallel.pp_schedule = interleaved"));
   EXPECT_THAT(resolve_error({"parallel.pp_schedule=zb-v", "parallel.pp_virtual_stages=3"}),
               HasSubstr("runs 2 chunks per stage"));
