@@ -213,7 +213,7 @@ void TrainSession::setup_parallel() {
     }
   }
   if (!config_.log().trace_file().empty()) {
-    MPI_CHECK(MPI_Barrier(grid_->world_group().comm()));  // line the ranks' clocks up
+    control::barrier(grid_->world_group().comm(), "the trace's start (train_session)");  // clocks lined up
     tracer_.enable(Clock::now());
     with_stack([this](auto& stack) {
       auto ctx = stack.context();

@@ -92,4 +92,48 @@ void barrier(MPI_Comm comm, const char* site) {
   finish(r, none, site);
 }
 
+std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_Comm comm, const char* site) {
+  int rank = 0, size = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<int> lengths(static_cast<size_t>(size), 0);
+  const int length = static_cast<int>(mine.size());
+  allgather(&length, 1, MPI_INT, lengths.data(), comm, site);
+  std::vector<int> displs(static_cast<size_t>(size), 0);
+  size_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += static_cast<size_t>(lengths[static_cast<size_t>(r)]);
+  }
+  stop_here_if_asked(site, comm);
+  // One block: this rank's bytes, then (on the root) everyone's.
+  auto buffer = std::make_unique<char[]>(mine.size() + (rank == root ? total : 0) + 1);
+  std::memcpy(buffer.get(), mine.data(), mine.size());
+  char* all = buffer.get() + mine.size();
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Igatherv(buffer.get(), length, MPI_CHAR, all, lengths.data(), displs.data(), MPI_CHAR, root, comm,
+                         &r));
+  try {
+    wait_with_timeout(r, site);
+  } catch (...) {
+    (void)buffer.release();
+    new std::vector<int>(std::move(lengths));  // the counts stay with the request too
+    new std::vector<int>(std::move(displs));
+    throw;
+  }
+  std::vector<std::string> out;
+  if (rank != root) return out;
+  for (int q = 0; q < size; ++q) {
+    out.emplace_back(all + displs[static_cast<size_t>(q)], static_cast<size_t>(lengths[static_cast<size_t>(q)]));
+  }
+  return out;
+}
+
+MPI_Comm split(MPI_Comm comm, int color, int key, const char* site) {
+  barrier(comm, site);
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm, color, key, &out));
+  return out;
+}
+
 }  // namespace etr::control

@@ -19,11 +19,19 @@
 
 #include <mpi.h>
 
+#include <string>
+#include <vector>
+
 namespace etr::control {
 
 void allreduce(void* inout, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* site);
 void allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm, const char* site);
 void broadcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const char* site);
 void barrier(MPI_Comm comm, const char* site);
+// Every rank's `mine` (any length) on `root`, in rank order (empty elsewhere).
+std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_Comm comm, const char* site);
+// MPI_Comm_split after a barrier with the timeout (MPI has no nonblocking split): a rank
+// that never comes is found in the barrier.
+MPI_Comm split(MPI_Comm comm, int color, int key, const char* site);
 
 }  // namespace etr::control

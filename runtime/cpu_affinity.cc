@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/mpi_check.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 namespace {
@@ -51,11 +52,9 @@ uint64_t machine_id() {
 MPI_Comm node_communicator(const Group& group) {
   const uint64_t mine = machine_id();
   std::vector<uint64_t> all(static_cast<size_t>(group.size()));
-  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, group.comm()));
+  control::allgather(&mine, 1, MPI_UINT64_T, all.data(), group.comm(), "the ranks' machines (cpu_affinity)");
   const int color = static_cast<int>(std::find(all.begin(), all.end(), mine) - all.begin());
-  MPI_Comm local = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(group.comm(), color, group.rank(), &local));
-  return local;
+  return control::split(group.comm(), color, group.rank(), "the ranks of this machine (cpu_affinity)");
 }
 
 }  // namespace
@@ -112,7 +111,7 @@ CpuList spare_node_cpus(const Group& group) {
   CPU_ZERO(&mine);
   for (int c : this_thread_cpus()) CPU_SET(c, &mine);
   std::vector<cpu_set_t> all(static_cast<size_t>(local_size));
-  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, local));
+  control::allgather(&mine, sizeof mine, MPI_BYTE, all.data(), local, "the ranks' CPUs (cpu_affinity)");
   MPI_CHECK(MPI_Comm_free(&local));
   cpu_set_t used;
   CPU_ZERO(&used);

@@ -5,6 +5,7 @@
 #include "runtime/mpi_check.h"
 #include <memory>
 #include "runtime/mpi_wait.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -77,12 +78,8 @@ Group Group::dup(const std::string& name) const {
 // a rank that never comes is found there.
 std::optional<Group> Group::split(std::optional<int> color, int key,
                                   const std::string& name) const {
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Ibarrier(comm_, &r));
   const std::string what = "splitting the communicator of " + name_ + " for " + name;
-  wait_with_timeout(r, what.c_str());
-  MPI_Comm comm;
-  MPI_CHECK(MPI_Comm_split(comm_, color ? *color : MPI_UNDEFINED, key, &comm));
+  MPI_Comm comm = control::split(comm_, color ? *color : MPI_UNDEFINED, key, what.c_str());
   if (comm == MPI_COMM_NULL) return std::nullopt;
   MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   return Group(comm, name);

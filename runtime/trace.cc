@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/mpi_check.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 namespace {
@@ -77,30 +78,18 @@ std::string Tracer::events_json(int pid, const std::string& process_name) const 
 }
 
 void Tracer::write_merged(const Group& group, const std::string& path) const {
-  const int rank = group.rank(), size = group.size();
+  const int rank = group.rank();
   const std::string mine = enabled_ ? events_json(rank, "rank " + std::to_string(rank)) : "";
-  const int length = static_cast<int>(mine.size());
-  std::vector<int> lengths(rank == 0 ? size : 0), displs(rank == 0 ? size : 0);
-  MPI_CHECK(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, group.comm()));
-  std::string all;
-  if (rank == 0) {
-    long long total = 0;
-    for (int r = 0; r < size; ++r) {
-      displs[r] = static_cast<int>(total);
-      total += lengths[r];
-    }
-    all.resize(static_cast<size_t>(total));
-  }
-  MPI_CHECK(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
-                        MPI_CHAR, 0, group.comm()));
+  const std::vector<std::string> each =
+      control::gather_strings(mine, 0, group.comm(), "the trace's merge (trace)");
   if (rank != 0 || !enabled_) return;
   std::ofstream out(path, std::ios::out | std::ios::trunc | std::ios::binary);
   out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   bool first = true;
-  for (int r = 0; r < size; ++r) {
-    if (lengths[r] == 0) continue;
+  for (const std::string& events : each) {
+    if (events.empty()) continue;
     if (!first) out << ",\n";
-    out.write(all.data() + displs[r], lengths[r]);
+    out << events;
     first = false;
   }
   out << "\n]}\n";

@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/control_ops.h"
 
 namespace etr {
 
@@ -65,7 +66,7 @@ World::~World() {
   }
 }
 
-void World::barrier() const { MPI_CHECK(MPI_Barrier(world_->comm())); }
+void World::barrier() const { control::barrier(world_->comm(), "a barrier of the world (World::barrier)"); }
 
 void World::abort(const std::string& message, int code) const {
   log_->error(message);

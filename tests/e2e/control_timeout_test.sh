@@ -56,6 +56,9 @@ stops_at "activation bytes" "the stages' activation bytes (train_session)" --set
 stops_at "throughput for the shares" "the ranks' throughput for the shares (session_shares)" \
   --set batch.shares=throughput
 stops_at "memory plan" "the memory plan's printing (program)" --plan
+stops_at "ranks' machines" "the ranks' machines (cpu_affinity)"
+stops_at "trace's start" "the trace's start (train_session)" --trace "$work/start.json"
+stops_at "trace's merge" "the trace's merge (trace)" --trace "$work/merge.json"
 
 [ "$failures" -eq 0 ] || { echo "$failures of $n sites failed"; exit 1; }
 echo "all $n sites ended within ${limit_s} s"
