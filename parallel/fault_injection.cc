@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/env.h"
 
@@ -48,6 +49,48 @@ void allocation_fault_from_env(int rank, FaultInjection& f) {
   f.fail_allocation_event = static_cast<uint64_t>(n);
 }
 
+// ETR_TEST_BUDGET_CUT=STEP:BYTES[:RANK] (and its mode) into `f`.
+void budget_cut_from_env(int rank, FaultInjection& f) {
+  const char* v = env_value("ETR_TEST_BUDGET_CUT");
+  if (!v || !*v) return;
+  const std::string s(v);
+  const char* mode = env_value("ETR_TEST_BUDGET_CUT_MODE");
+  const std::string m = mode ? mode : "";
+  if (!m.empty() && m != "inside" && m != "boundary") {
+    throw ConfigError("ETR_TEST_BUDGET_CUT_MODE='" + m + "' is not inside or boundary");
+  }
+  const size_t a = s.find(':');
+  const size_t b = a == std::string::npos ? a : s.find(':', a + 1);
+  try {
+    if (a == std::string::npos) throw ConfigError("no BYTES");
+    const int64_t step = std::stoll(s.substr(0, a));
+    const size_t bytes = parse_bytes(s.substr(a + 1, b == std::string::npos ? b : b - a - 1));
+    const int at_rank = b == std::string::npos ? rank : std::stoi(s.substr(b + 1));
+    if (step < 1) throw ConfigError("STEP < 1");
+    if (at_rank == rank) f.budget_cut = {step, bytes, m == "boundary"};
+  } catch (const std::exception&) {
+    throw ConfigError("ETR_TEST_BUDGET_CUT='" + s + "' is not STEP:BYTES[:RANK] (e.g. 3:200MiB:1)");
+  }
+}
+
+// ETR_SLOW_RANK=RANK:FACTOR into `f`.
+void slow_rank_from_env(int rank, FaultInjection& f) {
+  const char* v = env_value("ETR_SLOW_RANK");
+  if (!v || !*v) return;
+  const std::string s(v);
+  const size_t colon = s.find(':');
+  try {
+    if (colon == std::string::npos) throw ConfigError("no FACTOR");
+    size_t used = 0;
+    const int at_rank = std::stoi(s.substr(0, colon), &used);
+    const double factor = std::stod(s.substr(colon + 1));
+    if (used != colon || !(factor >= 1) || factor > 100) throw ConfigError("bad");
+    if (at_rank == rank) f.slow_factor = factor;
+  } catch (const std::exception&) {
+    throw ConfigError("ETR_SLOW_RANK='" + s + "' is not RANK:FACTOR with a factor in [1, 100] (e.g. 1:2)");
+  }
+}
+
 }  // namespace
 
 FaultInjection FaultInjection::from_env(int rank) {
@@ -56,6 +99,10 @@ FaultInjection FaultInjection::from_env(int rank) {
   f.nonfinite_at_step = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", rank);
   f.oom_in_backward_at_step = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", rank);
   allocation_fault_from_env(rank, f);
+  budget_cut_from_env(rank, f);
+  slow_rank_from_env(rank, f);
+  const char* host = env_value("ETR_TEST_HOST_DEVICE_ENGINE");
+  f.host_device_engine = host && std::string_view(host) == "1";
   return f;
 }
 

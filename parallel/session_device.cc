@@ -287,8 +287,7 @@ DataParallelOptions data_parallel_options(const TrainConfig& c) {
 // ETR_TEST_HOST_DEVICE_ENGINE=1 (tests): the GPU's engines (DeviceEngine, ZeroEngine's
 // device path), the staged communicators and a pipeline's staged transfers on host memory.
 bool TrainSession::device_path_on_host() const {
-  const char* v = env_value("ETR_TEST_HOST_DEVICE_ENGINE");
-  return device().is_cpu() && v && std::string_view(v) == "1";
+  return device().is_cpu() && faults_.host_device_engine;
 }
 
 std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int64_t norm_begin) {

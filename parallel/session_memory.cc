@@ -34,44 +34,16 @@ int memory_halvings() {
 
 }  // namespace
 
-// ETR_TEST_BUDGET_CUT=STEP:BYTES[:RANK] (tests and demonstrations): inside step STEP
-// (1-based, as the progress line counts), after the step boundary's check, the budget of
-// rank RANK (every rank without it) drops to BYTES, as a cgroup cut between two checks
-// would; it stays there. With ETR_TEST_BUDGET_CUT_MODE=boundary the cut comes before
-// that step's boundary check instead (at the end of step STEP - 1), which re-plans.
-void TrainSession::read_budget_cut() {
-  const char* v = env_value("ETR_TEST_BUDGET_CUT");
-  if (!v || !*v) return;
-  const std::string s(v);
-  const char* mode = env_value("ETR_TEST_BUDGET_CUT_MODE");
-  const std::string m = mode ? mode : "";
-  if (!m.empty() && m != "inside" && m != "boundary") {
-    throw ConfigError("ETR_TEST_BUDGET_CUT_MODE='" + m + "' is not inside or boundary");
-  }
-  const size_t a = s.find(':');
-  const size_t b = a == std::string::npos ? a : s.find(':', a + 1);
-  try {
-    if (a == std::string::npos) throw ConfigError("no BYTES");
-    const int64_t step = std::stoll(s.substr(0, a));
-    const size_t bytes = parse_bytes(s.substr(a + 1, b == std::string::npos ? b : b - a - 1));
-    const int rank = b == std::string::npos ? grid_->rank() : std::stoi(s.substr(b + 1));
-    if (step < 1) throw ConfigError("STEP < 1");
-    if (rank == grid_->rank()) budget_cut_ = {step, bytes, m == "boundary"};
-  } catch (const std::exception&) {
-    throw ConfigError("ETR_TEST_BUDGET_CUT='" + s + "' is not STEP:BYTES[:RANK] (e.g. 3:200MiB:1)");
-  }
-}
-
 size_t TrainSession::read_budget() {
   const MemoryBudget::Reading r = budget_->read(alloc_.stats().reserved);
   size_t bytes = r.bytes;
   // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
-  const int64_t now = static_cast<int64_t>(position_.step) + (budget_cut_.boundary ? 2 : 1);
-  const bool cut = budget_cut_.step > 0 && now >= budget_cut_.step;
+  const int64_t now = static_cast<int64_t>(position_.step) + (faults_.budget_cut.boundary ? 2 : 1);
+  const bool cut = faults_.budget_cut.step > 0 && now >= faults_.budget_cut.step;
   // On a GPU the test's cut is the device's (the model's memory is there).
-  if (device().is_cuda()) read_device_budget(cut ? budget_cut_.bytes : SIZE_MAX);
+  if (device().is_cuda()) read_device_budget(cut ? faults_.budget_cut.bytes : SIZE_MAX);
   if (cut && !device().is_cuda()) {
-    bytes = std::min(bytes, budget_cut_.bytes);
+    bytes = std::min(bytes, faults_.budget_cut.bytes);
   }
   if (bytes != alloc_.stats().budget) {
     // A change of more than 5 % since the last one logged (a cgroup's share moves a little
@@ -338,8 +310,8 @@ int64_t TrainSession::micro_batch_cap() const {
 
 void TrainSession::acquire_activations() {
   if (pipeline_) return;  // a pipeline keeps its plan between steps
-  if (budget_cut_.step > 0 && !budget_cut_.boundary &&
-      static_cast<int64_t>(position_.step) + 1 == budget_cut_.step) {
+  if (faults_.budget_cut.step > 0 && !faults_.budget_cut.boundary &&
+      static_cast<int64_t>(position_.step) + 1 == faults_.budget_cut.step) {
     read_budget();  // the test's cut, after the step boundary's check
   }
   const int64_t T = config_.model().seq_len();

@@ -14,34 +14,13 @@
 
 namespace etr {
 
-// ETR_SLOW_RANK=RANK:FACTOR (benchmarks and tests): rank RANK runs FACTOR times slower
-// (after each micro-batch's forward and backward it sleeps FACTOR - 1 times as long as
-// they took), as a worker on a slower or shared node would.
-void TrainSession::read_slow_rank() {
-  const char* v = env_value("ETR_SLOW_RANK");
-  if (!v || !*v) return;
-  const std::string s(v);
-  const size_t colon = s.find(':');
-  try {
-    if (colon == std::string::npos) throw ConfigError("no FACTOR");
-    size_t used = 0;
-    const int rank = std::stoi(s.substr(0, colon), &used);
-    const double factor = std::stod(s.substr(colon + 1));
-    if (used != colon || !(factor >= 1) || factor > 100) throw ConfigError("bad");
-    if (rank == grid_->rank()) slow_factor_ = factor;
-  } catch (const std::exception&) {
-    throw ConfigError("ETR_SLOW_RANK='" + s + "' is not RANK:FACTOR with a factor in [1, 100] (e.g. 1:2)");
-  }
-}
-
 void TrainSession::slow_down(double seconds) const {
-  if (slow_factor_ > 1) {
-    std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor_ - 1) * seconds));
+  if (faults_.slow_factor > 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((faults_.slow_factor - 1) * seconds));
   }
 }
 
 void TrainSession::setup_shares() {
-  read_slow_rank();
   if (config_.batch().shares() != "throughput" || grid_->dp_size() < 2) return;
   if (pipeline_ || config_.parallel().zero_stage() == 3) {
     throw ConfigError("batch.shares = throughput does not combine with parallel.pp > 1 or "

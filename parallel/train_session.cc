@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "parallel/device_engine.h"
 #include "parallel/pipeline_setup.h"
@@ -55,6 +56,10 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
       grid_((check_pipeline_layout(config, group.size()),
              std::make_unique<ProcessGrid>(group, config.parallel().pp()))),
       program_(program) {
+  // The tests' hooks (parallel/fault_injection.h) before anything is built; a budget
+  // cut acts from the first step on, not while the session is set up.
+  faults_ = FaultInjection::from_env(grid_->rank());
+  const FaultInjection::BudgetCut cut = std::exchange(faults_.budget_cut, {});
   // The budget before anything is allocated: the smallest of the config's, the
   // environment's and the job's memory cgroup's share (runtime/memory_budget.h).
   budget_ = std::make_unique<MemoryBudget>(config_.runtime().memory_budget(),
@@ -78,8 +83,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   elastic_->ready(position_.step, micro_batch_);
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
   reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
-  faults_ = FaultInjection::from_env(grid_->rank());
-  read_budget_cut();     // (tests) from the first step on
+  faults_.budget_cut = cut;
   work_alloc().reset_peak();  // the measured peak is the training steps' (the memory model's)
 }
 

@@ -277,7 +277,6 @@ class TrainSession {
   void report_decision(uint64_t step, const std::string& tag, const std::string& text);
   // Memory (session_memory.cc).
   void setup_memory();
-  void read_budget_cut();
   size_t read_budget();
   uint64_t accumulation_for(int64_t b) const;
   int64_t micro_batch_cap() const;
@@ -317,7 +316,6 @@ class TrainSession {
   bool recompute_trial_active() const;
   void recompute_trial_step(double compute, double samples);
   // Shares (session_shares.cc).
-  void read_slow_rank();
   void slow_down(double seconds) const;
   void setup_shares();
   void balance_shares(double compute_seconds);
@@ -368,11 +366,6 @@ class TrainSession {
   std::optional<std::filesystem::path> resumed_from_;
   std::unique_ptr<MemoryBudget> budget_;
   MemoryModel memory_model_;
-  struct BudgetCut {
-    int64_t step = 0;  // 0: none
-    size_t bytes = 0;
-    bool boundary = false;
-  } budget_cut_;  // ETR_TEST_BUDGET_CUT
   int64_t micro_batch_ = 0;
   int memory_halvings_ = 0;  // ETR_RUN_MEMORY_HALVINGS
   bool recompute_ = false;
@@ -396,7 +389,6 @@ class TrainSession {
     int64_t without = 0, with = 0;
     double seconds_without = 0, seconds_with = 0;  // per sample, summed over the timed steps
   } trial_;
-  double slow_factor_ = 1;                   // ETR_SLOW_RANK
   int64_t rebalances_ = 0;
 };
 

@@ -101,7 +101,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
       if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
       const double took = std::chrono::duration<double>(Clock::now() - c0).count();
       slow_down(took);
-      compute += took * slow_factor_;
+      compute += took * faults_.slow_factor;
     }
   } catch (const OutOfMemory& e) {
     step_oom_ = e.what();
@@ -109,7 +109,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
   }
   if (wait_for_device) {
     device_.synchronize();
-    compute = std::chrono::duration<double>(Clock::now() - t0).count() * slow_factor_;
+    compute = std::chrono::duration<double>(Clock::now() - t0).count() * faults_.slow_factor;
   }
   return compute;
 }
