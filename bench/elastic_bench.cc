@@ -331,7 +331,7 @@ std::string find_program(const std::string& build_dir, const std::string& name) 
 }
 
 void resolve_paths(ElasticArgs& a) {
-  if (a.etr_run.empty()) a.etr_run = find_program("runtime/launcher", "etr-run");
+  if (a.etr_run.empty()) a.etr_run = find_program("launcher", "etr-run");
   if (a.etr_train.empty()) a.etr_train = find_program("examples/train", "etr-train");
   for (const auto& [path, flag] :
        {std::pair{a.etr_run, "--etr-run"}, {a.etr_train, "--etr-train"}}) {

@@ -3,7 +3,7 @@
 // one rank (no mpirun needed) and drives etr-run as a child process (ElasticSession,
 // bench/elastic_session.h); bench/run_elastic.sh.
 //
-// Each round is a fresh etr-run session (runtime/launcher/) training the given config
+// Each round is a fresh etr-run session (launcher/) training the given config
 // (default configs/demo.pbtxt) at --np ranks on localhost, discovering its slots every
 // 0.2 s from a script that prints a file the bench rewrites, checkpointing every
 // --checkpoint-every steps into an empty directory. In order, the round measures:

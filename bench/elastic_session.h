@@ -1,4 +1,4 @@
-// ElasticSession: one etr-run session (runtime/launcher/) driven by `etr-bench elastic`
+// ElasticSession: one etr-run session (launcher/) driven by `etr-bench elastic`
 // (bench/elastic_bench.h) as a child process: started with the MPI variables scrubbed from
 // its environment, its slots offered by a discovery script that prints a file the bench
 // rewrites, its progress read from the run directory's events and progress files

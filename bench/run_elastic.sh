@@ -11,10 +11,10 @@
 # works in a new subdirectory of it and removes it at the end. Run nothing else on the
 # machine meanwhile: recovery times are wall-clock times of processes sharing its cores.
 set -eu
-if [ $# -lt 1 ] || [ ! -x "$1/bench/etr-bench" ] || [ ! -x "$1/runtime/launcher/etr-run" ] ||
+if [ $# -lt 1 ] || [ ! -x "$1/bench/etr-bench" ] || [ ! -x "$1/launcher/etr-run" ] ||
    [ ! -x "$1/examples/train/etr-train" ]; then
   echo "usage: $0 BUILD_DIR [etr-bench elastic options]" >&2
-  echo "  (BUILD_DIR must hold bench/etr-bench, runtime/launcher/etr-run and" >&2
+  echo "  (BUILD_DIR must hold bench/etr-bench, launcher/etr-run and" >&2
   echo "  examples/train/etr-train: build the etr-bench, etr-run and etr-train targets)" >&2
   exit 2
 fi

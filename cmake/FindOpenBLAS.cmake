@@ -9,7 +9,7 @@
 # OpenBLAS's own (it declares openblas_set_num_threads), not the reference BLAS's. This
 # module is used instead of the OpenBLASConfig.cmake some distributions ship because that
 # file defines no imported target. etr installs it beside etrConfig.cmake, so that a
-# program linking the installed static libetr.a finds the same library again.
+# program linking the installed static libetr_runtime.a finds the same library again.
 find_package(PkgConfig QUIET)
 if(PKG_CONFIG_FOUND)
   pkg_check_modules(PC_OPENBLAS QUIET openblas)

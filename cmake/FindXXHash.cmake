@@ -4,8 +4,8 @@
 # Provides the imported target XXHash::xxhash and XXHash_FOUND. pkg-config's libxxhash.pc
 # (Debian's libxxhash-dev ships one) gives the search hints; without pkg-config the
 # header and library are looked for in the usual places. etr installs this file beside
-# etrConfig.cmake, so that a program linking the installed static libetr.a finds the
-# same library again.
+# etrConfig.cmake, so that a program linking the installed static libetr_runtime.a and
+# libetr_checkpoint.a finds the same library again.
 find_package(PkgConfig QUIET)
 if(PKG_CONFIG_FOUND)
   pkg_check_modules(PC_XXHASH QUIET libxxhash)

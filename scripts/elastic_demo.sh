@@ -55,7 +55,7 @@ make_cgroup || say "no writable memory cgroup here (not root, or a read-only /sy
 
 (
   [ -n "$cgroup" ] && echo "$BASHPID" >"$cgroup/cgroup.procs"
-  exec "$build/runtime/launcher/etr-run" --min-np 1 --max-np 2 \
+  exec "$build/launcher/etr-run" --min-np 1 --max-np 2 \
     --host-discovery-script "$demo/discover.sh" --checkpoint-dir "$demo/checkpoints" --run-dir "$demo/run" -- \
     "$build/examples/train/etr-train" --config "$root/configs/demo.pbtxt" \
     --set checkpoint.every=10 --set "log.metrics_file=$build/demo_metrics.jsonl" "$@"

@@ -3,7 +3,7 @@
 //   etr-train --config configs/demo.pbtxt [--set model.n_layer=2 ...] [--trace FILE]
 //             [--resume DIR|latest] [--print-config]
 //   mpirun -np 4 etr-train ...          data parallel: one replica per rank
-//   etr-run --min-np 1 --max-np 4 ... -- etr-train ...   elastic (runtime/launcher/)
+//   etr-run --min-np 1 --max-np 4 ... -- etr-train ...   elastic (launcher/)
 //
 // The program is etr's training-program skeleton (parallel/program.h: command line,
 // configuration, errors and exit codes) around the GPT-2 factory and its callbacks

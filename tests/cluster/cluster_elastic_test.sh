@@ -36,7 +36,7 @@ start() {
   list "$name" "$@"
   printf '#!/bin/sh\ncat %s\n' "$work/$name.slots" >"$work/$name.sh"
   chmod +x "$work/$name.sh"
-  "$sim" exec 1 "$build/runtime/launcher/etr-run" --min-np 1 --max-np 3 --launch-agent "$sim rsh" \
+  "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 3 --launch-agent "$sim rsh" \
     --host-discovery-script "$work/$name.sh" --discovery-interval 0.2 --run-dir "$work/$name.run" \
     --checkpoint-dir "$work/$name.ck" --mpi-arg=--bind-to --mpi-arg=none -- "${job[@]}" \
     >"$work/$name.out" 2>&1 &

@@ -31,12 +31,12 @@ lo_bytes() { ip -n "$ETR_CLUSTER_NAME-h$1" -s link show lo | awk 'f {print $1; e
 echo "== a. etr-mpirun across 2 hosts: placement and transports"
 names=$(mpirun_on_cluster 198.18.0.1:2,198.18.0.2:2 -np 4 hostname 2>&1 | sort | tr '\n' ' ')
 [ "$names" = "h1 h1 h2 h2 " ] || fail "a: ranks ran on '$names', not h1 h1 h2 h2"
-flags=$("$sim" exec 1 "$build/runtime/launcher/etr-run" --mpirun-flags --hostfile "$hostfile" | tr '\n' ' ')
+flags=$("$sim" exec 1 "$build/launcher/etr-run" --mpirun-flags --hostfile "$hostfile" | tr '\n' ' ')
 case "$flags" in
   *"--mca btl self,vader,tcp "*"btl_tcp_if_include 198.18.0.0/24 "*"oob_tcp_if_include 198.18.0.0/24 "*) ;;
   *) fail "a: across hosts etr-mpirun would pass '$flags'" ;;
 esac
-flags=$("$build/runtime/launcher/etr-run" --mpirun-flags -np 2 | tr '\n' ' ')
+flags=$("$build/launcher/etr-run" --mpirun-flags -np 2 | tr '\n' ' ')
 case "$flags" in
   *"--mca btl self,vader "*"oob_tcp_if_include lo "*"btl_tcp_if_include lo "*) ;;
   *) fail "a: on this machine alone etr-mpirun would pass '$flags'" ;;
@@ -81,7 +81,7 @@ echo "== c. etr-run trains across 2 hosts"
 job=("$build/examples/train/etr-train" --config "$config" --set schedule.max_steps=20
      --set log.log_every=10 --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=20
      --set log.sample_tokens=0)
-"$sim" exec 1 "$build/runtime/launcher/etr-run" --hosts 198.18.0.1:2,198.18.0.2:2 \
+"$sim" exec 1 "$build/launcher/etr-run" --hosts 198.18.0.1:2,198.18.0.2:2 \
   --launch-agent "$sim rsh" --checkpoint-dir "$work/c.ck" --mpi-arg=--bind-to --mpi-arg=none \
   -- "${job[@]}" >"$work/c.out" 2>&1 || { cat "$work/c.out"; fail "c: etr-run across hosts failed"; }
 grep "hosts span 2 machines: shared memory within a host, TCP between them on 198.18.0.0/24" "$work/c.out" ||

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# etr-run and the kernel's out-of-memory killer (runtime/launcher/oom_watch.h), in a real
+# etr-run and the kernel's out-of-memory killer (launcher/oom_watch.h), in a real
 # memory cgroup made for the test (v1 or v2, whichever holds this process's memory; needs
 # root) with a limit of 256 MiB. The job is a stand-in Python script on 2 ranks under
 # mpirun: rank 1 holds micro_batch x 40 MiB, the micro-batch 8 halved

@@ -33,7 +33,8 @@ std::string read(const fs::path& p) {
 TEST(EnvRegistry, GetenvAppearsOnlyInTheRegistry) {
   const fs::path root = ETR_SOURCE_DIR;
   int files = 0;
-  for (const char* dir : {"runtime", "collectives", "checkpoint", "parallel", "examples", "bench"}) {
+  for (const char* dir :
+       {"runtime", "collectives", "checkpoint", "parallel", "launcher", "examples", "bench"}) {
     for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();
       if (!e.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh")) continue;

@@ -1,4 +1,4 @@
-// Tests of whom etr-run blames for a failed launch (runtime/launcher/failure_cause.h) and
+// Tests of whom etr-run blames for a failed launch (launcher/failure_cause.h) and
 // of a lost host's exclusion and return (HostHealth::exclude_now and usable()), and the
 // launch shim's report of a daemon that died (launch_shim.h), run as a real process.
 #include <gtest/gtest.h>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/failure_cause.h"
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/launch_shim.h"
-#include "runtime/launcher/mpirun_output.h"
+#include "launcher/failure_cause.h"
+#include "launcher/hosts.h"
+#include "launcher/launch_shim.h"
+#include "launcher/mpirun_output.h"
 
 namespace etr::launcher {
 namespace {

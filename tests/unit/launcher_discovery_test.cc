@@ -1,4 +1,4 @@
-// Tests of a discovery script's run (runtime/launcher/discovery_script.h, issue 13 case
+// Tests of a discovery script's run (launcher/discovery_script.h, issue 13 case
 // 8): the script and every process it started are gone after a timeout, after it exits
 // leaving a child behind, when the run is abandoned (etr-run ending) or cancelled (a
 // signal to etr-run), also when they ignore SIGTERM. The scripts write their own pids and
@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
+#include "launcher/discovery_script.h"
+#include "launcher/hosts.h"
 #include "runtime/error.h"
-#include "runtime/launcher/discovery_script.h"
-#include "runtime/launcher/hosts.h"
 #include "unit/launcher_test_util.h"
 
 namespace etr {

@@ -1,4 +1,4 @@
-// Tests of etr-run's host handling (runtime/launcher/hosts.h): host lists, hostfiles,
+// Tests of etr-run's host handling (launcher/hosts.h): host lists, hostfiles,
 // discovery scripts, host health and slot assignment. Expected values are written out
 // by hand; scripts and hostfiles are real files run and read by the code under test.
 #include <gmock/gmock.h>
@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "launcher/elastic_driver.h"
+#include "launcher/hosts.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
-#include "runtime/launcher/elastic_driver.h"
-#include "runtime/launcher/hosts.h"
 #include "unit/launcher_test_util.h"
 #include "unit/scoped_env.h"
 

@@ -1,5 +1,5 @@
 // Tests of the checks etr-run applies to host lists before mpirun sees them
-// (runtime/launcher/host_names.h, issue 13 case 7): host names (RFC 1123 names, IPv4 and
+// (launcher/host_names.h, issue 13 case 7): host names (RFC 1123 names, IPv4 and
 // IPv6 addresses), slot bounds, and refusals quoted escaped. The expected names and
 // messages are written out by hand; the damaged inputs are random bytes from a fixed seed.
 #include <gmock/gmock.h>
@@ -9,9 +9,9 @@
 #include <random>
 #include <string>
 
+#include "launcher/host_names.h"
+#include "launcher/hosts.h"
 #include "runtime/error.h"
-#include "runtime/launcher/host_names.h"
-#include "runtime/launcher/hosts.h"
 #include "unit/launcher_test_util.h"
 
 namespace etr {

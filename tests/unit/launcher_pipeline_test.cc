@@ -1,4 +1,4 @@
-// etr-run with pipelines (runtime/launcher/run_options.h, hosts.h): --pp from the job's
+// etr-run with pipelines (launcher/run_options.h, hosts.h): --pp from the job's
 // parallel.pp=N argument or the flag, --min-np and --max-np in whole pipelines, every
 // launch a multiple of pp, growth only by a whole pipeline.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "launcher/hosts.h"
+#include "launcher/run_options.h"
 #include "runtime/error.h"
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/run_options.h"
 namespace etr {
 namespace {
 

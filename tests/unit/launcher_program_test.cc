@@ -11,8 +11,8 @@
 #include <tuple>
 #include <utility>
 
-#include "runtime/launcher/mpirun_output.h"
-#include "runtime/launcher/run_options.h"
+#include "launcher/mpirun_output.h"
+#include "launcher/run_options.h"
 #include "unit/launcher_test_util.h"
 #include "unit/scoped_env.h"
 

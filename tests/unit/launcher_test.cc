@@ -1,4 +1,4 @@
-// Tests of etr-run's driver pieces (runtime/launcher: validation, the mpirun command
+// Tests of etr-run's driver pieces (launcher: validation, the mpirun command
 // line, mpirun's output) and of the job's side of the protocol (runtime/elastic.h:
 // ETR_RUN_* variables, the events and progress files, the SIGUSR1 resize flag).
 #include <gmock/gmock.h>
@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "launcher/elastic_driver.h"
+#include "launcher/hosts.h"
+#include "launcher/mpirun_output.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
-#include "runtime/launcher/elastic_driver.h"
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/mpirun_output.h"
 #include "unit/launcher_test_util.h"
 #include "unit/scoped_env.h"
 

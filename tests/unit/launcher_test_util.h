@@ -18,7 +18,7 @@
 
 #include "runtime/error.h"
 #include "temp_dir.h"
-#include "runtime/launcher/hosts.h"
+#include "launcher/hosts.h"
 
 namespace etr::launcher_test {
 

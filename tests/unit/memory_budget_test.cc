@@ -1,6 +1,6 @@
 // runtime/memory_budget.h: memory cgroups v1 and v2 read from fake trees in a temporary
 // directory (and this process's own, read independently), the budget's sources; and
-// etr-run's use of the cgroup's oom_kill count (runtime/launcher/oom_watch.h).
+// etr-run's use of the cgroup's oom_kill count (launcher/oom_watch.h).
 #include "runtime/memory_budget.h"
 
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "launcher/mpirun_output.h"
+#include "launcher/oom_watch.h"
 #include "runtime/error.h"
-#include "runtime/launcher/mpirun_output.h"
-#include "runtime/launcher/oom_watch.h"
 #include "scoped_env.h"
 
 namespace etr {
@@ -392,7 +392,7 @@ TEST(PeakResident, FollowsTouchedMemoryAndResets) {
   EXPECT_LE(peak_resident_bytes(), resident_bytes() + 4 * kMiB) << "the reset after the free";
 }
 
-// --- etr-run: OOM kills (runtime/launcher/oom_watch.h) --------------------------------
+// --- etr-run: OOM kills (launcher/oom_watch.h) ----------------------------------------
 
 using launcher::OomCount;
 using launcher::OomEvidence;

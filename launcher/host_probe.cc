@@ -1,6 +1,6 @@
-#include "runtime/launcher/host_probe.h"
+#include "launcher/host_probe.h"
 
-#include "runtime/launcher/hosts.h"
+#include "launcher/hosts.h"
 
 #include <fcntl.h>
 #include <signal.h>

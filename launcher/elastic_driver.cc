@@ -1,4 +1,4 @@
-#include "runtime/launcher/elastic_driver.h"
+#include "launcher/elastic_driver.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,14 +17,14 @@
 
 #include "runtime/elastic.h"
 #include "runtime/error.h"
-#include "runtime/launcher/job_events.h"
-#include "runtime/launcher/failure_cause.h"
-#include "runtime/launcher/host_probe.h"
-#include "runtime/launcher/job_process.h"
-#include "runtime/launcher/launch_shim.h"
-#include "runtime/launcher/launch_watch.h"
-#include "runtime/launcher/mpirun_output.h"
-#include "runtime/launcher/oom_watch.h"
+#include "launcher/job_events.h"
+#include "launcher/failure_cause.h"
+#include "launcher/host_probe.h"
+#include "launcher/job_process.h"
+#include "launcher/launch_shim.h"
+#include "launcher/launch_watch.h"
+#include "launcher/mpirun_output.h"
+#include "launcher/oom_watch.h"
 #include "runtime/env.h"
 
 namespace etr::launcher {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/host_names.h"
+#include "launcher/host_names.h"
 
 namespace etr::launcher {
 

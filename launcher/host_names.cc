@@ -1,4 +1,4 @@
-#include "runtime/launcher/host_names.h"
+#include "launcher/host_names.h"
 
 #include <arpa/inet.h>
 

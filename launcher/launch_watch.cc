@@ -1,4 +1,4 @@
-#include "runtime/launcher/launch_watch.h"
+#include "launcher/launch_watch.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -1,11 +1,11 @@
-#include "runtime/launcher/mpirun_output.h"
+#include "launcher/mpirun_output.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 
-#include "runtime/launcher/host_names.h"  // printable
+#include "launcher/host_names.h"  // printable
 
 namespace etr::launcher {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/discovery_script.h"
-#include "runtime/launcher/host_names.h"
+#include "launcher/discovery_script.h"
+#include "launcher/host_names.h"
 
 namespace etr::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/network.h"
+#include "launcher/network.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -19,7 +19,7 @@
 #include <set>
 
 #include "runtime/error.h"
-#include "runtime/launcher/host_names.h"
+#include "launcher/host_names.h"
 #include "runtime/env.h"
 
 namespace etr::launcher {

@@ -1,4 +1,4 @@
-#include "runtime/launcher/run_options.h"
+#include "launcher/run_options.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

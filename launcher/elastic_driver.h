@@ -4,9 +4,9 @@
 // the new size. runtime/elastic.h is the job's side of the protocol.
 #pragma once
 
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/mpirun_output.h"  // killed_rank_in
-#include "runtime/launcher/run_options.h"
+#include "launcher/hosts.h"
+#include "launcher/mpirun_output.h"  // killed_rank_in
+#include "launcher/run_options.h"
 
 namespace etr::launcher {
 

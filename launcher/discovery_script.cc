@@ -1,4 +1,4 @@
-#include "runtime/launcher/discovery_script.h"
+#include "launcher/discovery_script.h"
 
 #include <dirent.h>
 #include <fcntl.h>

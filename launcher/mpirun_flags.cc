@@ -1,12 +1,12 @@
-#include "runtime/launcher/mpirun_flags.h"
+#include "launcher/mpirun_flags.h"
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "runtime/error.h"
-#include "runtime/launcher/host_names.h"
-#include "runtime/launcher/network.h"
+#include "launcher/host_names.h"
+#include "launcher/network.h"
 #include "runtime/error_text.h"
 
 namespace etr::launcher {

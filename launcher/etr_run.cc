@@ -20,9 +20,9 @@
 
 #include "runtime/config/settings.h"
 #include "runtime/error.h"
-#include "runtime/launcher/elastic_driver.h"
-#include "runtime/launcher/launch_shim.h"
-#include "runtime/launcher/mpirun_flags.h"
+#include "launcher/elastic_driver.h"
+#include "launcher/launch_shim.h"
+#include "launcher/mpirun_flags.h"
 #include "runtime/error_text.h"
 #include "runtime/env.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/launch_shim.h"
+#include "launcher/launch_shim.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -1,4 +1,4 @@
-#include "runtime/launcher/hosts.h"
+#include "launcher/hosts.h"
 
 #include <algorithm>
 
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "launcher/network.h"
 #include "runtime/error.h"
-#include "runtime/launcher/network.h"
 
 namespace etr::launcher {
 

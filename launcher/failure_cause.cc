@@ -1,9 +1,9 @@
-#include "runtime/launcher/failure_cause.h"
+#include "launcher/failure_cause.h"
 
 #include <map>
 #include <set>
 
-#include "runtime/launcher/hosts.h"
+#include "launcher/hosts.h"
 
 namespace etr::launcher {
 

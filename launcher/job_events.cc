@@ -1,4 +1,4 @@
-#include "runtime/launcher/job_events.h"
+#include "launcher/job_events.h"
 
 #include <fstream>
 #include <iterator>

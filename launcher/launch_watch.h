@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/job_process.h"
-#include "runtime/launcher/mpirun_output.h"
+#include "launcher/hosts.h"
+#include "launcher/job_process.h"
+#include "launcher/mpirun_output.h"
 
 namespace etr::launcher {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/hosts.h"
-#include "runtime/launcher/network.h"
+#include "launcher/hosts.h"
+#include "launcher/network.h"
 
 namespace etr::launcher {
 

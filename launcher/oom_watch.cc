@@ -1,4 +1,4 @@
-#include "runtime/launcher/oom_watch.h"
+#include "launcher/oom_watch.h"
 
 #include <fstream>
 

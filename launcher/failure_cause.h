@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/launcher/host_names.h"
+#include "launcher/host_names.h"
 
 namespace etr::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/job_process.h"
+#include "launcher/job_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -21,7 +21,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/launcher/mpirun_output.h"
+#include "launcher/mpirun_output.h"
 
 namespace etr::launcher {
 
