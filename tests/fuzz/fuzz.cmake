@@ -29,6 +29,8 @@ set(ETR_FUZZ_SOURCES
   runtime/bytes.cc
   runtime/dtype.cc
   runtime/log.cc
+  runtime/env.cc
+  runtime/error_text.cc
   runtime/config/config_fields.cc
   runtime/config/train_config.cc
   runtime/config/settings.cc
