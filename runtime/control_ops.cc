@@ -20,7 +20,7 @@ size_t bytes_of(int count, MPI_Datatype type) {
 }
 
 // ETR_TEST_STOP_AT=WORD:RANK: this rank stops itself at the first site naming WORD.
-void stop_here_if_asked(const char* site, MPI_Comm comm) {
+void stop_here_if_asked(const char* site) {
   static bool done = false;
   const char* v = env_value("ETR_TEST_STOP_AT");
   if (done || !v || !*v) return;
@@ -29,7 +29,6 @@ void stop_here_if_asked(const char* site, MPI_Comm comm) {
   if (colon == std::string::npos) return;
   int world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world);
-  (void)comm;
   if (std::string(site).find(spec.substr(0, colon)) == std::string::npos) return;
   if (std::to_string(world) != spec.substr(colon + 1)) return;
   done = true;
@@ -46,21 +45,28 @@ void finish(MPI_Request& request, std::unique_ptr<char[]>& buffer, const char* s
   }
 }
 
+// An in-place operation on `n` bytes at `data`, run by `start` on a copy of its own.
+template <typename Start>
+void in_place(void* data, size_t n, const char* site, Start start) {
+  stop_here_if_asked(site);
+  auto buffer = std::make_unique<char[]>(n + 1);
+  std::memcpy(buffer.get(), data, n);
+  MPI_Request r = MPI_REQUEST_NULL;
+  start(buffer.get(), &r);
+  finish(r, buffer, site);
+  std::memcpy(data, buffer.get(), n);
+}
+
 }  // namespace
 
 void allreduce(void* inout, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* site) {
-  stop_here_if_asked(site, comm);
-  const size_t n = bytes_of(count, type);
-  auto buffer = std::make_unique<char[]>(n + 1);
-  std::memcpy(buffer.get(), inout, n);
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer.get(), count, type, op, comm, &r));
-  finish(r, buffer, site);
-  std::memcpy(inout, buffer.get(), n);
+  in_place(inout, bytes_of(count, type), site, [&](void* copy, MPI_Request* r) {
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, copy, count, type, op, comm, r));
+  });
 }
 
 void allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm, const char* site) {
-  stop_here_if_asked(site, comm);
+  stop_here_if_asked(site);
   int size = 0;
   MPI_CHECK(MPI_Comm_size(comm, &size));
   const size_t n = bytes_of(count, type);
@@ -74,18 +80,13 @@ void allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Co
 }
 
 void broadcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const char* site) {
-  stop_here_if_asked(site, comm);
-  const size_t n = bytes_of(count, type);
-  auto buffer = std::make_unique<char[]>(n + 1);
-  std::memcpy(buffer.get(), data, n);
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Ibcast(buffer.get(), count, type, root, comm, &r));
-  finish(r, buffer, site);
-  std::memcpy(data, buffer.get(), n);
+  in_place(data, bytes_of(count, type), site, [&](void* copy, MPI_Request* r) {
+    MPI_CHECK(MPI_Ibcast(copy, count, type, root, comm, r));
+  });
 }
 
 void barrier(MPI_Comm comm, const char* site) {
-  stop_here_if_asked(site, comm);
+  stop_here_if_asked(site);
   std::unique_ptr<char[]> none;
   MPI_Request r = MPI_REQUEST_NULL;
   MPI_CHECK(MPI_Ibarrier(comm, &r));
@@ -105,7 +106,7 @@ std::vector<std::string> gather_strings(const std::string& mine, int root, MPI_C
     displs[static_cast<size_t>(r)] = static_cast<int>(total);
     total += static_cast<size_t>(lengths[static_cast<size_t>(r)]);
   }
-  stop_here_if_asked(site, comm);
+  stop_here_if_asked(site);
   // One block: this rank's bytes, then (on the root) everyone's.
   auto buffer = std::make_unique<char[]>(mine.size() + (rank == root ? total : 0) + 1);
   std::memcpy(buffer.get(), mine.data(), mine.size());

@@ -66,10 +66,6 @@ void resolve(TrainConfig& config, std::span<const ModelPreset> presets = {});
 // for a single rank (the data-parallel split is checked by accumulation_steps).
 void validate(const TrainConfig& config);
 
-// The names parallel.pp_schedule accepts (parse_schedule_kind in
-// parallel/pipeline_schedule.h maps each to its schedule).
-std::span<const std::string_view> pipeline_schedule_names();
-
 // The config in protobuf text format, one field per line, for the start-up log;
 // parse_config(format_config(c)) equals c.
 std::string format_config(const TrainConfig& config);

@@ -33,6 +33,7 @@ set(ETR_FUZZ_SOURCES
   runtime/error_text.cc
   runtime/config/config_fields.cc
   runtime/config/train_config.cc
+  runtime/config/pipeline_settings.cc
   runtime/config/settings.cc
   examples/gpt/model_presets.cc
   checkpoint/checksum.cc

@@ -16,6 +16,7 @@
 #include "runtime/host_allocator.h"
 #include "runtime/kernels/cpu/threads.h"
 #include "examples/gpt/model_presets.h"
+#include "runtime/config/pipeline_settings.h"
 
 namespace etr::config_testing {
 namespace {

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "parallel/pipeline_calls.h"
-#include "runtime/config/train_config.h"
+#include "runtime/config/pipeline_settings.h"
 #include "runtime/error.h"
 
 namespace etr {
