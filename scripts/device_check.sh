@@ -28,7 +28,8 @@
 # glibc/libstdc++, CUDA or the RDMA libraries NCCL opens. Exit status 1 when a step
 # failed, 2 on a usage error.
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
-# at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs), TMPDIR.
+# at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs),
+# ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes), TMPDIR.
 set -uo pipefail
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ETR_ROOT/scripts/device_libs.sh"  # the libraries the machine may supply; is_elf
@@ -40,7 +41,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -459,9 +460,13 @@ if [[ -n $gpu ]] && LD_LIBRARY_PATH="$orig_ld_library_path" python3 -c \
   done
   reference torch_train_bf16_sdpa pytorch_gpu_train.py --precision bf16 --attention sdpa &&
     train_bf16_refs+=" --reference $steps/torch_train_bf16_sdpa.json"
-  ref_limit=240 reference torch_train_bf16_sdpa_compile pytorch_gpu_train.py --precision bf16 \
-    --attention sdpa --compile --compile-timeout 90 &&
-    train_bf16_refs+=" --reference $steps/torch_train_bf16_sdpa_compile.json"
+  if [[ ${ETR_CHECK_COMPILE:-1} != 0 ]]; then
+    ref_limit=240 reference torch_train_bf16_sdpa_compile pytorch_gpu_train.py --precision bf16 \
+      --attention sdpa --compile --compile-timeout 90 &&
+      train_bf16_refs+=" --reference $steps/torch_train_bf16_sdpa_compile.json"
+  else
+    echo "== reference torch_train_bf16_sdpa_compile: skipped (ETR_CHECK_COMPILE=0)"
+  fi
 elif [[ -n $gpu ]]; then
   echo "== reference: no python3 with a CUDA torch; gpu-kernels and gpu-train run without PyTorch's"
 fi
