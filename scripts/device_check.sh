@@ -29,7 +29,9 @@
 # failed, 2 on a usage error.
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
 # at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs),
-# ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes), TMPDIR.
+# ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes),
+# ETR_CHECK_EXTRA=FILE (a diagnostic script run in the check's environment before the
+# tests, ETR_CHECK_EXTRA_LIMIT seconds, default 120), TMPDIR.
 set -uo pipefail
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ETR_ROOT/scripts/device_libs.sh"  # the libraries the machine may supply; is_elf
@@ -41,7 +43,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -187,6 +189,17 @@ else
 fi
 mpirun_flags=(--bind-to none)
 
+# --- A developer's diagnostic (ETR_CHECK_EXTRA) ------------------------------------------
+# ETR_CHECK_EXTRA=FILE: a bash script run here, in the check's environment (the unpacked
+# bundle at $ETR_BUNDLE, mpirun on the PATH), before the tests: e.g. an instrumented test
+# binary carried beside the bundle. Its output is in the log; its row is info only.
+if [[ -n ${ETR_CHECK_EXTRA:-} ]]; then
+  t0=$SECONDS
+  echo "== extra: $ETR_CHECK_EXTRA"
+  ETR_BUNDLE="$B" timeout -k 10 "${ETR_CHECK_EXTRA_LIMIT:-120}" bash "$ETR_CHECK_EXTRA" </dev/null 2>&1
+  row extra info "$(basename "$ETR_CHECK_EXTRA"): exit $?" $((SECONDS - t0))
+fi
+
 # --- GPU tests ---------------------------------------------------------------------------
 # run_gtest NAME RANKS LIMIT EXE [FILTER]: one GoogleTest binary (the tests FILTER
 # selects); its counts into the table.
@@ -329,9 +342,13 @@ if [[ -n $gpu ]]; then
     row train_gpu_plan fail "exit $rc, or no device plan" $((SECONDS - t0))
   fi
   t0=$SECONDS
-  echo "== train_gpu_oom: ETR_TEST_BUDGET_CUT=3:36096KiB etr-train on the GPU"
-  ETR_TEST_BUDGET_CUT=3:36096KiB timeout -k 10 120 "${traced[@]}" "$B/bin/etr-train" </dev/null \
+  # The cut is the device's budget, of which cuBLAS's and cuBLASLt's workspaces (32 MiB
+  # each under bf16) are not the allocator's: 68403 KiB leaves it 2.8 MiB, under the plan
+  # at micro-batch 2 (3.01 MiB) and over the one at 1 (2.55 MiB).
+  echo "== train_gpu_oom: ETR_TEST_BUDGET_CUT=3:68403KiB etr-train on the GPU (bf16)"
+  ETR_TEST_BUDGET_CUT=3:68403KiB timeout -k 10 120 "${traced[@]}" "$B/bin/etr-train" </dev/null \
     --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 --set runtime.device=cuda \
+    --set runtime.precision=bf16 \
     >"$steps/train_gpu_oom.out" 2>&1
   rc=$?
   cat "$steps/train_gpu_oom.out"

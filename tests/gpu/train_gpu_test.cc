@@ -290,7 +290,17 @@ TEST(TrainOnGpu, DataParallelAndZeroFollowTheOneRankGpuRun) {
 // stage). Also the host-measured bubble of each, for the record (no timing claim).
 TEST(TrainOnGpu, APipelineOfTwoStagesFollowsTheOneRankGpuRun) {
   REQUIRE_A_GPU();
-  if (world().size() != 2) GTEST_SKIP() << "a pipeline of 2 stages needs 2 ranks";
+  if (world().size() == 1) {
+    // One rank: the job is refused with the sentence (the comparison runs at np 2).
+    try {
+      Trainer t(config("cuda", {"parallel.pp=2"}), world(), test_log());
+      ADD_FAILURE() << "a pipeline of 2 stages ran on 1 rank";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("does not divide the world of 1 ranks"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  ASSERT_EQ(world().size(), 2) << "this test runs at np 1 and 2";
   Group self(MPI_COMM_SELF, "self", /*owned=*/false);
   State want;
   {
