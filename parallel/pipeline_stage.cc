@@ -64,12 +64,25 @@ int64_t PipelineCut::borrowed_numel(int j) const {
   return l.numel();
 }
 
+// From the first tensor of the part's layers to the end of its last one: the alignment
+// padding before the next part's first tensor is no part's (a chunk's own layout ends at
+// its last tensor, so a range up to the next part's start would overrun it).
 std::pair<int64_t, int64_t> PipelineCut::own_range(int j) const {
   const ParamLayout& l = model_.layout();
-  const int64_t begin = l.layer_range(bounds_.at(j)).first;
-  const int64_t end = bounds_.at(j + 1) == model_.size() ? l.numel()
-                                                         : l.layer_range(bounds_.at(j + 1)).first;
-  return {begin, end};
+  int64_t begin = -1, end = -1;
+  for (int i = bounds_.at(j); i < bounds_.at(j + 1); ++i) {
+    const auto [a, b] = l.layer_range(i);
+    if (a == b) continue;
+    if (begin < 0) begin = a;
+    end = b;
+  }
+  if (begin >= 0) return {begin, end};
+  // A part without parameters: an empty range where the next tensor would be.
+  for (int i = bounds_.at(j + 1); i < model_.size(); ++i) {
+    const auto [a, b] = l.layer_range(i);
+    if (a != b) return {a, a};
+  }
+  return {l.numel(), l.numel()};
 }
 
 int64_t PipelineCut::own_offset(int j) const { return own_range(j).first - borrowed_numel(j); }

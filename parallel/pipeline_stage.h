@@ -63,7 +63,8 @@ class PipelineCut {
   // Element i of the model's layout, for i in virtual stage j's own range, is element
   // i - own_offset(j) of the chunk's layout.
   int64_t own_offset(int j) const;
-  // [begin, end) of the model's layout that virtual stage j owns.
+  // [begin, end) of the model's layout that virtual stage j owns: from its first tensor to
+  // the end of its last (the alignment padding after it is no stage's).
   std::pair<int64_t, int64_t> own_range(int j) const;
   // Elements the first layer of virtual stage j reads as input (the previous one's last
   // layer's output) for micro-batches of B x T; 0 for j = 0.
