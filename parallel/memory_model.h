@@ -46,6 +46,12 @@ class MemoryModel {
   // Every part at micro-batch b, the activations last.
   std::vector<MemoryPart> parts(int64_t b, bool recompute) const;
   size_t peak(int64_t b, bool recompute) const;
+  // The parts that do not depend on b, summed.
+  size_t fixed_bytes() const {
+    size_t n = 0;
+    for (const MemoryPart& p : fixed_) n += p.bytes;
+    return n;
+  }
   // The part with the most bytes at b ("activations", "optimizer state", ...).
   std::string dominant(int64_t b, bool recompute) const;
   // The largest b in [1, max_b] with peak(b) <= (1 - margin) x budget; 0 when not even

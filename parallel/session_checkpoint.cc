@@ -8,8 +8,8 @@ namespace etr {
 
 bool TrainSession::save_checkpoint(const std::string& tier) {
   checkpoints_->wait_for_snapshot();  // the engine may reuse the last save's buffers
-  checkpoints_->set_batch_policy(batch_policy_state());
-  return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_origin_),
+  checkpoints_->set_batch_policy(batch_->policy_state());
+  return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_->origin()),
                             model_.stack->layout(), engine_->states());
 }
 
@@ -28,26 +28,11 @@ void TrainSession::restore(const std::filesystem::path& dir) {
     log_.warn("the checkpoint was trained with data.seed ", m.data().seed(), " but this run has ",
               position_.seed, "; the data order from here on differs from the original run's");
   }
-  if (goodput_ && m.batch().auto_global_batch()) {
-    // The automatic global batch continues where it was (its B, progress, noise scale).
-    batch_origin_ = {m.data().batch_origin_step(), m.data().batch_origin_samples()};
-  } else if (m.batch().global_batch() != static_cast<int64_t>(plan_->global_batch())) {
-    if (leader()) {
-      log_.warn("the global batch changed from ", m.batch().global_batch(), " to ",
-                plan_->global_batch(), "; training continues at sample ",
-                m.data().samples_seen(), " but not as the uninterrupted run would");
-    }
-    batch_origin_ = {m.step(), m.data().samples_seen()};
-  } else {
-    batch_origin_ = {m.data().batch_origin_step(), m.data().batch_origin_samples()};
-  }
   // read_manifest checked that the step fits the schedule's arithmetic (int64) and that
   // the data position agrees with it (check_manifest_sense).
   position_.step = m.step();
   position_.samples_seen = m.data().samples_seen();
-  const BatchOrigin origin = batch_origin_;
-  restore_batch_policy(m.batch());  // (a new B resets the origin: the checkpoint's holds)
-  batch_origin_ = origin;
+  batch_->restore_policy(m);  // where the global batch started; an automatic one's state
   resumed_from_ = dir;
   elastic_->restored(m.step(), m.layout().world_size(), r.seconds);
   if (leader()) {

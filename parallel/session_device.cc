@@ -187,7 +187,7 @@ void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, boo
     auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
     graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
                   id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
-                  recompute_ ? 1 : 0, micro_batch_},
+                  recompute() ? 1 : 0, micro_batch()},
                  work);
   });
 }

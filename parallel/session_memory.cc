@@ -1,6 +1,7 @@
-// TrainSession: the batch policy's memory side (train_session.h, "Memory"): the budget,
-// the memory model, the micro-batch it picks, the activations taken at the start of each
-// step and given back at its end, and the recovery from an out-of-memory error.
+// TrainSession: the memory side of the batch policy (train_session.h, "Memory"): the
+// budget read, the memory model handed to the batch controller (parallel/batch_controller.h)
+// and what each of its plans asks of the engines, the activations taken at the start of
+// each step and given back at its end, and ZeRO's gradient mode.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -34,7 +35,25 @@ int memory_halvings() {
 
 }  // namespace
 
-size_t TrainSession::read_budget() {
+// The batch controller over the grid, told of the job's layout (collective where it plans).
+void TrainSession::setup_batch() {
+  peers_ = grid_peers(*grid_);
+  BatchHooks hooks;
+  hooks.read_budget = [this] { read_budget(); };
+  hooks.release_activations = [this] { release_activations(); };
+  hooks.planned = [this](int64_t b) { planned(b); };
+  hooks.decision = [this](uint64_t step, const std::string& tag, const std::string& text) {
+    report_decision(step, tag, text);
+  };
+  BatchLayout layout;
+  layout.pipeline = grid_->pp_size() > 1;
+  layout.same_counts = config_.parallel().zero_stage() == 3 && !layout.pipeline;
+  layout.on_gpu = device().is_cuda();
+  layout.memory_halvings = memory_halvings();
+  batch_ = std::make_unique<BatchController>(config_, *peers_, work_alloc(), log_, std::move(hooks), layout);
+}
+
+void TrainSession::read_budget() {
   const MemoryBudget::Reading r = budget_->read(alloc_.stats().reserved);
   size_t bytes = r.bytes;
   // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
@@ -62,9 +81,11 @@ size_t TrainSession::read_budget() {
   }
   if (!budget_read_) logged_budget_ = bytes;
   budget_read_ = true;
-  return bytes;
 }
 
+// The memory model of this job (the engine's state, checkpoint staging, ZeRO 2-3's
+// windows, the activations of the stack or the pipeline's plan), handed to the batch
+// controller, which picks the micro-batch.
 void TrainSession::setup_memory() {
   const int64_t T = config_.model().seq_len();
   std::vector<MemoryPart> fixed;
@@ -75,12 +96,10 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
-  fixed_bytes_ = 0;
-  for (const MemoryPart& p : fixed) fixed_bytes_ += p.bytes;
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {
-      const int k = static_cast<int>(accumulation_for(b));
+      const int k = static_cast<int>(batch_->accumulation_for(b));
       const auto* z = pipeline_ ? nullptr : dynamic_cast<const ZeroEngine*>(engine_.get());
       const Engine::WindowBytes w = z ? z->predicted_windows_if(k, zero_reduces_each(b))
                                       : engine_->predicted_windows(k);
@@ -92,138 +111,33 @@ void TrainSession::setup_memory() {
   MemoryModel::ActivationBytes act;
   if (pipeline_) {
     act = [this, T](int64_t b, bool) {
-      return pipeline_->planned_bytes(static_cast<int>(accumulation_for(b)), b, T);
+      return pipeline_->planned_bytes(static_cast<int>(batch_->accumulation_for(b)), b, T);
     };
   } else {
     act = [this, T](int64_t b, bool rc) {
       return with_stack([&](auto& stack) { return stack.activation_bytes(b, T, 1, false, rc); });
     };
   }
-  memory_model_ = MemoryModel(std::move(fixed), std::move(act), std::move(windows));
-  recompute_ = config_.runtime().recompute() == "blocks";
-  memory_halvings_ = memory_halvings();
-  if (memory_halvings_ > 0 && leader()) {
-    log_.warn("etr-run relaunched the job after the kernel's out-of-memory killer ended a rank: "
-              "the micro-batch is halved ", memory_halvings_, " time(s), to at most ",
-              micro_batch_cap());
-  }
-  read_budget();
-  set_micro_batch(agree_micro_batch(fit_micro_batch(micro_batch_cap())));
-  if (config_.batch().micro_batch() > 0 && micro_batch_ < micro_batch_cap()) {
-    log_.warn("rank ", grid_->rank(), ": batch.micro_batch = ", micro_batch_cap(),
-              " does not fit the memory budget of ",
-              format_bytes(static_cast<double>(work_alloc().stats().budget)), " (its planned peak is ",
-              format_bytes(static_cast<double>(memory_model_.peak(micro_batch_cap(), recompute_))),
-              "); running micro-batches of ", micro_batch_, " instead, the global batch unchanged");
-  }
+  batch_->start(MemoryModel(std::move(fixed), std::move(act), std::move(windows)));
+  if (batch_->automatic_global_batch()) engine_->measure_local_norm(true);
 }
 
-uint64_t TrainSession::accumulation_for(int64_t b) const {
-  const uint64_t n = plan_->rank(grid_->dp_rank()).samples();
-  return (n + static_cast<uint64_t>(b) - 1) / static_cast<uint64_t>(b);
-}
-
-// The largest micro-batch <= `most` whose planned peak fits the budget (less the margin
-// when automatic); with runtime.recompute = auto, recomputation when b = 1 does not fit
-// otherwise. 0 when nothing fits.
-int64_t TrainSession::fit_micro_batch(int64_t most) {
-  const size_t budget = work_alloc().stats().budget;
-  const bool automatic = config_.batch().micro_batch() == 0;
-  const double margin = automatic ? config_.batch().memory_margin() : 0.0;
-  const bool can_recompute = config_.runtime().recompute() != "off" && !pipeline_;
-  if (pipeline_) return fit_pipeline_micro_batch(most, budget, margin);
-  int64_t b = memory_model_.largest_fitting(budget, margin, most, recompute_);
-  if (b == 0 && !recompute_ && can_recompute && config_.runtime().recompute() == "auto") {
-    const int64_t rc = memory_model_.largest_fitting(budget, margin, most, true);
-    recompute_ = true;  // (when nothing fits either way, the sentence gives its figure)
-    if (rc > 0 && leader()) log_.info("activation recomputation on: without it not even a micro-batch of 1 fits");
-    b = rc;
-  }
-  return b;
-}
-
-// A pipeline's schedule takes only some micro-batch counts (interleaved: multiples of the
-// stages): the largest b <= most whose count it takes and whose peak fits, from the top.
-int64_t TrainSession::fit_pipeline_micro_batch(int64_t most, size_t budget, double margin) const {
-  const double usable = (1.0 - margin) * static_cast<double>(budget);
-  for (int64_t b = most; b >= 1; --b) {
-    try {
-      if (static_cast<double>(memory_model_.peak(b, false)) <= usable) return b;
-    } catch (const ConfigError&) {
-      // this b gives a micro-batch count the schedule cannot run
-    }
-  }
-  return 0;
-}
-
-// Collective over the world: every rank's micro-batch (the smallest under a pipeline,
-// whose stages run the same micro-batches). OutOfMemory with a sentence when some rank
-// has none that fits (`mine` = 0).
-int64_t TrainSession::agree_micro_batch(int64_t mine) {
-  int64_t lowest = mine;
-  if (grid_->size() > 1) {
-    control::allreduce(&lowest, 1, MPI_INT64_T, MPI_MIN, grid_->world_group().comm(),
-                       "the micro-batch agreement (session_memory)");
-  }
-  if (lowest < 1) {
-    const int64_t T = config_.model().seq_len();
-    const bool here = mine < 1;
-    throw OutOfMemory(
-        std::string("not even a micro-batch of 1 sequence of ") + std::to_string(T) + " tokens fits" +
-        (recompute_ ? " with activation recomputation" : "") +
-        (here ? ": this rank would need " +
-                    format_bytes(static_cast<double>(memory_model_.peak(1, recompute_))) + " (" +
-                    memory_model_.dominant(1, recompute_) + " the most) under a budget of " +
-                    format_bytes(static_cast<double>(work_alloc().stats().budget))
-              : " on another rank") +
-        (device().is_cuda()
-             ? std::string("; free the GPU of other processes (or raise ETR_CUDA_MEMORY_BUDGET), "
-                           "use a smaller model, or shorten model.seq_len.")
-             : std::string("; raise runtime.memory_budget (or the job's memory limit), use more "
-                           "ranks with a higher parallel.zero_stage, or shorten model.seq_len.")),
-        here ? memory_model_.peak(1, recompute_) : 0, work_alloc().stats().in_use, work_alloc().stats().peak,
-        work_alloc().stats().budget);
-  }
-  return pipeline_ ? lowest : mine;
-}
-
-// A new plan with micro-batch b on this rank (every rank calls it with its own b).
-// ZeRO stage 3 gathers each layer's parameters in every micro-batch's forward and
-// backward, collectively: there every rank runs as many micro-batches (equal_counts), or
-// a rank would wait in a gather that another never joins.
-void TrainSession::set_micro_batch(int64_t b) {
-  // Each rank's b, and the most its memory holds (batch.micro_batch aside).
-  const bool automatic = config_.batch().micro_batch() == 0;
-  const bool same_count = config_.parallel().zero_stage() == 3 && !pipeline_;
-  const int64_t most = !same_count ? b : memory_model_.largest_fitting(
-      work_alloc().stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
-      static_cast<int64_t>(rank_batch().samples()), recompute_);
-  const int64_t mine[2] = {b, std::max(most, b)};
-  std::vector<int64_t> both(2 * static_cast<size_t>(grid_->dp_size()));
-  control::allgather(mine, 2, MPI_INT64_T, both.data(), grid_->dp_group().comm(),
-                     "the ranks' batch limits (session_memory)");
-  std::vector<int64_t> all, memory;
-  for (size_t r = 0; r < both.size(); r += 2) {
-    all.push_back(both[r]);
-    memory.push_back(both[r + 1]);
-  }
-  std::vector<RankBatch> ranks;
-  for (int r = 0; r < grid_->dp_size(); ++r) {
-    const uint64_t n = plan_->rank(r).samples();
-    const uint64_t mb = std::min<uint64_t>(static_cast<uint64_t>(all[static_cast<size_t>(r)]), n);
-    const uint64_t k = (n + mb - 1) / mb;
-    const uint64_t last = n - mb * (k - 1);
-    ranks.push_back({mb, k, last == mb ? 0 : last});
-  }
-  if (same_count) ranks = equal_counts(std::move(ranks), memory);
-  plan_.emplace(plan_->global_batch(), std::move(ranks));
-  // The activations hold the larger of b and the plan's (equal counts may raise it).
-  micro_batch_ = std::max<int64_t>(b, static_cast<int64_t>(rank_batch().micro_batch));
+// After each plan (BatchHooks::planned; collective): a pipeline's schedule for the new
+// micro-batch count, room for the step's tokens, ZeRO's gradient mode.
+void TrainSession::planned(int64_t micro_batch) {
+  const int64_t T = config_.model().seq_len();
   if (pipeline_) {
-    pipeline_->plan(static_cast<int>(rank_batch().accumulation), b, config_.model().seq_len());
+    pipeline_->plan(static_cast<int>(rank_batch().accumulation), micro_batch, T);
     gather_stage_activation_bytes();
   }
-  choose_zero_reduction();
+  // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
+  const size_t tokens = static_cast<size_t>((static_cast<int64_t>(rank_batch().samples()) +
+                                             std::max(batch_->micro_batch_cap(), micro_batch)) * T);
+  if (inputs_.size() < tokens) {
+    inputs_.resize(tokens);
+    targets_.resize(tokens);
+  }
+  choose_zero_reduction(micro_batch);
 }
 
 // ZeRO 2-3 on the host, accumulating, with a fixed global batch: true when the whole
@@ -235,77 +149,38 @@ bool TrainSession::zero_reduces_each(int64_t b) {
   // The automatic global batch measures each rank's gradient of the whole step before the
   // sum (its noise); reducing each micro-batch leaves only the last one's to measure.
   if (config_.batch().global_batch() == 0) return false;
-  const int k = static_cast<int>(accumulation_for(b));
+  const int k = static_cast<int>(batch_->accumulation_for(b));
   if (k <= 1) return false;
   const Engine::WindowBytes whole = z->predicted_windows_if(k, false);
   const int64_t T = config_.model().seq_len();
-  const size_t act = with_stack([&](auto& stack) { return stack.activation_bytes(b, T, 1, false, recompute_); });
+  const size_t act = with_stack([&](auto& stack) { return stack.activation_bytes(b, T, 1, false, batch_->recompute()); });
+  const size_t fixed = batch_->memory_model().fixed_bytes();
   const double margin = config_.batch().micro_batch() == 0 ? config_.batch().memory_margin() : 0.0;
-  return static_cast<double>(fixed_bytes_ + act + whole.grads + whole.params) >
+  return static_cast<double>(fixed + act + whole.grads + whole.params) >
          (1.0 - margin) * static_cast<double>(work_alloc().stats().budget);
 }
 
 // Collective over the dp group (after a plan): every rank reduces each micro-batch when any
 // needs to, and only when every rank runs the same number of micro-batches (each one's
 // reduce-scatters must meet); said when it changes.
-void TrainSession::choose_zero_reduction() {
+void TrainSession::choose_zero_reduction(int64_t micro_batch) {
   auto* z = pipeline_ ? nullptr : dynamic_cast<ZeroEngine*>(engine_.get());
   if (!z || z->zero_stage() < 2 || device().is_cuda()) return;
-  int each = zero_reduces_each(micro_batch_) ? 1 : 0;
+  int each = zero_reduces_each(micro_batch) ? 1 : 0;
   control::allreduce(&each, 1, MPI_INT, MPI_MAX, grid_->dp_group().comm(),
                      "the ZeRO gradient mode agreement (session_memory)");
   for (int r = 0; r < grid_->dp_size(); ++r) {
-    if (plan_->rank(r).accumulation != rank_batch().accumulation) each = 0;
+    if (batch_plan().rank(r).accumulation != rank_batch().accumulation) each = 0;
   }
   if ((each != 0) == z->reduces_each_micro_batch()) return;
   z->set_reduce_each_micro_batch(each != 0);
   if (leader()) {
     log_.info("ZeRO-", z->zero_stage(), ": ",
               each ? "the whole gradient window does not fit beside micro-batches of " +
-                         std::to_string(micro_batch_) +
+                         std::to_string(micro_batch) +
                          ", so each micro-batch's gradients are reduce-scattered into the shard"
                    : std::string("the gradients are reduced once a step (the whole window fits)"));
   }
-}
-
-// Every rank's share in the same number k of micro-batches: the most any rank needs for
-// its memory, or fewer when a share cannot be cut in that many (fewer samples than
-// pieces; 4 in 3 pieces of ceil(4 / 3)). Rank r's pieces are ceil(n_r / k) samples, the
-// last one shorter; ConfigError when that is more than memory[r], the most that fits rank r.
-std::vector<RankBatch> TrainSession::equal_counts(std::vector<RankBatch> ranks,
-                                                  const std::vector<int64_t>& memory) const {
-  auto cuts = [&](uint64_t k) {
-    for (const RankBatch& r : ranks) {
-      const uint64_t n = r.samples(), b = (n + k - 1) / k;
-      if (b * (k - 1) >= n) return false;
-    }
-    return true;
-  };
-  uint64_t k = 0;
-  for (const RankBatch& r : ranks) k = std::max(k, r.accumulation);
-  while (k > 1 && !cuts(k)) --k;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const uint64_t n = ranks[i].samples(), b = (n + k - 1) / k;
-    if (b > static_cast<uint64_t>(memory[i])) {
-      throw ConfigError("at parallel.zero_stage = 3 every rank runs the same number of micro-batches "
-                        "(each gathers the parameters), so rank " + std::to_string(i) + " would run " +
-                        std::to_string(b) + " of its " + std::to_string(n) + " samples at once, more "
-                        "than the " + std::to_string(memory[i]) + " its memory holds; make "
-                        "batch.global_batch a multiple of the ranks, or give the job more memory.");
-    }
-    const uint64_t last = n - b * (k - 1);
-    ranks[i] = {b, k, last == b ? 0 : last};
-  }
-  return ranks;
-}
-
-// The most this rank's micro-batch may be: batch.micro_batch (halved by etr-run after an
-// OOM kill), or its whole share when automatic.
-int64_t TrainSession::micro_batch_cap() const {
-  const int64_t share = static_cast<int64_t>(plan_->rank(grid_->dp_rank()).samples());
-  const int64_t configured = config_.batch().micro_batch();
-  if (configured == 0) return share;
-  return std::min(share, std::max<int64_t>(1, configured >> memory_halvings_));
 }
 
 void TrainSession::acquire_activations() {
@@ -319,7 +194,9 @@ void TrainSession::acquire_activations() {
     std::string failure;
     if (!activations_held_) {
       try {
-        with_stack([&](auto& stack) { stack.plan(work_alloc(), micro_batch_, T, 1, false, recompute_); });
+        with_stack([&](auto& stack) {
+          stack.plan(work_alloc(), batch_->micro_batch(), T, 1, false, batch_->recompute());
+        });
         activations_held_ = true;
       } catch (const OutOfMemory& e) {
         failure = e.what();
@@ -330,7 +207,7 @@ void TrainSession::acquire_activations() {
     double failed = failure.empty() ? 0 : 1;
     sum_over_ranks(&failed, 1);
     if (failed == 0) return;
-    recover_from_oom(failure);
+    batch_->recover_from_oom(position_.step + 1, failure);
   }
 }
 
@@ -338,96 +215,6 @@ void TrainSession::release_activations() {
   if (pipeline_ || !activations_held_) return;
   with_stack([](auto& stack) { stack.release(); });
   activations_held_ = false;
-}
-
-// Every rank alike: the step starts again with half the micro-batch and twice the
-// accumulation (the same samples, the same global batch and learning rate); at 1, with
-// activation recomputation; after that, the sentence of agree_micro_batch.
-void TrainSession::recover_from_oom(const std::string& failure) {
-  const int64_t step = static_cast<int64_t>(position_.step) + 1;
-  if (!failure.empty()) log_.warn("step ", step, ": rank ", grid_->rank(), ": ", failure);
-  release_activations();
-  work_alloc().release_cached();  // a GPU's cached blocks back to CUDA before the retry
-  ++oom_recoveries_;
-  const int64_t before = micro_batch_;
-  int64_t b = std::max<int64_t>(1, micro_batch_ / 2);
-  if (before == 1) {
-    const bool can = config_.runtime().recompute() != "off" && !recompute_;
-    if (!can) b = 0;  // agree_micro_batch says what would fit
-    recompute_ = can;
-  }
-  set_micro_batch(agree_micro_batch(b));
-  if (!failure.empty()) {
-    oom_cap_ = micro_batch_;
-    oom_budget_ = work_alloc().stats().budget;
-  }
-  restart_peak();
-  if (leader()) {
-    const RankBatch& r = rank_batch();
-    const std::string text = to_text(
-        "step ", step, ": out of memory inside the step (", oom_recoveries_,
-        " so far); every rank discards it and runs it again with micro-batch ", r.micro_batch,
-        " x ", r.accumulation, (recompute_ ? ", recomputing activations" : ""),
-        ", the global batch ", plan_->global_batch(), " and the learning rate unchanged");
-    log_.warn(text);
-    report_decision(static_cast<uint64_t>(step), "memory/decisions", text);
-  }
-}
-
-// At the end of a step, before its sums: re-reads the budget; true when this rank's
-// micro-batch should change (the budget no longer holds it, or holds a larger one that
-// an automatic or reduced micro-batch may take).
-// Hysteresis: a smaller micro-batch as soon as the plan no longer fits; a larger one only
-// when its peak leaves another 5 % of the budget free, so a budget that wavers (a cgroup's
-// share less the memory outside the allocator) does not re-plan every step.
-bool TrainSession::budget_wants_replan() {
-  read_budget();
-  return wanted_micro_batch() != micro_batch_;
-}
-
-// The micro-batch this rank wants under the budget last read, with the hysteresis above.
-// A rank that ran out of memory keeps the micro-batch it recovered with until the budget
-// grows past what it was then: the memory model fitted the one that failed, so it cannot
-// be trusted to (the failure may have come from memory it does not count).
-int64_t TrainSession::wanted_micro_batch() {
-  const size_t budget = work_alloc().stats().budget;
-  if (oom_cap_ > 0 && budget > oom_budget_) oom_cap_ = 0;
-  int64_t best = fit_micro_batch(micro_batch_cap());
-  if (oom_cap_ > 0) best = std::min(best, oom_cap_);
-  if (best <= micro_batch_) return best;
-  const bool automatic = config_.batch().micro_batch() == 0;
-  const double margin = (automatic ? config_.batch().memory_margin() : 0.0) + 0.05;
-  const bool room = static_cast<double>(memory_model_.peak(best, recompute_)) <=
-                    (1.0 - margin) * static_cast<double>(work_alloc().stats().budget);
-  return room ? best : micro_batch_;
-}
-
-// Collective, after a step whose sums carried a replan request (the ranks that did not ask
-// keep theirs unless it no longer fits).
-void TrainSession::replan() {
-  release_activations();
-  const int64_t before = micro_batch_;
-  const int64_t b = wanted_micro_batch();
-  set_micro_batch(agree_micro_batch(b));
-  ++replans_;
-  restart_peak();
-  if (leader() && micro_batch_ != before) {
-    const RankBatch& r = rank_batch();
-    const std::string text =
-        to_text("step ", position_.step, ": the memory budget changed; micro-batch ", before,
-                " -> ", r.micro_batch, " x ", r.accumulation, " (rank 0; planned peak ",
-                format_bytes(static_cast<double>(predicted_peak())), " of ",
-                format_bytes(static_cast<double>(work_alloc().stats().budget)), ")");
-    log_.info(text);
-    report_decision(position_.step, "memory/decisions", text);
-  }
-}
-
-// The allocator's peak from here on is the new plan's (the memory model's figure); the
-// run's peak keeps the old one.
-void TrainSession::restart_peak() {
-  earlier_peak_ = std::max(earlier_peak_, work_alloc().stats().peak);
-  work_alloc().reset_peak();
 }
 
 void TrainSession::measure_outside() {
@@ -443,13 +230,8 @@ void TrainSession::measure_outside() {
   }
 }
 
-size_t TrainSession::predicted_peak() const { return memory_model_.peak(micro_batch_, recompute_); }
-
 std::vector<std::string> TrainSession::memory_plan() const {
-  const bool automatic = config_.batch().micro_batch() == 0;
-  std::vector<std::string> lines = memory_model_.plan_table(
-      work_alloc().stats().budget, automatic ? config_.batch().memory_margin() : 0.0,
-      micro_batch_cap(), config_.runtime().recompute() != "off" && !pipeline_);
+  std::vector<std::string> lines = batch_->plan_table();
   if (device().is_cuda()) {
     lines.insert(lines.begin(),
                  "on " + device().str() + " (" + device_.describe() + "): the device's budget " +

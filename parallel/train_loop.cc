@@ -10,23 +10,23 @@ namespace etr {
 
 void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum) {
   const int64_t step = static_cast<int64_t>(position_.step);
-  const bool last = finished();
+  const bool last = batch_->finished(position_.step);
   const auto& lg = config_.log();
   if (lg.log_every() > 0 && (step % lg.log_every() == 0 || last || step == 1)) {
     StepContext c;
     c.step = position_.step;
     c.max_steps = config_.schedule().max_steps();
-    c.progress = progress_fraction();
-    c.scaled = goodput_ != nullptr;
+    c.progress = batch_->progress_fraction(position_.step);
+    c.scaled = batch_->automatic_global_batch();
     c.tokens = static_cast<double>(s.global_batch > 0 ? static_cast<uint64_t>(s.global_batch)
-                                                      : plan_->global_batch()) *
+                                                      : batch_plan().global_batch()) *
                static_cast<double>(data_->seq_len());
     c.flops_per_token = model_.flops_per_token;
-    c.global_batch = static_cast<int64_t>(plan_->global_batch());
-    c.oom_recoveries = oom_recoveries_;
-    c.replans = replans_;
+    c.global_batch = static_cast<int64_t>(batch_plan().global_batch());
+    c.oom_recoveries = oom_recoveries();
+    c.replans = memory_replans();
     c.budget = work_alloc().stats().budget;
-    for (const RankBatch& r : plan_->ranks()) c.shares.push_back(r.samples());
+    for (const RankBatch& r : batch_plan().ranks()) c.shares.push_back(r.samples());
     c.communicates = engine_->reducer() != nullptr;
     c.skipped_steps = skipped_steps_;
     c.memory = engine_->memory();
@@ -38,8 +38,8 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     sum.final_val_loss = evaluate();
     reporter_->held_out(position_.step, sum.final_val_loss);
   }
-  checkpoints_->set_batch_policy(batch_policy_state());
-  checkpoints_->at_step(step, last, position_, batch_origin_, model_.stack->layout(),
+  checkpoints_->set_batch_policy(batch_->policy_state());
+  checkpoints_->at_step(step, last, position_, batch_->origin(), model_.stack->layout(),
                         [this] { return engine_->states(); });
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   elastic_->after_step(step, step - 1 == start);
@@ -56,10 +56,10 @@ RunSummary TrainSession::run() {
   const int64_t start = static_cast<int64_t>(position_.step);
   const uint64_t start_samples = position_.samples_seen;
   sum.start_step = start;
-  if (finished() && leader()) {
+  if (batch_->finished(position_.step) && leader()) {
     log_.info("already at step ", start, " of schedule.max_steps = ", steps, "; nothing to train");
   }
-  for (int64_t i = start; !finished(); ++i) {
+  for (int64_t i = start; !batch_->finished(position_.step); ++i) {
     StepStats s = train_step();
     if (i == start) sum.first_loss = s.loss;
     if (s.skipped) ++sum.skipped_steps;
@@ -70,7 +70,7 @@ RunSummary TrainSession::run() {
     sum.final_loss = s.loss;
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
-    if (s.resize && !finished() &&
+    if (s.resize && !batch_->finished(position_.step) &&
         elastic_->resize(step, *checkpoints_, [this](const std::string& tier) {
           return save_checkpoint(tier);
         })) {
@@ -85,10 +85,10 @@ RunSummary TrainSession::run() {
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
                          static_cast<double>(data_->seq_len()) / sum.seconds;
-  sum.peak_bytes = std::max(earlier_peak_, work_alloc().stats().peak);
+  sum.peak_bytes = std::max(batch_->peak_before_replans(), work_alloc().stats().peak);
   sum.device_peak_bytes = device_peak_;
-  sum.oom_recoveries = oom_recoveries_;
-  sum.memory_replans = replans_;
+  sum.oom_recoveries = oom_recoveries();
+  sum.memory_replans = memory_replans();
   write_trace();
   if (sum.resized) return sum;  // not done: the relaunched job samples and exports
   if ((config_.log().sample_tokens() > 0 && program_.sample) ||
@@ -112,7 +112,7 @@ RunSummary TrainSession::run() {
 
 double TrainSession::evaluate() {
   auto scope = tracer_.scope(TraceTrack::kCompute, "evaluate", "eval");
-  const uint64_t b = static_cast<uint64_t>(micro_batch_);
+  const uint64_t b = static_cast<uint64_t>(micro_batch());
   acquire_activations();  // given back at the end of each step
   const int64_t T = data_->seq_len();
   const uint64_t max = static_cast<uint64_t>(config_.log().eval_batches()) * b;

@@ -42,10 +42,6 @@ int default_threads(const Group& group) {
   return std::max(1, cores / local_size);
 }
 
-// The micro-batch of the first plan: batch.micro_batch, or 1 when automatic (the memory
-// model picks it once the engines exist: setup_memory).
-int64_t initial_micro_batch(const TrainConfig& c) { return std::max(1, c.batch().micro_batch()); }
-
 }  // namespace
 
 TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger& log,
@@ -68,19 +64,15 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   setup_device(group);  // runtime.device: the stream and allocator the model is built for
   // Every rank needs at least one sequence (checked alike on every rank, before anything
   // is built); the data is checked against the batch once it is loaded.
-  plan_.emplace(plan_data_parallel_batch(initial_global_batch(config_, grid_->dp_size()),
-                                         grid_->dp_size(), initial_micro_batch(config_)));
+  setup_batch();
   build(program, group);
   setup_parallel();
-  setup_shares();
-  setup_goodput();
-  setup_recompute_trial();
   log_memory();
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   if (program.attachments) checkpoints_->set_attachments(program.attachments(config_));
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
   resume();
-  elastic_->ready(position_.step, micro_batch_);
+  elastic_->ready(position_.step, batch_->micro_batch());
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
   reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
   faults_.budget_cut = cut;
@@ -121,9 +113,7 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
     throw ConfigError("the data source gives samples of " + std::to_string(data_->seq_len()) +
                       " tokens but model.seq_len is " + std::to_string(T));
   }
-  plan_.emplace(plan_data_parallel_batch(initial_global_batch(config_, grid_->dp_size()),
-                                         grid_->dp_size(), initial_micro_batch(config_),
-                                         data_->train_samples()));
+  batch_->set_train_samples(data_->train_samples());
   position_.seed = data_->seed();
   if (!pipeline_) {
     calls_ = std::make_unique<EngineCallLog>(*engine_, model_.stack->size());
@@ -132,12 +122,8 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   if (config_.runtime().cuda_graphs() && device().is_cuda() && !pipeline_) {
     graphs_ = std::make_unique<CudaGraphCache>(device(), device_.stream());
   }
-  setup_memory();  // the micro-batch, and a pipeline's plan
-  staging_ = std::make_unique<TokenStaging>(device(), work_alloc(), device_.stream(), micro_batch_ * T);
-  // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
-  const int64_t share = static_cast<int64_t>(rank_batch().samples());
-  inputs_.resize(static_cast<size_t>((share + micro_batch_cap()) * T));
-  targets_.resize(inputs_.size());
+  setup_memory();  // the micro-batch, and a pipeline's plan (the token buffers sized for it)
+  staging_ = std::make_unique<TokenStaging>(device(), work_alloc(), device_.stream(), batch_->micro_batch() * T);
   // What construction freed (a pipeline's whole initial model on world rank 0, the layer
   // timing's probe) goes back to the system: the host cache is for the steps' buffers.
   alloc_.trim();
@@ -210,10 +196,10 @@ void TrainSession::setup_parallel() {
   }
   if (dp > 1) {
     if (leader()) {
-      const RankBatch& r0 = plan_->rank(0);
+      const RankBatch& r0 = batch_plan().rank(0);
       log_.info("data parallel: ", dp, " ranks; rank 0 runs ", r0.accumulation,
                 " micro-batch(es) of ", r0.micro_batch, " of the global batch ",
-                plan_->global_batch(), "; ", engine_->describe());
+                batch_plan().global_batch(), "; ", engine_->describe());
     }
   }
   if (!config_.log().trace_file().empty()) {
@@ -235,12 +221,12 @@ void TrainSession::log_memory() const {
   const EngineMemory m = engine_->memory();
   log_.info("memory per rank: ", m.describe());
   std::string parts;
-  for (const MemoryPart& p : memory_model_.parts(micro_batch_, recompute_)) {
+  for (const MemoryPart& p : memory_model().parts(micro_batch(), recompute())) {
     parts += (parts.empty() ? "" : ", ") + p.name + " " + format_bytes(static_cast<double>(p.bytes));
   }
   const RankBatch& r = rank_batch();
   log_.info("memory plan: micro-batch ", r.micro_batch, " x ", r.accumulation,
-            config_.batch().micro_batch() == 0 ? " (auto)" : "", recompute_ ? ", recomputing activations" : "",
+            config_.batch().micro_batch() == 0 ? " (auto)" : "", recompute() ? ", recomputing activations" : "",
             "; planned peak ", format_bytes(static_cast<double>(predicted_peak())), " (", parts,
             ") of the budget ", format_bytes(static_cast<double>(work_alloc().stats().budget)));
 }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "collectives/host_communicator.h"
+#include "parallel/batch_controller.h"
 #include "parallel/batch_policy.h"
 #include "parallel/checkpoint_cadence.h"
 #include "parallel/data_parallel_engine.h"
@@ -41,7 +42,6 @@
 #include "parallel/engine_call_log.h"
 #include "parallel/fault_injection.h"
 #include "parallel/memory_model.h"
-#include "parallel/share_balancer.h"
 #include "parallel/pipeline_engine.h"
 #include "parallel/step_agreement.h"
 #include "parallel/process_grid.h"
@@ -101,10 +101,6 @@ struct ModelSpec {
 DataParallelOptions data_parallel_options(const TrainConfig& c);
 
 class TrainSession;
-
-// The global batch of the first plan: batch.global_batch, or batch.min_global_batch (at
-// least one sample per data-parallel rank) when automatic (session_goodput.cc).
-int64_t initial_global_batch(const TrainConfig& config, int dp);
 
 struct TrainProgram {
   std::function<ModelSpec(const SessionContext&)> model;
@@ -169,7 +165,7 @@ class TrainSession {
   const DataSource& data() const { return *data_; }
   const DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
-  const RankBatch& rank_batch() const { return plan_->rank(grid_->dp_rank()); }
+  const RankBatch& rank_batch() const { return batch_->rank_batch(); }
   // Null on one rank.
   const BucketReducer* reducer() const { return engine_->reducer(); }
   Tracer& tracer() { return tracer_; }
@@ -192,31 +188,29 @@ class TrainSession {
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
-  // Memory (session_memory.cc; docs/design.md "Adaptive batch sizing"). The micro-batch is
-  // batch.micro_batch, or with `auto` the largest whose planned peak fits the budget less
-  // batch.memory_margin; either way lowered when the budget (runtime/memory_budget.h,
-  // re-read at every step boundary) no longer holds it, and raised again up to it when
-  // the budget grows. The activations are taken at the start of each step and given back
-  // to the allocator's cache at its end; an OutOfMemory while taking them (a budget cut
-  // between two checks) is agreed on by every rank before the step communicates, and the
-  // step runs again with half the micro-batch and twice the accumulation.
-  const MemoryModel& memory_model() const { return memory_model_; }
-  int64_t micro_batch() const { return micro_batch_; }
-  bool recompute() const { return recompute_; }
-  int64_t oom_recoveries() const { return oom_recoveries_; }
-  // Recomputation tried for speed (session_recompute.cc): 0 not tried, 1-2 timing, 3 decided.
-  int recompute_trial_phase() const { return trial_.phase; }
-  int64_t memory_replans() const { return replans_; }
-  // Shares: how often batch.shares = throughput moved them, and this step's plan.
-  int64_t share_rebalances() const { return rebalances_; }
-  // The automatic global batch (batch.global_batch = auto): the smoothed gradient noise
-  // scale (NaN before it has one), the schedule's progress in base-batch steps, and the
-  // decisions taken. NaN / 0 otherwise.
-  double noise_scale() const;
-  double schedule_progress() const;
-  const BatchPlan& batch_plan() const { return *plan_; }
+  // The batch policy (parallel/batch_controller.h): the plan, the micro-batch the memory
+  // budget holds, recomputation, the out-of-memory recovery, the shares, the automatic
+  // global batch. The activations are taken at the start of each step and given back to
+  // the allocator's cache at its end (session_memory.cc); an OutOfMemory while taking them
+  // or inside the step's micro-batches is agreed on by every rank, and the step runs again
+  // as the controller re-plans it.
+  const BatchController& batch() const { return *batch_; }
+  const MemoryModel& memory_model() const { return batch_->memory_model(); }
+  int64_t micro_batch() const { return batch_->micro_batch(); }
+  bool recompute() const { return batch_->recompute(); }
+  int64_t oom_recoveries() const { return batch_->oom_recoveries(); }
+  // Recomputation tried for speed: 0 not tried, 1-2 timing, 3 decided.
+  int recompute_trial_phase() const { return batch_->trial_phase(); }
+  int64_t memory_replans() const { return batch_->replans(); }
+  // Shares: how often batch.shares = throughput moved them.
+  int64_t share_rebalances() const { return batch_->rebalances(); }
+  // The automatic global batch: the smoothed gradient noise scale (NaN before it has one
+  // and without), the schedule's progress in base-batch steps (the step otherwise).
+  double noise_scale() const { return batch_->noise_scale(); }
+  double schedule_progress() const { return batch_->schedule_progress(position_.step); }
+  const BatchPlan& batch_plan() const { return batch_->plan(); }
   // The model's peak at the current micro-batch.
-  size_t predicted_peak() const;
+  size_t predicted_peak() const { return batch_->predicted_peak(); }
   // On the host: what the process holds outside the allocator (the binary, MPI's buffers
   // and shared segments, OpenBLAS's, the data, the collectives' scratch), measured once,
   // after the first step, as resident bytes less the allocator's reserved ones; 0 before
@@ -275,50 +269,18 @@ class TrainSession {
   // Rank 0: a decision's logged line, also as TensorBoard text under `tag` at `step`
   // (the step its line names).
   void report_decision(uint64_t step, const std::string& tag, const std::string& text);
-  // Memory (session_memory.cc).
+  // Memory (session_memory.cc): the budget read, the batch controller built and told of
+  // each plan, the activations taken and given back, ZeRO's gradient mode.
+  void setup_batch();
   void setup_memory();
-  size_t read_budget();
-  uint64_t accumulation_for(int64_t b) const;
-  int64_t micro_batch_cap() const;
-  int64_t fit_micro_batch(int64_t most);
-  int64_t fit_pipeline_micro_batch(int64_t most, size_t budget, double margin) const;
-  int64_t agree_micro_batch(int64_t mine);
-  void set_micro_batch(int64_t b);
-  std::vector<RankBatch> equal_counts(std::vector<RankBatch> ranks,
-                                      const std::vector<int64_t>& memory) const;
+  void read_budget();
+  void planned(int64_t micro_batch);
   void acquire_activations();
   void release_activations();
-  void recover_from_oom(const std::string& failure);
   bool zero_reduces_each(int64_t b);
-  void choose_zero_reduction();
-  bool budget_wants_replan();
-  int64_t wanted_micro_batch();
-  void replan();
-  void restart_peak();
-  // Goodput (session_goodput.cc): the automatic global batch.
-  struct Goodput;
-  struct GoodputDeleter {  // (Goodput is complete in session_goodput.cc only)
-    void operator()(Goodput* g) const;
-  };
-  void setup_goodput();
-  bool finished() const;
-  // The fraction of the run done, in [0, 1] (session_goodput.cc).
-  double progress_fraction() const;
-  double goodput_learning_rate();
-  void goodput_first_micro_batch(uint64_t samples);
-  double goodput_local_term() const;
-  void goodput_after_step(double grad_norm, double weighted_sum, double seconds, double fixed_seconds);
-  void set_global_batch(uint64_t B);
-  ckpt::BatchPolicy batch_policy_state() const;
-  void restore_batch_policy(const ckpt::BatchPolicy& saved);
-  // Recomputation tried for speed (session_recompute.cc).
-  void setup_recompute_trial();
-  bool recompute_trial_active() const;
-  void recompute_trial_step(double compute, double samples);
-  // Shares (session_shares.cc).
+  void choose_zero_reduction(int64_t micro_batch);
+  // ETR_SLOW_RANK: this rank made `seconds` of compute slower (train_step.cc).
   void slow_down(double seconds) const;
-  void setup_shares();
-  void balance_shares(double compute_seconds);
 
   TrainConfig config_;
   Logger& log_;
@@ -340,7 +302,6 @@ class TrainSession {
   std::unique_ptr<FlatState> host_state_;  // move_stack_to_host
   ModelSpec model_;
   std::unique_ptr<DataSource> data_;
-  std::optional<BatchPlan> plan_;
   DataPosition position_;
   std::vector<int32_t> inputs_, targets_;  // [micro_batch, T] (a pipeline: every micro-batch's)
   Tracer tracer_;
@@ -356,40 +317,22 @@ class TrainSession {
   // the rest without compute, and the step is redone (parallel/engine_call_log.h).
   std::unique_ptr<EngineCallLog> calls_;
   std::string step_oom_;            // this rank's out-of-memory error in this step, if any
-  size_t fixed_bytes_ = 0;  // the memory model's fixed parts (setup_memory)
-  int64_t oom_cap_ = 0;    // after this rank ran out of memory: its micro-batch then (0: none)
-  size_t oom_budget_ = 0;  // and the budget then
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
   FaultInjection faults_;  // the tests' hooks (parallel/fault_injection.h)
   int64_t skipped_steps_ = 0;
-  BatchOrigin batch_origin_;
   std::optional<std::filesystem::path> resumed_from_;
   std::unique_ptr<MemoryBudget> budget_;
-  MemoryModel memory_model_;
-  int64_t micro_batch_ = 0;
-  int memory_halvings_ = 0;  // ETR_RUN_MEMORY_HALVINGS
-  bool recompute_ = false;
+  std::unique_ptr<BatchPeers> peers_;          // the grid, for the batch decisions
+  std::unique_ptr<BatchController> batch_;     // the plan and the policies that change it
   bool mixed_ = false;  // bf16 layers with f32 master state (runtime.precision)
   bool nccl_ = false;   // gradients summed by NCCL on the GPUs (comm.device_backend)
   std::unique_ptr<CudaGraphCache> graphs_;  // runtime.cuda_graphs on a GPU
   // A micro-batch's forward and backward, through graphs_ where it may be captured.
   void run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last);
   bool activations_held_ = false;
-  int64_t oom_recoveries_ = 0;
-  int64_t replans_ = 0;
   bool budget_read_ = false;
   size_t logged_budget_ = 0;  // the budget last logged
-  size_t earlier_peak_ = 0;  // the allocator's peak before the last re-plan
-  std::unique_ptr<ShareBalancer> balancer_;  // batch.shares = throughput
-  std::unique_ptr<Goodput, GoodputDeleter> goodput_;  // batch.global_batch = auto
   double last_optimizer_seconds_ = 0;
-  struct RecomputeTrial {
-    int phase = 0;  // 0 none, 1 timing without, 2 timing with, 3 decided
-    int steps = 0;  // steps at the current choice
-    int64_t without = 0, with = 0;
-    double seconds_without = 0, seconds_with = 0;  // per sample, summed over the timed steps
-  } trial_;
-  int64_t rebalances_ = 0;
 };
 
 }  // namespace etr

@@ -3,6 +3,7 @@
 // optimizer, and what follows a step.
 #include <chrono>
 #include <cmath>
+#include <thread>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -18,14 +19,20 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+void TrainSession::slow_down(double seconds) const {
+  if (faults_.slow_factor > 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((faults_.slow_factor - 1) * seconds));
+  }
+}
+
 void TrainSession::run_pipeline(int64_t B, int64_t T) {
   const int r = grid_->dp_rank();
-  const RankBatch& mine = plan_->rank(r);
+  const RankBatch& mine = batch_plan().rank(r);
   const int64_t stride = static_cast<int64_t>(mine.micro_batch) * T;
   std::vector<Batch> batches;
   std::vector<double> weights;
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
-    const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+    const SampleRange mb = batch_plan().micro_batch(position_.samples_seen, r, m);
     const int64_t b = static_cast<int64_t>(mb.count);
     int32_t* in = inputs_.data() + static_cast<int64_t>(m) * stride;
     int32_t* tg = targets_.data() + static_cast<int64_t>(m) * stride;
@@ -69,12 +76,11 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
   }
   const int r = grid_->dp_rank();
   double compute = 0;
-  const RankBatch& mine = plan_->rank(r);
+  const RankBatch& mine = batch_plan().rank(r);
   // On a GPU the loop only enqueues: where the step's compute time decides something
   // (shares, recomputation, the automatic batch), it waits for the stream at the end and
   // takes the wall time of all the micro-batches instead.
-  const bool wait_for_device =
-      device().is_cuda() && (goodput_ || recompute_trial_active() || balancer_);
+  const bool wait_for_device = device().is_cuda() && batch_->times_steps();
   calls_->begin_step(static_cast<int>(mine.accumulation));
   if (faults_.oom_in_backward_at_step == static_cast<int64_t>(position_.step) + 1) {
     calls_->fail_in_backward(model_.stack->size() / 2);
@@ -85,7 +91,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
   // carry the failure to every rank (train_step).
   try {
     for (uint64_t m = 0; m < mine.accumulation; ++m) {
-      const SampleRange mb = plan_->micro_batch(position_.samples_seen, r, m);
+      const SampleRange mb = batch_plan().micro_batch(position_.samples_seen, r, m);
       const int64_t b = static_cast<int64_t>(mb.count);
       {
         auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
@@ -98,7 +104,9 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
       // The loss stays where the model runs until the step reads it (step_loss).
       run_micro_batch(batch, b, B, m + 1 == mine.accumulation);
       staging_->done();
-      if (m == 0 && mine.accumulation > 1) goodput_first_micro_batch(mb.count);
+      if (m == 0 && mine.accumulation > 1 && batch_->wants_first_micro_batch()) {
+        batch_->first_micro_batch(gradient_sq_norm(engine_->gradients(), model_.stack->layout().numel()), mb.count);
+      }
       const double took = std::chrono::duration<double>(Clock::now() - c0).count();
       slow_down(took);
       compute += took * faults_.slow_factor;
@@ -118,7 +126,7 @@ StepStats TrainSession::train_step() {
   const auto t0 = Clock::now();
   check_step_start();
   acquire_activations();  // may redo the plan: an out-of-memory error agreed on by every rank
-  const int64_t B = static_cast<int64_t>(plan_->global_batch()), T = data_->seq_len();
+  const int64_t B = static_cast<int64_t>(batch_plan().global_batch()), T = data_->seq_len();
   StepStats st;
   st.lr = step_learning_rate();
   engine_->begin_step();
@@ -131,7 +139,7 @@ StepStats TrainSession::train_step() {
   StepAgreement agreed = local_agreement(st.grad_norm, compute_seconds);
   agreed.agree([this](double* v, int n) { sum_over_ranks(v, n); }, grid_->size());
   if (agreed.out_of_memory) {  // nothing of the step is kept: the same samples again, smaller
-    recover_from_oom(std::exchange(step_oom_, std::string()));
+    batch_->recover_from_oom(position_.step + 1, std::exchange(step_oom_, std::string()));
     return train_step();
   }
   st.loss = agreed.loss;
@@ -173,10 +181,7 @@ void TrainSession::check_step_start() {
 }
 
 double TrainSession::step_learning_rate() {
-  const auto& s = config_.schedule();
-  return goodput_ ? goodput_learning_rate()
-                  : learning_rate(static_cast<int64_t>(position_.step), config_.optimizer().lr(),
-                                  s.warmup_steps(), s.max_steps(), s.min_lr_ratio());
+  return batch_->learning_rate(position_.step);
 }
 
 // A NaN in this rank's gradient of the last tensor (ETR_NONFINITE_AT_STEP: backward
@@ -195,17 +200,17 @@ StepAgreement TrainSession::local_agreement(double grad_norm, double compute_sec
   a.loss = step_loss();  // the sum over this rank's tokens of the per-token loss / (B T)
   a.resize = resize_requested();
   a.nonfinite_norm = !std::isfinite(grad_norm);
-  a.replan = budget_wants_replan();  // the memory budget, re-read here
+  a.replan = batch_->budget_wants_replan();  // the memory budget, re-read here
   a.out_of_memory = !step_oom_.empty();
   if (pipeline_) {
     a.bubble = pipeline_->executor().last_step().bubble();
     a.norm_wait_seconds = pipeline_->norm_wait_seconds();
   }
-  if (goodput_) {
-    a.goodput_term = goodput_local_term();
+  if (batch_->automatic_global_batch()) {
+    a.goodput_term = batch_->local_noise_term(grid_->dp_size() > 1 ? engine_->local_grad_sq_norm() : 0.0);
     a.optimizer_seconds = last_optimizer_seconds_;
   }
-  if (goodput_ || recompute_trial_active()) a.compute_seconds = compute_seconds;
+  if (batch_->automatic_global_batch() || batch_->trial_active()) a.compute_seconds = compute_seconds;
   return a;
 }
 
@@ -219,7 +224,8 @@ void TrainSession::apply_optimizer(const StepStats& st) {
 }
 
 // After the step: its figures, the activations back, and what the agreement asks for (a
-// re-plan, the shares, the recomputation trial, the automatic global batch).
+// re-plan, the shares, the recomputation trial, the automatic global batch: the batch
+// controller's after_step).
 void TrainSession::finish_step(StepStats& st, const StepAgreement& agreed, double compute_seconds,
                                int64_t B) {
   st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
@@ -228,19 +234,22 @@ void TrainSession::finish_step(StepStats& st, const StepAgreement& agreed, doubl
   st.peak_bytes = work_alloc().stats().peak;
   measure_device_peak();
   st.device_peak_bytes = device_peak_;
-  st.recompute = recompute_;
+  st.recompute = recompute();
   release_activations();
   measure_outside();
-  if (agreed.replan) replan();
-  balance_shares(compute_seconds);
-  recompute_trial_step(agreed.compute_seconds, static_cast<double>(B));
-  if (goodput_) {
-    const double n = static_cast<double>(agreed.ranks);
-    st.global_batch = static_cast<int64_t>(plan_->global_batch());
-    goodput_after_step(st.grad_norm, agreed.goodput_term, agreed.compute_seconds / n,
-                       agreed.optimizer_seconds / n);
-    st.noise_scale = noise_scale();
-  }
+  if (batch_->automatic_global_batch()) st.global_batch = B;
+  StepOutcome o;
+  o.step = position_.step;
+  o.samples_seen = position_.samples_seen;
+  o.replan = agreed.replan;
+  o.compute_seconds = compute_seconds;
+  o.summed_compute_seconds = agreed.compute_seconds;
+  o.summed_noise_term = agreed.goodput_term;
+  o.summed_optimizer_seconds = agreed.optimizer_seconds;
+  o.ranks = agreed.ranks;
+  o.grad_norm = st.grad_norm;
+  batch_->after_step(o);
+  if (batch_->automatic_global_batch()) st.noise_scale = noise_scale();
 }
 
 void TrainSession::skip_or_stop(StepStats& st, bool loss_finite) {
