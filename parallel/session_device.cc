@@ -38,24 +38,24 @@ void TrainSession::setup_device(const Group& group) {
   if (fewest == 0) visible = 0;
   const Device d = choose_device(rt.device(), local, visible);
   set_gpu_matmul(rt.gpu_matmul());
-  device_ = DeviceContext::open(d);
+  dev_.context = DeviceContext::open(d);
   if (d.is_cuda()) {
-    driver_base_ = device_.driver_used_bytes();
-    device_alloc_ = make_device_allocator(d);
+    dev_.driver_base = dev_.context.driver_used_bytes();
+    dev_.alloc = make_device_allocator(d);
     // ETR_CUDA_MEMORY_BUDGET, else free now; shared by the ranks of this node on this GPU
     // (local ranks r with r % visible == local % visible).
-    sharing_ = (local_ranks - local % visible + visible - 1) / visible;
-    device_budget_ = device_alloc_->stats().budget / static_cast<size_t>(sharing_);
+    dev_.sharing = (local_ranks - local % visible + visible - 1) / visible;
+    dev_.budget = dev_.alloc->stats().budget / static_cast<size_t>(dev_.sharing);
     read_device_budget(SIZE_MAX);
-    device_scalars_ = Buffer(*device_alloc_, 2 * sizeof(double));
-    scalars_ = static_cast<double*>(device_scalars_.data());
-    log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", device_.describe(),
+    dev_.scalars_buffer = Buffer(*dev_.alloc, 2 * sizeof(double));
+    dev_.scalars = static_cast<double*>(dev_.scalars_buffer.data());
+    log_.info("rank ", grid_->rank(), ": device ", d.str(), ": ", dev_.context.describe(),
               "; f32 products in ", rt.gpu_matmul(), "; device memory budget ",
-              format_bytes(static_cast<double>(device_budget_)),
-              sharing_ > 1 ? " (the GPU's share of " + std::to_string(sharing_) + " ranks)" : "",
+              format_bytes(static_cast<double>(dev_.budget)),
+              dev_.sharing > 1 ? " (the GPU's share of " + std::to_string(dev_.sharing) + " ranks)" : "",
               " (the allocator's: that less cuBLAS's 32 MiB workspace, and cuBLASLt's under bf16)");
   }
-  loss_copy_ = PinnedBuffer(d, sizeof(double));
+  dev_.loss_copy = PinnedBuffer(d, sizeof(double));
 }
 
 // The device's budget: ETR_CUDA_MEMORY_BUDGET when set (read again at every step
@@ -68,25 +68,25 @@ void TrainSession::setup_device(const Group& group) {
 void TrainSession::read_device_budget(size_t cut) {
   // cuBLAS's workspace, and under bf16 (or auto, which is bf16 on a GPU) the bf16 set's
   // cuBLASLt workspace of the same size (runtime/kernels/cuda/bf16/cublaslt.h).
-  const size_t outside = (size_t{32} << 20) * (mixed_ ? 2 : 1);
-  size_t bytes = device_budget_;
+  const size_t outside = (size_t{32} << 20) * (dev_.mixed ? 2 : 1);
+  size_t bytes = dev_.budget;
   const char* v = env_value("ETR_CUDA_MEMORY_BUDGET");
   if (const auto set = budget_setting(v ? v : "", "ETR_CUDA_MEMORY_BUDGET")) {
-    bytes = *set / static_cast<size_t>(sharing_);
+    bytes = *set / static_cast<size_t>(dev_.sharing);
   }
   bytes = std::min(bytes, cut);
   const size_t budget = bytes > outside ? bytes - outside : 0;
-  const size_t before = device_alloc_->stats().budget;
+  const size_t before = dev_.alloc->stats().budget;
   if (budget == before) return;
   const double moved = std::fabs(static_cast<double>(budget) - static_cast<double>(before));
-  if (device_budget_read_ && moved > 0.05 * static_cast<double>(before)) {
+  if (dev_.budget_read && moved > 0.05 * static_cast<double>(before)) {
     log_.info("rank ", grid_->rank(), ": device memory budget ",
               format_bytes(static_cast<double>(before + outside)), " -> ",
               format_bytes(static_cast<double>(bytes)), " (",
               cut != SIZE_MAX && bytes == cut ? "ETR_TEST_BUDGET_CUT" : "ETR_CUDA_MEMORY_BUDGET", ")");
   }
-  device_alloc_->set_budget(budget);
-  device_budget_read_ = true;
+  dev_.alloc->set_budget(budget);
+  dev_.budget_read = true;
 }
 
 template <typename Real>
@@ -94,7 +94,7 @@ void TrainSession::place_stack(LayerStack<Real>& stack) {
   ExecContext<Real> ctx = stack.context();
   ctx.device = device();
   ctx.alloc = &work_alloc();
-  ctx.stream = device_.stream();
+  ctx.stream = dev_.context.stream();
   ctx.kernels = &kernels_for<Real>(device());
   stack.set_context(ctx);
 }
@@ -109,7 +109,7 @@ template void TrainSession::place_stack(LayerStack<bf16>&);
 bool TrainSession::choose_nccl() {
   if (!device().is_cuda()) return false;
   const std::string& backend = config_.comm().device_backend();
-  int most_sharing = sharing_;
+  int most_sharing = dev_.sharing;
   control::allreduce(&most_sharing, 1, MPI_INT, MPI_MAX, grid_->world_group().comm(),
                      "the ranks sharing a GPU (session_device)");
   if (backend == "nccl" && most_sharing > 1) {
@@ -158,14 +158,14 @@ void TrainSession::choose_precision() {
                       " (bf16 trains data parallel, without ZeRO or pipeline stages, for now); "
                       "use runtime.precision = fp32.");
   }
-  mixed_ = p == "bf16" || (p == "auto" && device().is_cuda() && why.empty());
-  if (mixed_) check_same_layout(model_.stack->layout(), model_.stack_bf16->layout());
-  if (mixed_ && device().is_cuda()) read_device_budget(SIZE_MAX);  // the cuBLASLt workspace too
+  dev_.mixed = p == "bf16" || (p == "auto" && device().is_cuda() && why.empty());
+  if (dev_.mixed) check_same_layout(model_.stack->layout(), model_.stack_bf16->layout());
+  if (dev_.mixed && device().is_cuda()) read_device_budget(SIZE_MAX);  // the cuBLASLt workspace too
   if (leader()) {
-    log_.info("precision: ", mixed_ ? "bf16 (mixed: bf16 activations and parameter copy, f32 "
+    log_.info("precision: ", dev_.mixed ? "bf16 (mixed: bf16 activations and parameter copy, f32 "
                                       "master parameters, gradients and AdamW state)"
                                     : "fp32",
-              p == "auto" && !mixed_ && device().is_cuda() ? " (runtime.precision = auto: " + why + ")"
+              p == "auto" && !dev_.mixed && device().is_cuda() ? " (runtime.precision = auto: " + why + ")"
                                                            : std::string());
   }
 }
@@ -175,7 +175,7 @@ void TrainSession::choose_precision() {
 void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last) {
   with_stack([&](auto& stack) {
     auto work = [&] {
-      stack.forward_accumulate(batch, scalars_, static_cast<double>(b), static_cast<double>(B), hooks_);
+      stack.forward_accumulate(batch, dev_.scalars, static_cast<double>(b), static_cast<double>(B), hooks_);
       calls_->begin_backward(last);
       stack.backward(batch, hooks_);
     };
@@ -183,9 +183,9 @@ void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, boo
     // The activations go back to the allocator after every step and usually come back at
     // the same addresses: a graph stays valid as long as they do and the plan that laid
     // them out (micro_batch_, T, recompute_) is the same, so all of that is in its key.
-    if (!graphs_ || engine_->reducer() != nullptr) return work();
+    if (!dev_.graphs || engine_->reducer() != nullptr) return work();
     auto id = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
-    graphs_->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(scalars_),
+    dev_.graphs->run({id(batch.tokens), id(batch.targets), batch.B, batch.T, b, B, id(dev_.scalars),
                   id(stack.activations_data()), id(stack.scratch_data()), last ? 1 : 0,
                   recompute() ? 1 : 0, micro_batch()},
                  work);
@@ -196,36 +196,36 @@ void TrainSession::run_micro_batch(const Batch& batch, int64_t b, int64_t B, boo
 // (LayerStack::forward_accumulate); its copy to the host is enqueued after the last
 // backward and read after the gradient norm's wait, so the step waits for the device once.
 void TrainSession::zero_step_loss() {
-  device_ops(device()).zero(scalars_, sizeof(double), device_.stream());
+  device_ops(device()).zero(dev_.scalars, sizeof(double), dev_.context.stream());
 }
 
 void TrainSession::fetch_step_loss() {
-  device_ops(device()).download(loss_copy_.data(), scalars_, sizeof(double), device_.stream());
+  device_ops(device()).download(dev_.loss_copy.data(), dev_.scalars, sizeof(double), dev_.context.stream());
 }
 
 double TrainSession::step_loss() {
-  device_.synchronize();  // (after the norm's wait: nothing is left to wait for)
-  return *loss_copy_.as<double>();
+  dev_.context.synchronize();  // (after the norm's wait: nothing is left to wait for)
+  return *dev_.loss_copy.as<double>();
 }
 
 void TrainSession::poison_gradient(float* at) {
   const float nan = std::nanf("");
-  device_ops(device()).upload(at, &nan, sizeof nan, device_.stream());
+  device_ops(device()).upload(at, &nan, sizeof nan, dev_.context.stream());
 }
 
 double TrainSession::gradient_sq_norm(const float* g, int64_t n) {
   const DeviceOps& ops = device_ops(device());
   double host = 0;
-  ops.grad_norm_squared(scalars_ + 1, g, n, device_.stream());
-  ops.download(&host, scalars_ + 1, sizeof host, device_.stream());
-  ops.synchronize(device_.stream());
+  ops.grad_norm_squared(dev_.scalars + 1, g, n, dev_.context.stream());
+  ops.download(&host, dev_.scalars + 1, sizeof host, dev_.context.stream());
+  ops.synchronize(dev_.context.stream());
   return host;
 }
 
 void TrainSession::measure_device_peak() {
   if (!device().is_cuda()) return;
-  const size_t used = device_.driver_used_bytes();
-  device_peak_ = std::max(device_peak_, used > driver_base_ ? used - driver_base_ : 0);
+  const size_t used = dev_.context.driver_used_bytes();
+  dev_.peak = std::max(dev_.peak, used > dev_.driver_base ? used - dev_.driver_base : 0);
 }
 
 LayerStack<float>& TrainSession::host_stack() {
@@ -241,28 +241,28 @@ LayerStack<float>& TrainSession::host_stack() {
 // trains no more. Under bf16 on the host the fp32 twin is bound to a copy of the master,
 // taken again at every call, and training goes on.
 void TrainSession::move_stack_to_host() {
-  if (device().is_cpu() && !mixed_) return;
+  if (device().is_cpu() && !dev_.mixed) return;
   LayerStack<float>& stack = *model_.stack;
   if (device().is_cpu()) {
-    if (!host_state_) {
-      host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
-      host_state_->add(state::kParam);
-      host_state_->add(state::kGrad);
-      stack.bind(*host_state_);
+    if (!dev_.host_state) {
+      dev_.host_state = std::make_unique<FlatState>(stack.layout(), alloc_);
+      dev_.host_state->add(state::kParam);
+      dev_.host_state->add(state::kGrad);
+      stack.bind(*dev_.host_state);
     }
-    engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+    engine_->gather_state(state::kParam, dev_.host_state->data<float>(state::kParam));
     return;
   }
-  if (host_state_) return;
+  if (dev_.host_state) return;
   stack.release();
-  host_state_ = std::make_unique<FlatState>(stack.layout(), alloc_);
-  host_state_->add(state::kParam);
-  host_state_->add(state::kGrad);
+  dev_.host_state = std::make_unique<FlatState>(stack.layout(), alloc_);
+  dev_.host_state->add(state::kParam);
+  dev_.host_state->add(state::kGrad);
   if (pipeline_) {  // materialize_parameters() gathered the whole model here (world rank 0)
-    std::memcpy(host_state_->data<float>(state::kParam), pipeline_->parameters(),
+    std::memcpy(dev_.host_state->data<float>(state::kParam), pipeline_->parameters(),
                 static_cast<size_t>(stack.layout().numel()) * sizeof(float));
   } else {
-    engine_->gather_state(state::kParam, host_state_->data<float>(state::kParam));
+    engine_->gather_state(state::kParam, dev_.host_state->data<float>(state::kParam));
   }
   ExecContext<float> ctx = stack.context();
   ctx.device = Device::cpu();
@@ -270,7 +270,7 @@ void TrainSession::move_stack_to_host() {
   ctx.stream = nullptr;
   ctx.kernels = &kernels_for<float>(Device::cpu());
   stack.set_context(ctx);
-  stack.bind(*host_state_);
+  stack.bind(*dev_.host_state);
 }
 
 DataParallelOptions data_parallel_options(const TrainConfig& c) {
@@ -296,9 +296,9 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   dp.norm_begin = norm_begin;
   const bool test_on_host = device_path_on_host();
   const bool device_path = device().is_cuda() || test_on_host;
-  dp.nccl = device_path && nccl_;
+  dp.nccl = device_path && dev_.nccl;
   if (device_path && stage == 0) {
-    return std::make_unique<DeviceEngine>(stack, work_alloc(), device_.stream(), dp, grid_.get(), &tracer_);
+    return std::make_unique<DeviceEngine>(stack, work_alloc(), dev_.context.stream(), dp, grid_.get(), &tracer_);
   }
   if (stage == 0) return std::make_unique<DataParallelEngine>(stack, *grid_, alloc_, dp, &tracer_);
   ZeroOptions o;
@@ -309,7 +309,7 @@ std::unique_ptr<Engine> TrainSession::make_engine(LayerStack<float>& stack, int6
   // A pipeline stage runs 2 m passes per step: its parameters are gathered once.
   o.gather_once_per_step = grid_->pp_size() > 1;
   o.staged = test_on_host;
-  return std::make_unique<ZeroEngine>(stack, *grid_, work_alloc(), std::move(o), &tracer_, device_.stream());
+  return std::make_unique<ZeroEngine>(stack, *grid_, work_alloc(), std::move(o), &tracer_, dev_.context.stream());
 }
 
 }  // namespace etr

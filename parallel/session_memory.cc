@@ -54,7 +54,7 @@ void TrainSession::setup_batch() {
 }
 
 void TrainSession::read_budget() {
-  const MemoryBudget::Reading r = budget_->read(alloc_.stats().reserved);
+  const MemoryBudget::Reading r = mem_.budget->read(alloc_.stats().reserved);
   size_t bytes = r.bytes;
   // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
   const int64_t now = static_cast<int64_t>(position_.step) + (faults_.budget_cut.boundary ? 2 : 1);
@@ -68,19 +68,19 @@ void TrainSession::read_budget() {
     // A change of more than 5 % since the last one logged (a cgroup's share moves a little
     // with the memory outside the allocator); not the first reading (the allocator's own
     // default comes before it).
-    const double moved = std::fabs(static_cast<double>(bytes) - static_cast<double>(logged_budget_));
-    if (budget_read_ && moved > 0.05 * static_cast<double>(logged_budget_)) {
+    const double moved = std::fabs(static_cast<double>(bytes) - static_cast<double>(mem_.logged_budget));
+    if (mem_.budget_read && moved > 0.05 * static_cast<double>(mem_.logged_budget)) {
       const bool was_cut = bytes < r.bytes;
       log_.info("rank ", grid_->rank(), ": memory budget ",
-                format_bytes(static_cast<double>(logged_budget_)), " -> ",
+                format_bytes(static_cast<double>(mem_.logged_budget)), " -> ",
                 format_bytes(static_cast<double>(bytes)), " (",
                 was_cut ? std::string("ETR_TEST_BUDGET_CUT") : r.describe(), ")");
-      logged_budget_ = bytes;
+      mem_.logged_budget = bytes;
     }
     alloc_.set_budget(bytes);
   }
-  if (!budget_read_) logged_budget_ = bytes;
-  budget_read_ = true;
+  if (!mem_.budget_read) mem_.logged_budget = bytes;
+  mem_.budget_read = true;
 }
 
 // The memory model of this job (the engine's state, checkpoint staging, ZeRO 2-3's
@@ -133,9 +133,9 @@ void TrainSession::planned(int64_t micro_batch) {
   // Room for every micro-batch of a step (a pipeline's are all in flight): k b <= n + b.
   const size_t tokens = static_cast<size_t>((static_cast<int64_t>(rank_batch().samples()) +
                                              std::max(batch_->micro_batch_cap(), micro_batch)) * T);
-  if (inputs_.size() < tokens) {
-    inputs_.resize(tokens);
-    targets_.resize(tokens);
+  if (step_.inputs.size() < tokens) {
+    step_.inputs.resize(tokens);
+    step_.targets.resize(tokens);
   }
   choose_zero_reduction(micro_batch);
 }
@@ -192,12 +192,12 @@ void TrainSession::acquire_activations() {
   const int64_t T = config_.model().seq_len();
   for (;;) {
     std::string failure;
-    if (!activations_held_) {
+    if (!mem_.activations_held) {
       try {
         with_stack([&](auto& stack) {
           stack.plan(work_alloc(), batch_->micro_batch(), T, 1, false, batch_->recompute());
         });
-        activations_held_ = true;
+        mem_.activations_held = true;
       } catch (const OutOfMemory& e) {
         failure = e.what();
       }
@@ -212,19 +212,19 @@ void TrainSession::acquire_activations() {
 }
 
 void TrainSession::release_activations() {
-  if (pipeline_ || !activations_held_) return;
+  if (pipeline_ || !mem_.activations_held) return;
   with_stack([](auto& stack) { stack.release(); });
-  activations_held_ = false;
+  mem_.activations_held = false;
 }
 
 void TrainSession::measure_outside() {
-  if (outside_measured_ || device().is_cuda()) return;
-  outside_measured_ = true;
+  if (mem_.outside_measured || device().is_cuda()) return;
+  mem_.outside_measured = true;
   const size_t resident = resident_bytes(), reserved = alloc_.stats().reserved;
-  outside_bytes_ = resident > reserved ? resident - reserved : 0;
+  mem_.outside_bytes = resident > reserved ? resident - reserved : 0;
   if (leader()) {
     log_.info("memory outside the allocator after the first step (the binary, MPI, OpenBLAS, the "
-              "data, the collectives' scratch): ", format_bytes(static_cast<double>(outside_bytes_)),
+              "data, the collectives' scratch): ", format_bytes(static_cast<double>(mem_.outside_bytes)),
               "; the process's resident peak should be about ",
               format_bytes(static_cast<double>(predicted_resident_peak())));
   }
@@ -234,9 +234,9 @@ std::vector<std::string> TrainSession::memory_plan() const {
   std::vector<std::string> lines = batch_->plan_table();
   if (device().is_cuda()) {
     lines.insert(lines.begin(),
-                 "on " + device().str() + " (" + device_.describe() + "): the device's budget " +
-                     format_bytes(static_cast<double>(device_budget_)) +
-                     (mixed_ ? ", less cuBLAS's and cuBLASLt's 32 MiB workspaces for the allocator"
+                 "on " + device().str() + " (" + dev_.context.describe() + "): the device's budget " +
+                     format_bytes(static_cast<double>(dev_.budget)) +
+                     (dev_.mixed ? ", less cuBLAS's and cuBLASLt's 32 MiB workspaces for the allocator"
                              : ", less cuBLAS's 32 MiB workspace for the allocator"));
   }
   return lines;

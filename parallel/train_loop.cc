@@ -28,7 +28,7 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     c.budget = work_alloc().stats().budget;
     for (const RankBatch& r : batch_plan().ranks()) c.shares.push_back(r.samples());
     c.communicates = engine_->reducer() != nullptr;
-    c.skipped_steps = skipped_steps_;
+    c.skipped_steps = step_.skipped;
     c.memory = engine_->memory();
     c.stage_activation_bytes = stage_activation_bytes_;
     c.world = grid_->size();
@@ -86,7 +86,7 @@ RunSummary TrainSession::run() {
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
                          static_cast<double>(data_->seq_len()) / sum.seconds;
   sum.peak_bytes = std::max(batch_->peak_before_replans(), work_alloc().stats().peak);
-  sum.device_peak_bytes = device_peak_;
+  sum.device_peak_bytes = dev_.peak;
   sum.oom_recoveries = oom_recoveries();
   sum.memory_replans = memory_replans();
   write_trace();
@@ -130,12 +130,12 @@ double TrainSession::evaluate() {
     const uint64_t lo = std::min(share.count, k * b), hi = std::min(share.count, lo + b);
     const int64_t m = static_cast<int64_t>(hi - lo);
     if (m == 0) continue;  // this rank's share ran out; the others go on
-    data_->gather_eval(share.first + lo, hi - lo, std::span(inputs_).first(m * T),
-                       std::span(targets_).first(m * T));
-    const Batch batch = staging_->stage(Batch{inputs_.data(), targets_.data(), m, T, 0});
+    data_->gather_eval(share.first + lo, hi - lo, std::span(step_.inputs).first(m * T),
+                       std::span(step_.targets).first(m * T));
+    const Batch batch = dev_.staging->stage(Batch{step_.inputs.data(), step_.targets.data(), m, T, 0});
     const double loss = pipeline_ ? pipeline_->executor().forward_only(batch)
                                   : with_stack([&](auto& stack) { return stack.forward(batch); });
-    staging_->done();
+    dev_.staging->done();
     if (!counts) continue;
     sums[0] += loss * static_cast<double>(m);
     sums[1] += static_cast<double>(m);

@@ -58,7 +58,7 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
   const FaultInjection::BudgetCut cut = std::exchange(faults_.budget_cut, {});
   // The budget before anything is allocated: the smallest of the config's, the
   // environment's and the job's memory cgroup's share (runtime/memory_budget.h).
-  budget_ = std::make_unique<MemoryBudget>(config_.runtime().memory_budget(),
+  mem_.budget = std::make_unique<MemoryBudget>(config_.runtime().memory_budget(),
                                            ranks_on_this_node(group));
   read_budget();
   setup_device(group);  // runtime.device: the stream and allocator the model is built for
@@ -90,18 +90,18 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
   model_ = program.model(ctx);
   if (!model_.stack) throw InvalidArgument("the model factory built no layer stack");
   choose_precision();
-  nccl_ = choose_nccl();
+  dev_.nccl = choose_nccl();
   place_stack(*model_.stack);
-  if (mixed_) place_stack(*model_.stack_bf16);
+  if (dev_.mixed) place_stack(*model_.stack_bf16);
   const int64_t T = config_.model().seq_len();
   if (leader()) log_.info("model: ", model_.description);
   if (grid_->pp_size() > 1) {
     build_pipeline(program, ctx);
   } else {
-    if (mixed_) {  // DeviceEngine on either device: the bf16 copy beside the f32 state
+    if (dev_.mixed) {  // DeviceEngine on either device: the bf16 copy beside the f32 state
       DataParallelOptions dp = data_parallel_options(config_);
-      dp.nccl = nccl_;
-      engine_ = std::make_unique<DeviceEngine>(*model_.stack_bf16, work_alloc(), device_.stream(),
+      dp.nccl = dev_.nccl;
+      engine_ = std::make_unique<DeviceEngine>(*model_.stack_bf16, work_alloc(), dev_.context.stream(),
                                                std::move(dp), grid_.get(), &tracer_);
     } else {
       engine_ = make_engine(*model_.stack);
@@ -120,10 +120,10 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
     hooks_ = calls_->hooks();
   }
   if (config_.runtime().cuda_graphs() && device().is_cuda() && !pipeline_) {
-    graphs_ = std::make_unique<CudaGraphCache>(device(), device_.stream());
+    dev_.graphs = std::make_unique<CudaGraphCache>(device(), dev_.context.stream());
   }
   setup_memory();  // the micro-batch, and a pipeline's plan (the token buffers sized for it)
-  staging_ = std::make_unique<TokenStaging>(device(), work_alloc(), device_.stream(), batch_->micro_batch() * T);
+  dev_.staging = std::make_unique<TokenStaging>(device(), work_alloc(), dev_.context.stream(), batch_->micro_batch() * T);
   // What construction freed (a pipeline's whole initial model on world rank 0, the layer
   // timing's probe) goes back to the system: the host cache is for the steps' buffers.
   alloc_.trim();
@@ -159,7 +159,7 @@ void TrainSession::build_pipeline(const TrainProgram& program, const SessionCont
   }
   PipelineOptions o;
   o.schedule = spec;
-  if (device().is_cuda() || device_path_on_host()) o.device = PipeDevice{device(), device_.stream()};
+  if (device().is_cuda() || device_path_on_host()) o.device = PipeDevice{device(), dev_.context.stream()};
   o.bounds = pipeline_bounds(config_, *model_.stack, spec, costs);
   if (leader()) {
     log_.info(describe_pipeline(config_, spec, o.bounds, costs));

@@ -133,7 +133,7 @@ class TrainSession {
   // rank alike; parameters, moments and data position as before the step, and a
   // checkpoint in flight committed first).
   StepStats train_step();
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t skipped_steps() const { return step_.skipped; }
   // Mean held-out loss per token; the held-out samples are split over the ranks
   // (collective). NaN when the data source has none.
   double evaluate();
@@ -161,7 +161,7 @@ class TrainSession {
   LayerStack<float>& host_stack();
   Engine& engine() { return *engine_; }
   // Micro-batches replayed from a CUDA graph so far (runtime.cuda_graphs; 0 without).
-  int64_t graph_launches() const { return graphs_ ? graphs_->launches() : 0; }
+  int64_t graph_launches() const { return dev_.graphs ? dev_.graphs->launches() : 0; }
   const DataSource& data() const { return *data_; }
   const DataPosition& position() const { return position_; }
   const ProcessGrid& grid() const { return *grid_; }
@@ -177,14 +177,14 @@ class TrainSession {
   // Where the layers and the state are (runtime.device; session_device.cc), and the
   // allocator of their memory there: alloc() on the host, the GPU's caching allocator on
   // a GPU (the memory model and the micro-batch follow its budget).
-  Device device() const { return device_.device(); }
-  Allocator& work_alloc() { return device_alloc_ ? *device_alloc_ : static_cast<Allocator&>(alloc_); }
+  Device device() const { return dev_.context.device(); }
+  Allocator& work_alloc() { return dev_.alloc ? *dev_.alloc : static_cast<Allocator&>(alloc_); }
   const Allocator& work_alloc() const {
-    return device_alloc_ ? *device_alloc_ : static_cast<const Allocator&>(alloc_);
+    return dev_.alloc ? *dev_.alloc : static_cast<const Allocator&>(alloc_);
   }
   // On a GPU, the device memory the job holds by the driver's count, the most at a step's
   // end so far (StepStats::device_peak_bytes); 0 on the host.
-  size_t device_peak_bytes() const { return device_peak_; }
+  size_t device_peak_bytes() const { return dev_.peak; }
   // Sums `values` over the data-parallel ranks in place (a no-op on one rank).
   void sum_over_ranks(double* values, int count);
 
@@ -216,8 +216,8 @@ class TrainSession {
   // after the first step, as resident bytes less the allocator's reserved ones; 0 before
   // it and on a GPU. predicted_resident_peak() adds it to predicted_peak(): the kernel's
   // count (VmHWM, peak_resident_bytes()) the memory model predicts.
-  size_t outside_bytes() const { return outside_bytes_; }
-  size_t predicted_resident_peak() const { return predicted_peak() + outside_bytes_; }
+  size_t outside_bytes() const { return mem_.outside_bytes; }
+  size_t predicted_resident_peak() const { return predicted_peak() + mem_.outside_bytes; }
   // What `etr-train --plan` prints: the memory model's table for this rank.
   std::vector<std::string> memory_plan() const;
 
@@ -228,14 +228,14 @@ class TrainSession {
   void read_device_budget(size_t cut);
   template <typename Real>
   void place_stack(LayerStack<Real>& stack);
-  // runtime.precision against the device and the model (session_device.cc): sets mixed_.
+  // runtime.precision against the device and the model (session_device.cc): sets dev_.mixed.
   void choose_precision();
   // comm.device_backend on GPUs (session_device.cc; collective): true for NCCL.
   bool choose_nccl();
   // f(the stack that trains): the bf16 one under mixed precision, else the fp32 one.
   template <typename F>
   decltype(auto) with_stack(F&& f) {
-    if (mixed_) return f(*model_.stack_bf16);
+    if (dev_.mixed) return f(*model_.stack_bf16);
     return f(*model_.stack);
   }
   void move_stack_to_host();
@@ -286,24 +286,43 @@ class TrainSession {
   Logger& log_;
   std::unique_ptr<ProcessGrid> grid_;
   HostAllocator alloc_;
-  DeviceContext device_;
-  std::unique_ptr<Allocator> device_alloc_;  // a GPU's (null on the host)
-  std::unique_ptr<TokenStaging> staging_;
-  double host_scalars_[2] = {0, 0};  // the loss sum and a scratch, on the host
-  Buffer device_scalars_;            // the same on a GPU
-  double* scalars_ = host_scalars_;
-  PinnedBuffer loss_copy_;           // the step's loss, read once
-  size_t driver_base_ = 0, device_peak_ = 0;
-  size_t outside_bytes_ = 0;
-  bool outside_measured_ = false;
-  size_t device_budget_ = 0;          // the device's (this rank's share), before the test's cut
-  int sharing_ = 1;                   // ranks of this node on this rank's GPU
-  bool device_budget_read_ = false;
-  std::unique_ptr<FlatState> host_state_;  // move_stack_to_host
+  // Where the layers run and what the session keeps there (session_device.cc).
+  struct DeviceSide {
+    DeviceContext context;
+    std::unique_ptr<Allocator> alloc;  // a GPU's (null on the host)
+    std::unique_ptr<TokenStaging> staging;
+    double host_scalars[2] = {0, 0};  // the loss sum and a scratch, on the host
+    Buffer scalars_buffer;            // the same on a GPU
+    double* scalars = host_scalars;
+    PinnedBuffer loss_copy;           // the step's loss, read once
+    size_t driver_base = 0, peak = 0;
+    size_t budget = 0;                // the device's (this rank's share), before the test's cut
+    int sharing = 1;                  // ranks of this node on this rank's GPU
+    bool budget_read = false;
+    std::unique_ptr<FlatState> host_state;  // move_stack_to_host
+    bool mixed = false;  // bf16 layers with f32 master state (runtime.precision)
+    bool nccl = false;   // gradients summed by NCCL on the GPUs (comm.device_backend)
+    std::unique_ptr<CudaGraphCache> graphs;  // runtime.cuda_graphs on a GPU
+  } dev_;
+  // The host's memory: the budget as last read and logged, what is outside the allocator.
+  struct HostMemory {
+    bool budget_read = false;
+    size_t logged_budget = 0;
+    size_t outside_bytes = 0;
+    bool outside_measured = false;
+    bool activations_held = false;  // the stack's activations are taken for this step
+    std::unique_ptr<MemoryBudget> budget;  // the host's (runtime/memory_budget.h)
+  } mem_;
+  // What the steps carry from one to the next (train_step.cc).
+  struct StepScratch {
+    std::vector<int32_t> inputs, targets;  // [micro_batch, T] (a pipeline: every micro-batch's)
+    std::string oom;                        // this rank's out-of-memory error in this step, if any
+    int64_t skipped = 0;                    // steps skipped for a non-finite loss or norm
+    double optimizer_seconds = 0;           // the last step's optimizer
+  } step_;
   ModelSpec model_;
   std::unique_ptr<DataSource> data_;
   DataPosition position_;
-  std::vector<int32_t> inputs_, targets_;  // [micro_batch, T] (a pipeline: every micro-batch's)
   Tracer tracer_;
   std::unique_ptr<Engine> engine_;
   PipelineEngine* pipeline_ = nullptr;  // engine_, when parallel.pp > 1
@@ -316,23 +335,13 @@ class TrainSession {
   // The step's engine calls (no pipeline): a rank whose compute ran out of memory makes
   // the rest without compute, and the step is redone (parallel/engine_call_log.h).
   std::unique_ptr<EngineCallLog> calls_;
-  std::string step_oom_;            // this rank's out-of-memory error in this step, if any
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
   FaultInjection faults_;  // the tests' hooks (parallel/fault_injection.h)
-  int64_t skipped_steps_ = 0;
   std::optional<std::filesystem::path> resumed_from_;
-  std::unique_ptr<MemoryBudget> budget_;
   std::unique_ptr<BatchPeers> peers_;          // the grid, for the batch decisions
   std::unique_ptr<BatchController> batch_;     // the plan and the policies that change it
-  bool mixed_ = false;  // bf16 layers with f32 master state (runtime.precision)
-  bool nccl_ = false;   // gradients summed by NCCL on the GPUs (comm.device_backend)
-  std::unique_ptr<CudaGraphCache> graphs_;  // runtime.cuda_graphs on a GPU
-  // A micro-batch's forward and backward, through graphs_ where it may be captured.
+  // A micro-batch's forward and backward, through dev_.graphs where it may be captured.
   void run_micro_batch(const Batch& batch, int64_t b, int64_t B, bool last);
-  bool activations_held_ = false;
-  bool budget_read_ = false;
-  size_t logged_budget_ = 0;  // the budget last logged
-  double last_optimizer_seconds_ = 0;
 };
 
 }  // namespace etr

@@ -34,8 +34,8 @@ void TrainSession::run_pipeline(int64_t B, int64_t T) {
   for (uint64_t m = 0; m < mine.accumulation; ++m) {
     const SampleRange mb = batch_plan().micro_batch(position_.samples_seen, r, m);
     const int64_t b = static_cast<int64_t>(mb.count);
-    int32_t* in = inputs_.data() + static_cast<int64_t>(m) * stride;
-    int32_t* tg = targets_.data() + static_cast<int64_t>(m) * stride;
+    int32_t* in = step_.inputs.data() + static_cast<int64_t>(m) * stride;
+    int32_t* tg = step_.targets.data() + static_cast<int64_t>(m) * stride;
     {
       auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
       data_->gather(mb.first, mb.count, std::span(in, static_cast<size_t>(b * T)),
@@ -46,14 +46,14 @@ void TrainSession::run_pipeline(int64_t B, int64_t T) {
   }
   // Every micro-batch of the step is in flight: all their tokens go to the device at once.
   const int64_t tokens = static_cast<int64_t>(mine.accumulation) * stride;
-  const auto [in, tg] = staging_->stage_step(inputs_.data(), targets_.data(), tokens);
+  const auto [in, tg] = dev_.staging->stage_step(step_.inputs.data(), step_.targets.data(), tokens);
   for (Batch& b : batches) {
-    const int64_t at = b.tokens - inputs_.data();
+    const int64_t at = b.tokens - step_.inputs.data();
     b.tokens = in + at;
     b.targets = tg + at;
   }
   const int placed = pipeline_->placements();
-  pipeline_->run_step(batches, weights, scalars_);  // the loss on the device, read with the norm
+  pipeline_->run_step(batches, weights, dev_.scalars);  // the loss on the device, read with the norm
   if (pipeline_->placements() != placed && leader()) {
     const ActionCosts& c = pipeline_->measured_costs();
     char line[160];
@@ -63,8 +63,8 @@ void TrainSession::run_pipeline(int64_t B, int64_t T) {
   }
   // Out of memory part-way: the rest of the step ran without compute (its transfers and
   // engine calls only); the step's sums carry the failure to every rank (train_step).
-  if (step_oom_.empty()) step_oom_ = pipeline_->begin_failure();
-  if (step_oom_.empty()) step_oom_ = pipeline_->executor().failure();
+  if (step_.oom.empty()) step_.oom = pipeline_->begin_failure();
+  if (step_.oom.empty()) step_.oom = pipeline_->executor().failure();
 }
 
 // The loss is left on the device (step_loss reads it).
@@ -95,15 +95,15 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
       const int64_t b = static_cast<int64_t>(mb.count);
       {
         auto scope = tracer_.scope(TraceTrack::kData, "load batch", "data");
-        data_->gather(mb.first, mb.count, std::span(inputs_).first(b * T),
-                      std::span(targets_).first(b * T));
+        data_->gather(mb.first, mb.count, std::span(step_.inputs).first(b * T),
+                      std::span(step_.targets).first(b * T));
       }
-      const Batch batch = staging_->stage(
-          Batch{inputs_.data(), targets_.data(), b, T, 1.0 / static_cast<double>(B * T)});
+      const Batch batch = dev_.staging->stage(
+          Batch{step_.inputs.data(), step_.targets.data(), b, T, 1.0 / static_cast<double>(B * T)});
       const auto c0 = Clock::now();
       // The loss stays where the model runs until the step reads it (step_loss).
       run_micro_batch(batch, b, B, m + 1 == mine.accumulation);
-      staging_->done();
+      dev_.staging->done();
       if (m == 0 && mine.accumulation > 1 && batch_->wants_first_micro_batch()) {
         batch_->first_micro_batch(gradient_sq_norm(engine_->gradients(), model_.stack->layout().numel()), mb.count);
       }
@@ -112,11 +112,11 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
       compute += took * faults_.slow_factor;
     }
   } catch (const OutOfMemory& e) {
-    step_oom_ = e.what();
+    step_.oom = e.what();
     calls_->complete();
   }
   if (wait_for_device) {
-    device_.synchronize();
+    dev_.context.synchronize();
     compute = std::chrono::duration<double>(Clock::now() - t0).count() * faults_.slow_factor;
   }
   return compute;
@@ -139,7 +139,7 @@ StepStats TrainSession::train_step() {
   StepAgreement agreed = local_agreement(st.grad_norm, compute_seconds);
   agreed.agree([this](double* v, int n) { sum_over_ranks(v, n); }, grid_->size());
   if (agreed.out_of_memory) {  // nothing of the step is kept: the same samples again, smaller
-    batch_->recover_from_oom(position_.step + 1, std::exchange(step_oom_, std::string()));
+    batch_->recover_from_oom(position_.step + 1, std::exchange(step_.oom, std::string()));
     return train_step();
   }
   st.loss = agreed.loss;
@@ -162,7 +162,7 @@ StepStats TrainSession::train_step() {
 
 // Refusals and the injected failures (tests) before a step starts.
 void TrainSession::check_step_start() {
-  if (host_state_ && device().is_cuda()) {
+  if (dev_.host_state && device().is_cuda()) {
     throw InvalidArgument("the model was moved from the GPU to the host for generation; this "
                           "session trains no more steps");
   }
@@ -201,14 +201,14 @@ StepAgreement TrainSession::local_agreement(double grad_norm, double compute_sec
   a.resize = resize_requested();
   a.nonfinite_norm = !std::isfinite(grad_norm);
   a.replan = batch_->budget_wants_replan();  // the memory budget, re-read here
-  a.out_of_memory = !step_oom_.empty();
+  a.out_of_memory = !step_.oom.empty();
   if (pipeline_) {
     a.bubble = pipeline_->executor().last_step().bubble();
     a.norm_wait_seconds = pipeline_->norm_wait_seconds();
   }
   if (batch_->automatic_global_batch()) {
     a.goodput_term = batch_->local_noise_term(grid_->dp_size() > 1 ? engine_->local_grad_sq_norm() : 0.0);
-    a.optimizer_seconds = last_optimizer_seconds_;
+    a.optimizer_seconds = step_.optimizer_seconds;
   }
   if (batch_->automatic_global_batch() || batch_->trial_active()) a.compute_seconds = compute_seconds;
   return a;
@@ -220,7 +220,7 @@ void TrainSession::apply_optimizer(const StepStats& st) {
   const auto o0 = Clock::now();
   engine_->optimizer_step({static_cast<int64_t>(position_.step) + 1, st.lr, st.grad_norm,
                            config_.optimizer().grad_clip()});
-  last_optimizer_seconds_ = std::chrono::duration<double>(Clock::now() - o0).count();
+  step_.optimizer_seconds = std::chrono::duration<double>(Clock::now() - o0).count();
 }
 
 // After the step: its figures, the activations back, and what the agreement asks for (a
@@ -233,7 +233,7 @@ void TrainSession::finish_step(StepStats& st, const StepAgreement& agreed, doubl
   st.predicted_peak = predicted_peak();
   st.peak_bytes = work_alloc().stats().peak;
   measure_device_peak();
-  st.device_peak_bytes = device_peak_;
+  st.device_peak_bytes = dev_.peak;
   st.recompute = recompute();
   release_activations();
   measure_outside();
@@ -262,11 +262,11 @@ void TrainSession::skip_or_stop(StepStats& st, bool loss_finite) {
                                      (std::isfinite(st.grad_norm) ? "not finite on another rank"
                                                                   : nonfinite_text(st.grad_norm));
   const int64_t limit = config_.optimizer().skip_nonfinite_steps();
-  if (skipped_steps_ < limit) {
-    ++skipped_steps_;
+  if (step_.skipped < limit) {
+    ++step_.skipped;
     st.skipped = true;
     if (leader()) {
-      log_.warn("step ", step, ": ", what, "; skipped it (", skipped_steps_, " of at most ", limit,
+      log_.warn("step ", step, ": ", what, "; skipped it (", step_.skipped, " of at most ", limit,
                 " in this run), the parameters and optimizer moments are unchanged");
     }
     return;

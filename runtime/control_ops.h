@@ -11,7 +11,7 @@
 // checkpoint/agreement.h. Each runs on a copy of the caller's values in memory of its
 // own, which a timed-out operation keeps (MPI may still write into it when a late peer
 // arrives: it is leaked on purpose, as agreement.h does), so the caller's buffers are
-// free to go. `site` names the caller: "the micro-batch agreement (session_memory)".
+// free to go. `site` names the caller: "the micro-batch agreement (batch_controller)".
 //
 // Test hook: ETR_TEST_STOP_AT=SITE_WORD:RANK stops (SIGSTOP) rank RANK on entering the
 // first control collective whose site contains SITE_WORD (the timeout test).

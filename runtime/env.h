@@ -42,7 +42,7 @@ const char* env_value(std::string_view name);
 std::string env_in_effect_line();
 
 // The launcher's protocol: what etr-run sets for each launch and the job reads
-// (runtime/elastic.h, parallel/session_memory.cc).
+// (runtime/elastic.h, parallel/session_memory.cc: ETR_RUN_MEMORY_HALVINGS).
 struct EnvNames {
   static constexpr const char* kRunDir = "ETR_RUN_DIR";
   static constexpr const char* kRunRestart = "ETR_RUN_RESTART";

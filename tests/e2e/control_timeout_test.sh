@@ -46,14 +46,14 @@ stops_at() {
 }
 
 stops_at "GPUs every rank" "the GPUs every rank sees (session_device)"
-stops_at "micro-batch agreement" "the micro-batch agreement (session_memory)"
-stops_at "batch limits" "the ranks' batch limits (session_memory)"
+stops_at "micro-batch agreement" "the micro-batch agreement (batch_controller)"
+stops_at "batch limits" "the ranks' batch limits (batch_controller)"
 stops_at "ZeRO gradient mode" "the ZeRO gradient mode agreement (session_memory)" \
   --set parallel.zero_stage=2
 stops_at "ranges of a ZeRO gather" "the ranges of a ZeRO gather (zero_gather)" --set parallel.zero_stage=3
 STOP_RANK=0 stops_at "layer costs" "the pipeline's layer costs (train_session)" --set parallel.pp=2
 stops_at "activation bytes" "the stages' activation bytes (train_session)" --set parallel.pp=2
-stops_at "throughput for the shares" "the ranks' throughput for the shares (session_shares)" \
+stops_at "throughput for the shares" "the ranks' throughput for the shares (batch_goodput)" \
   --set batch.shares=throughput
 stops_at "memory plan" "the memory plan's printing (program)" --plan
 stops_at "ranks' machines" "the ranks' machines (cpu_affinity)"

@@ -1,4 +1,4 @@
-// The automatic global batch (batch.global_batch: auto; parallel/session_goodput.cc) at
+// The automatic global batch (batch.global_batch: auto; parallel/batch_goodput.cc) at
 // np 1-4: pinned to one B (min = max) it trains bitwise as that B configured (the
 // schedule's progress is the step, AdaScale's gain 1 at the base batch); the gradient
 // noise scale is measured on every rank alike; the samples seen are the sum of the steps'
