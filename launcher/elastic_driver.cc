@@ -102,7 +102,9 @@ struct LaunchEnv {
 class Driver {
  public:
   explicit Driver(const RunOptions& o)
-      : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {}
+      : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {
+    if (o.heartbeat_timeout.count() > 0) heartbeats_.emplace(o.heartbeat_timeout);
+  }
 
   int run();
 
@@ -122,6 +124,7 @@ class Driver {
   // The pieces of launch()'s loop: the job's events, discovery while it runs.
   void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
   void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);
+  void watch_heartbeats(Watch& w, LaunchResult& r);
   // After a launch that did not complete: the exit status to end with, or nullopt to
   // relaunch (env, counts updated).
   std::optional<int> after_launch(const LaunchResult& r, const std::vector<HostSlots>& assigned,
@@ -146,6 +149,7 @@ class Driver {
   bool discovery_warned_ = false;
   bool discovered_once_ = false;
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
+  std::optional<HeartbeatWatch> heartbeats_;  // --heartbeat-timeout > 0
   MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
   std::string said_;
   int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;
@@ -231,6 +235,10 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
       {EnvNames::kRunMemoryHalvings, std::to_string(env.memory_halvings)},
   };
   if (!o_.checkpoint_dir.empty()) vars[EnvNames::kRunCheckpointDir] = o_.checkpoint_dir;
+  if (heartbeats_) {
+    vars[EnvNames::kRunHeartbeat] = heartbeats_->target(hosts);
+    heartbeats_->begin_launch(env.restart);
+  }
   const JobEnvironment job_env = job_environment(std::move(vars));
   r.oom.before = read_oom_count();
   Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward, network_), job_env.vars));
@@ -239,6 +247,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     pump(w, g_stop_signal);
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
+    watch_heartbeats(w, r);
     end_stuck_mpirun(w, r.first_error);
   }
   w.output.flush();
@@ -266,6 +275,27 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
     }
     note_error(e, r);
   }
+}
+
+// A rank silent past --heartbeat-timeout: ended (launch_watch.h), named, and the launch
+// treated as failed from here (end_stuck_mpirun ends an mpirun that does not end).
+void Driver::watch_heartbeats(Watch& w, LaunchResult& r) {
+  // Once the job has failed otherwise (an error, a lost daemon), its ranks end without a
+  // goodbye: their silence is that failure's, not a new one.
+  if (!heartbeats_ || r.evidence.silent_rank >= 0 || r.first_error != Clock::time_point{}) return;
+  const auto s = end_silent_rank(w, *heartbeats_);
+  if (!s) return;
+  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
+  events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
+  if (!s->local) {
+    say("rank ", s->rank, " on ", s->host, " sent no heartbeat for ", seconds(s->seconds),
+        " (--heartbeat-timeout ", timeout, "): another machine, left to the collectives' timeout");
+    return;
+  }
+  r.evidence.silent_rank = s->rank;
+  say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ", seconds(s->seconds),
+      " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
+  if (r.first_error == Clock::time_point{}) r.first_error = Clock::now();
 }
 
 // Discovery while the job runs (a script runs beside the loop): more slots (up to max_np),

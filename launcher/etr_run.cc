@@ -32,6 +32,7 @@ namespace {
 struct Flags {
   std::string hosts, hostfile, script;
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
+  double heartbeat_timeout_s = 5;
 };
 
 void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
@@ -60,6 +61,10 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--discovery-timeout", f.discovery_timeout_s, "Seconds a discovery script may run; "
                  "then it and every process it started are ended and the discovery counts as "
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
+  app.add_option("--heartbeat-timeout", f.heartbeat_timeout_s, "Seconds a rank's heartbeat (a UDP "
+                 "datagram every 250 ms from a thread of its own) may be silent before etr-run "
+                 "declares it failed, ends the launch and relaunches: a stopped or frozen worker, "
+                 "or a host cut off (0: off; default 5)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
                  "the job as ETR_RUN_CHECKPOINT_DIR; etr-train uses it as checkpoint.dir)");
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
@@ -78,8 +83,9 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("command", o.command, "The job and its arguments, after --")->required();
   app.footer(
       "Environment: the job gets ETR_RUN_* variables (runtime/elastic.h) and every ETR_* and\n"
-      "OMP_* variable of etr-run's. A stuck worker is turned into a failure by the\n"
-      "collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s).\n"
+      "OMP_* variable of etr-run's. A stopped or frozen worker is found by its silent heartbeat\n"
+      "(--heartbeat-timeout); the collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s),\n"
+      "stays the last line.\n"
       "Exit status: the job's final status; 1 when there were too few slots for too long, when\n"
       "the first host discovery fails, or when the job's program cannot be started; 2 for a\n"
       "usage error.");
@@ -101,6 +107,11 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   o.min_np_timeout = ms(f.min_np_timeout_s, "--min-np-timeout");
   o.discovery_interval = ms(f.interval_s, "--discovery-interval");
   o.discovery_timeout = ms(f.discovery_timeout_s, "--discovery-timeout");
+  if (!(f.heartbeat_timeout_s >= 0 && f.heartbeat_timeout_s <= 1e9)) {
+    throw etr::ConfigError("--heartbeat-timeout must be a number of seconds in [0, 1e9] (0: off)");
+  }
+  o.heartbeat_timeout = f.heartbeat_timeout_s == 0 ? std::chrono::milliseconds(0)
+                                                   : ms(f.heartbeat_timeout_s, "--heartbeat-timeout");
   etr::launcher::validate(o);
   if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
     const int slots = etr::launcher::total_slots(o.hosts->discover());

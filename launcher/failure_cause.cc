@@ -54,7 +54,9 @@ Blame blame(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
     b.why = "host " + b.host + " was lost (its MPI daemon ended abnormally)";
     return b;
   }
-  const int rank = e.own_error_rank >= 0 ? e.own_error_rank : e.killed_rank;
+  const int rank = e.own_error_rank >= 0 ? e.own_error_rank
+                   : e.silent_rank >= 0  ? e.silent_rank
+                                         : e.killed_rank;
   if (rank >= 0) {
     b.kind = Blame::Kind::kRank;
     b.rank = rank;

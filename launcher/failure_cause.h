@@ -15,6 +15,7 @@ namespace etr::launcher {
 struct FailureEvidence {
   int own_error_rank = -1;  // the first rank that raised its own error ("error ... own=1")
   int killed_rank = -1;     // the first rank mpirun reported killed by a signal
+  int silent_rank = -1;     // a rank whose heartbeat fell silent (etr-run ended it)
   std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
   std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
   std::vector<std::string> unreachable;    // hosts etr-run could not reach (host_probe.h)
@@ -24,7 +25,7 @@ struct FailureEvidence {
 
   // Nothing names a culprit (timeouts, with or without a peer): worth probing the hosts.
   bool nothing_named() const {
-    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0;
+    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0 && silent_rank < 0;
   }
 };
 
@@ -41,7 +42,9 @@ struct Blame {
 // The host of `rank` when mpirun filled `assigned` host by host ("" past the end).
 std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
-// The cause, in this order: a lost host; a rank's own error; a rank killed by a signal; a
+// The cause, in this order: a lost host; a rank's own error; a rank whose heartbeat fell
+// silent (etr-run then killed it, so it is named before mpirun's killed rank); a rank
+// killed by a signal; a
 // host etr-run could not reach; unless a probe reached every host, a host that ranks on
 // other hosts timed out waiting on (the one named from the most other
 // hosts; on a tie, the one named from etr-run's own host, the side of the partition that

@@ -60,4 +60,13 @@ void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_erro
   }
 }
 
+std::optional<HeartbeatWatch::Silent> end_silent_rank(Watch& w, HeartbeatWatch& heartbeats) {
+  if (w.reaped) return std::nullopt;
+  const std::vector<HeartbeatWatch::Silent> silent = heartbeats.poll();
+  if (silent.empty()) return std::nullopt;
+  const HeartbeatWatch::Silent& s = silent.front();
+  if (s.local && s.pid > 0) kill(s.pid, SIGKILL);
+  return s;
+}
+
 }  // namespace etr::launcher

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "launcher/heartbeat_watch.h"
 #include "launcher/hosts.h"
 #include "launcher/job_process.h"
 #include "launcher/mpirun_output.h"
@@ -47,5 +48,13 @@ inline constexpr std::chrono::seconds kStuckMpirunGrace{10};
 // Once `first_error` (a time point, epoch: none) is kStuckMpirunGrace past and mpirun
 // still runs: SIGTERM, and SIGKILL 3 s later; says so on stderr.
 void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error);
+
+// A rank whose heartbeat fell silent (heartbeat_watch.h): ends it with SIGKILL when it
+// runs on this machine (mpirun then ends the job as after a kill -9). One on another
+// machine is only returned: ending mpirun there would have it report this machine's ranks
+// as killed and blame the wrong host, so the collectives' timeout and the probe of the
+// hosts (host_probe.h) still decide (a later step: end it and probe at once). Returns the
+// silent rank, or nullopt.
+std::optional<HeartbeatWatch::Silent> end_silent_rank(Watch& w, HeartbeatWatch& heartbeats);
 
 }  // namespace etr::launcher

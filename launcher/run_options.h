@@ -26,6 +26,9 @@ struct RunOptions {
   int max_restarts = 5;     // relaunches after failures (resizes do not count)
   int blacklist_after = 3;  // failures before a host is excluded (0: never)
   std::chrono::milliseconds blacklist_cooldown = std::chrono::minutes(10);
+  // A rank whose heartbeat (runtime/heartbeat.h) is silent this long is declared failed
+  // (0: no heartbeats).
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
   std::chrono::milliseconds min_np_timeout = std::chrono::minutes(10);
   std::chrono::milliseconds discovery_interval = std::chrono::seconds(1);
   // A discovery script's time to finish (never more than what is left of min_np_timeout

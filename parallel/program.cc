@@ -16,6 +16,7 @@
 #include "runtime/config/settings.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
+#include "runtime/heartbeat.h"
 #include "runtime/mpi_wait.h"
 #include "runtime/omp_env.h"
 #include "runtime/world.h"
@@ -185,6 +186,14 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
     return 1;
   }
   ElasticReporter elastic(launch);
+  // Every rank's heartbeat to etr-run, from here to the process's end (runtime/heartbeat.h).
+  std::unique_ptr<Heartbeat> heartbeat;
+  try {
+    heartbeat = std::make_unique<Heartbeat>(launch.heartbeat, launch.restart, world->rank());
+  } catch (const std::exception& e) {
+    print_error(info.name, e.what());
+    return 1;
+  }
   if (world->rank() == 0) {
     elastic.event("started world=" + std::to_string(world->size()) + " restart=" +
                   std::to_string(launch.restart));

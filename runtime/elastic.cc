@@ -95,6 +95,7 @@ ElasticLaunch ElasticLaunch::from_env() {
   l.event_ms = env_int(EnvNames::kRunEventMs, 0);
   if (const char* h = env(EnvNames::kRunHosts)) l.hosts = parse_host_slots(h);
   if (const char* c = env(EnvNames::kRunCheckpointDir)) l.checkpoint_dir = c;
+  if (const char* h = env(EnvNames::kRunHeartbeat)) l.heartbeat = h;
   return l;
 }
 

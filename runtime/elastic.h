@@ -50,6 +50,7 @@ struct ElasticLaunch {
   int64_t event_ms = 0;
   std::vector<std::pair<std::string, int>> hosts;
   std::string checkpoint_dir;
+  std::string heartbeat;  // "address:port" of etr-run's heartbeat socket ("" none)
 
   // Reads the ETR_RUN_* variables; throws ConfigError on a malformed value.
   static ElasticLaunch from_env();

@@ -35,6 +35,7 @@ constexpr EnvVar kVars[] = {
     {EnvNames::kRunHosts, K::kLauncher, "the launch's hosts and slots"},
     {EnvNames::kRunCheckpointDir, K::kLauncher, "etr-run's --checkpoint-dir"},
     {EnvNames::kRunMemoryHalvings, K::kLauncher, "times the micro-batch is halved after OOM kills"},
+    {EnvNames::kRunHeartbeat, K::kLauncher, "where each rank sends its heartbeat (address:port)"},
     {"ETR_FAIL_AT_STEP", K::kTest, "S[:R]: rank R throws at step S"},
     {"ETR_NONFINITE_AT_STEP", K::kTest, "S[:R]: a NaN in rank R's gradients at step S"},
     {"ETR_OOM_IN_BACKWARD_AT_STEP", K::kTest, "S[:R]: out of memory inside step S's backward"},

@@ -53,6 +53,7 @@ struct EnvNames {
   static constexpr const char* kRunHosts = "ETR_RUN_HOSTS";
   static constexpr const char* kRunCheckpointDir = "ETR_RUN_CHECKPOINT_DIR";
   static constexpr const char* kRunMemoryHalvings = "ETR_RUN_MEMORY_HALVINGS";
+  static constexpr const char* kRunHeartbeat = "ETR_RUN_HEARTBEAT";
 };
 
 }  // namespace etr

@@ -9,8 +9,12 @@
 #     and the data are the same; only the order of the gradient sums changes, and over 300
 #     AdamW steps that moves float32 parameters (|p| up to 1.2) by a few 1e-4: two
 #     uninterrupted runs on 2 and on 3 ranks differ by 4.6e-4 at step 300 (measured);
-#  c. one of 2 ranks stopped (SIGSTOP): the collectives' timeout (ETR_COMM_TIMEOUT_S=2)
-#     ends the job, which is relaunched and completes; parameters bitwise equal;
+#  c. one of 2 ranks stopped (SIGSTOP), heartbeats off: the collectives' timeout
+#     (ETR_COMM_TIMEOUT_S=2) ends the job, which is relaunched and completes; parameters
+#     bitwise equal;
+#  c2. the same with etr-run's heartbeats (the default): the silent rank is declared failed
+#     after --heartbeat-timeout (5 s), ended, and the next launch's first step comes within
+#     10 s of the stop; parameters bitwise equal;
 #  d. fewer usable slots than --min-np: etr-run waits, then fails with a sentence, exit 1;
 #  e. a host whose rank fails at every launch (ETR_FAIL_AT_STEP on its rank): after
 #     --blacklist-after 2 failures it is excluded and the job completes without it;
@@ -146,7 +150,8 @@ expect_e b "relaunch 1 after a resize: world 2 -> 3, resumed from step [0-9]+ \(
 same_params b 1e-3
 
 echo "== c. a stopped rank: the collectives' timeout turns it into a failure"
-ETR_COMM_TIMEOUT_S=2 start c --min-np 1 --max-np 2 --host-discovery-script "$(discovery c localhost:2)"
+ETR_COMM_TIMEOUT_S=2 start c --min-np 1 --max-np 2 --heartbeat-timeout 0 \
+  --host-discovery-script "$(discovery c localhost:2)"
 wait_step c 100
 signal_rank c STOP
 finish c
@@ -158,6 +163,24 @@ expect c "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not
 state=$(ps -o stat= -p "$victim" 2>/dev/null)
 case "$state" in ""|Z*) ;; *) fail "c: the stopped rank is still there (state $state)" ;; esac
 same_params c 0
+
+echo "== c2. a stopped rank: its silent heartbeat ends the launch within seconds"
+start c2 --min-np 1 --max-np 2 --host-discovery-script "$(discovery c2 localhost:2)"
+wait_step c2 100
+stopped_ms=$(date +%s%3N)
+signal_rank c2 STOP
+finish c2
+completed c2
+expect c2 "sent no heartbeat for [0-9.]* s (--heartbeat-timeout 5.00 s): declared failed" "the silent rank was not declared failed"
+expect c2 "the job failed (exit status 137; rank [01] on localhost)" "the silent rank was not named"
+expect c2 "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched"
+first_ms=$(awk '$2 == "first-step" {t = $1} END {print t}' "$work/c2.run/events")
+took=$((first_ms - stopped_ms))
+echo "c2: SIGSTOP -> the next launch's first step in $took ms (bar: 10 s)"
+[ "$took" -lt 10000 ] || fail "c2: $took ms from the stop to the next launch's first step"
+state=$(ps -o stat= -p "$victim" 2>/dev/null)
+case "$state" in ""|Z*) ;; *) fail "c2: the stopped rank is still there (state $state)" ;; esac
+same_params c2 0
 
 echo "== d. fewer slots than --min-np: wait, then give up"
 start d --min-np 2 --max-np 2 --min-np-timeout 2 --host-discovery-script "$(discovery d localhost:1)"

@@ -1,0 +1,91 @@
+#include "launcher/heartbeat_watch.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "launcher/network.h"
+#include "runtime/error.h"
+
+namespace etr::launcher {
+
+HeartbeatWatch::HeartbeatWatch(std::chrono::milliseconds timeout) : timeout_(timeout) {
+  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd_ >= 0) close(fd_);
+    throw IoError("etr-run cannot open its heartbeat socket (" + why + "); --heartbeat-timeout 0 runs without");
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+HeartbeatWatch::~HeartbeatWatch() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::string HeartbeatWatch::target(const std::vector<HostSlots>& hosts) const {
+  for (const HostSlots& h : hosts) {
+    if (names_this_machine(h.host) || resolves_to_this_machine(h.host)) continue;
+    for (const std::string& a : resolve_host(h.host)) {
+      if (a.find(':') != std::string::npos) continue;  // (the socket is IPv4)
+      return route_to(a).address + ":" + std::to_string(port_);
+    }
+  }
+  return "127.0.0.1:" + std::to_string(port_);
+}
+
+void HeartbeatWatch::begin_launch(int launch) {
+  launch_ = launch;
+  ranks_.clear();
+}
+
+void HeartbeatWatch::receive(Clock::time_point now) {
+  char buf[512];
+  for (;;) {
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    const ssize_t n = recvfrom(fd_, buf, sizeof buf - 1, 0, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0) return;  // EAGAIN: nothing more
+    buf[n] = '\0';
+    std::istringstream in(buf);
+    std::string kind, host;
+    int launch = -1, rank = -1;
+    long pid = 0;
+    if (!(in >> kind >> launch >> rank >> pid >> host) || launch != launch_ || rank < 0 ||
+        (kind != "etr-hb" && kind != "etr-bye")) {
+      continue;  // another launch's, or not a heartbeat
+    }
+    Rank& r = ranks_[rank];
+    r.last = now;
+    r.pid = static_cast<pid_t>(pid);
+    r.host = host;
+    char address[INET_ADDRSTRLEN] = "";
+    inet_ntop(AF_INET, &from.sin_addr, address, sizeof address);
+    r.local = is_local_address(address);
+    if (kind == "etr-bye") r.gone = true;
+  }
+}
+
+std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) {
+  receive(now);
+  std::vector<Silent> out;
+  for (auto& [rank, r] : ranks_) {
+    if (r.gone || r.reported || now - r.last < timeout_) continue;
+    r.reported = true;
+    out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(now - r.last).count()});
+  }
+  return out;
+}
+
+}  // namespace etr::launcher

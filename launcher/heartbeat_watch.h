@@ -1,0 +1,62 @@
+// etr-run's side of the ranks' heartbeats (runtime/heartbeat.h): one UDP socket for the
+// whole run and, for the launch in flight, each rank's last beat. A rank is silent once
+// it has beaten in this launch and then not for the timeout; a rank that said goodbye
+// (it left normally) is not waited for. Beats of earlier launches are ignored.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/host_names.h"
+
+namespace etr::launcher {
+
+class HeartbeatWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Silent {
+    int rank = -1;
+    pid_t pid = 0;
+    std::string host;     // the name the rank gave (its gethostname)
+    bool local = false;   // it beat from one of this machine's addresses: its pid is ours to end
+    double seconds = 0;   // since its last beat
+  };
+  // Binds a UDP socket on every IPv4 address, on a port the kernel picks. Throws IoError.
+  explicit HeartbeatWatch(std::chrono::milliseconds timeout);
+  ~HeartbeatWatch();
+  HeartbeatWatch(const HeartbeatWatch&) = delete;
+  HeartbeatWatch& operator=(const HeartbeatWatch&) = delete;
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // "address:port" for the ranks on `hosts`: loopback when every host is this machine,
+  // else the address this machine sends to the first remote host from.
+  std::string target(const std::vector<HostSlots>& hosts) const;
+  // A new launch: only its beats count from here.
+  void begin_launch(int launch);
+  // Reads what arrived; the ranks that fell silent since the last call, each once.
+  std::vector<Silent> poll(Clock::time_point now = Clock::now());
+  int ranks_heard() const { return static_cast<int>(ranks_.size()); }
+
+ private:
+  struct Rank {
+    Clock::time_point last;
+    pid_t pid = 0;
+    std::string host;
+    bool local = false;
+    bool gone = false;      // said goodbye
+    bool reported = false;  // already returned as silent
+  };
+  void receive(Clock::time_point now);
+
+  std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  int port_ = 0;
+  int launch_ = -1;
+  std::map<int, Rank> ranks_;
+};
+
+}  // namespace etr::launcher

@@ -1,0 +1,99 @@
+#include "runtime/heartbeat.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace etr {
+namespace {
+
+// A UDP socket connected to "address:port" ([v6]:port too); -1 and `error` set otherwise.
+int connect_udp(const std::string& target, std::string& error) {
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon + 1 == target.size()) {
+    error = "it is not address:port";
+    return -1;
+  }
+  std::string host = target.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  for (char c : target.substr(colon + 1)) {
+    if (c < '0' || c > '9' || port > 65535) {
+      error = "its port is not a number in [1, 65535]";
+      return -1;
+    }
+    port = port * 10 + (c - '0');
+  }
+  if (port < 1 || port > 65535) {
+    error = "its port is not a number in [1, 65535]";
+    return -1;
+  }
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof *v4;
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof *v6;
+  } else {
+    error = "'" + host + "' is not a numeric address";
+    return -1;
+  }
+  const int fd = socket(addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    error = std::string("no socket to it: ") + std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+Heartbeat::Heartbeat(const std::string& target, int launch, int rank, std::chrono::milliseconds every)
+    : every_(every) {
+  if (target.empty()) return;
+  std::string error;
+  fd_ = connect_udp(target, error);
+  if (fd_ < 0) throw ConfigError("ETR_RUN_HEARTBEAT='" + target + "' cannot be used: " + error);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  body_ = std::to_string(launch) + " " + std::to_string(rank) + " " + std::to_string(getpid()) + " " + host;
+  send("etr-hb");  // at once: etr-run counts the rank from here
+  thread_ = std::thread([this] { loop(); });
+}
+
+Heartbeat::~Heartbeat() {
+  if (fd_ < 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  send("etr-bye");
+  close(fd_);
+}
+
+void Heartbeat::send(const char* kind) {
+  const std::string msg = std::string(kind) + " " + body_;
+  // Non-blocking and unchecked: a full buffer or an unreachable etr-run loses one beat.
+  if (::send(fd_, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) ++sent_;
+}
+
+void Heartbeat::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, every_, [this] { return stop_; })) send("etr-hb");
+}
+
+}  // namespace etr
