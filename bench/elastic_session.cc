@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -44,15 +45,10 @@ std::vector<Launch> read_launches(const fs::path& path) {
   std::istringstream in(text.substr(0, text.rfind('\n') + 1));
   std::string line;
   while (std::getline(in, line)) {
-    std::istringstream words(line);
-    Event e;
-    if (!(words >> e.ms >> e.name)) continue;
-    for (std::string kv; words >> kv;) {
-      const size_t eq = kv.find('=');
-      if (eq != std::string::npos) e.fields[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    if (e.name == "launch") out.emplace_back();
-    if (!out.empty()) out.back().events.push_back(std::move(e));
+    std::optional<Event> e = launcher::parse_event(line);
+    if (!e) continue;
+    if (e->name == "launch") out.emplace_back();
+    if (!out.empty()) out.back().events.push_back(std::move(*e));
   }
   return out;
 }

@@ -24,14 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/job_events.h"
+
 namespace etr::bench {
 
-// One line of <run dir>/events: "<unix ms> <event> key=value ...".
-struct Event {
-  int64_t ms = 0;
-  std::string name;
-  std::map<std::string, std::string> fields;
-};
+// One line of <run dir>/events: "<unix ms> <event> key=value ...", as etr-run reads it.
+using Event = launcher::Event;
 
 // The events of one launch: its "launch" line up to the next one (the job's events, then
 // etr-run's resize-request and exit).

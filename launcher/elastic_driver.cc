@@ -1,4 +1,4 @@
-#include "launcher/elastic_driver.h"
+#include "launcher/elastic_driver_impl.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,50 +28,15 @@
 #include "runtime/env.h"
 
 namespace etr::launcher {
+
+volatile sig_atomic_t g_stop_signal = 0;
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
-
-volatile sig_atomic_t g_stop_signal = 0;  // passed to pump() (launch_watch.h)
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-template <typename... Args>
-void say(const Args&... args) {
-  std::ostringstream s;
-  s << "etr-run: ";
-  (s << ... << args);
-  s << '\n';
-  const std::string text = s.str();
-  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
-}
+}  // namespace
 
-std::string seconds(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f s", s);
-  return b;
-}
-
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// What one launch of the job did.
-struct LaunchResult {
-  int status = 0;          // exit status (128 + signal when mpirun was killed)
-  FailureEvidence evidence;  // whom to blame (failure_cause.h)
-  Clock::time_point first_error{};  // the first error or lost daemon heard of (else epoch)
-  bool final_error = false;  // the job's "error ... final=1": a relaunch would fail alike
-  bool resize_requested = false;
-  bool first_step_seen = false;
-  bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
-  std::string program_error;  // mpirun could not start the program (MpirunOutput)
-  int micro_batch = 0;  // the job's micro_batch=B event field (oom_watch.h), 0: none
-  OomEvidence oom;      // the OOM kill count around the launch, mpirun's SIGKILL reports
-};
-
-// A job's "error rank=R own=0|1 [peer=P] [final=1]" event: the first rank that named
-// itself the cause (own=1), the peers ranks timed out waiting on, and whether a relaunch
-// would fail the same way (final=1); the launch shim's "daemon-lost host=H". Any event's
-// micro_batch=B: the micro-batch the job runs at (oom_watch.h).
 void note_error(const Event& e, LaunchResult& r) {
   if (const auto b = e.fields.find("micro_batch"); b != e.fields.end()) {
     r.micro_batch = std::atoi(b->second.c_str());
@@ -88,72 +53,6 @@ void note_error(const Event& e, LaunchResult& r) {
   }
   if (field("final") == "1") r.final_error = true;
 }
-
-// The job's environment on top of etr-run's: the ETR_RUN_* variables of runtime/elastic.h.
-struct LaunchEnv {
-  int restart = 0;
-  std::string reason = "start";
-  int prev_np = 0;
-  int64_t last_step = -1;
-  int64_t event_ms = 0;
-  int memory_halvings = 0;  // relaunches after an OOM kill (oom_watch.h)
-};
-
-class Driver {
- public:
-  explicit Driver(const RunOptions& o)
-      : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {
-    if (o.heartbeat_timeout.count() > 0) heartbeats_.emplace(o.heartbeat_timeout);
-  }
-
-  int run();
-
- private:
-  // The discovered hosts without the excluded ones; nullopt (warned once in a row, after
-  // a first discovery that worked) when discovery fails. A script has `timeout` and is
-  // ended when etr-run is stopped.
-  std::optional<std::vector<HostSlots>> discover_usable(std::chrono::milliseconds timeout);
-  std::optional<std::vector<HostSlots>> accept_discovery(const std::vector<HostSlots>& hosts);
-  std::optional<std::vector<HostSlots>> discovery_failed(const Error& e);
-  // The end of a discovery started while the job runs (as discover_usable()).
-  std::optional<std::vector<HostSlots>> finish_discovery(const Discovery& d);
-  // Waits until at least min_np slots are usable; nullopt when it gave up (or was
-  // stopped). A first discovery that fails is an error at once: nothing was ever usable.
-  std::optional<std::vector<HostSlots>> wait_for_slots();
-  LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
-  // The pieces of launch()'s loop: the job's events, discovery while it runs.
-  void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
-  void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);
-  void watch_heartbeats(Watch& w, LaunchResult& r);
-  // After a launch that did not complete: the exit status to end with, or nullopt to
-  // relaunch (env, counts updated).
-  std::optional<int> after_launch(const LaunchResult& r, const std::vector<HostSlots>& assigned,
-                                  int64_t last_step, LaunchEnv& env);
-  // A failed launch: names the culprit, may exclude its host; true to give up.
-  bool after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
-                     int64_t last_step);
-  // A launch a rank of which the OOM killer ended: the exit status, or nullopt to
-  // relaunch with the micro-batch halved once more.
-  std::optional<int> after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env);
-  void prepare_run_dir();
-  // --launch-agent (else ssh) through etr-run's launch shim.
-  std::string shim_agent() const;
-  // After a launch that ended in timeouts only, the remote hosts the agent cannot reach.
-  void probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const;
-
-  const RunOptions& o_;
-  HostHealth health_;
-  fs::path run_dir_;
-  std::optional<EventTail> events_;
-  std::optional<ElasticReporter> events_out_;  // etr-run's own lines of the events file
-  bool discovery_warned_ = false;
-  bool discovered_once_ = false;
-  std::string discovery_error_;  // the last discovery's error ("" after one that worked)
-  std::optional<HeartbeatWatch> heartbeats_;  // --heartbeat-timeout > 0
-  MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
-  std::string said_;
-  int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;
-};
 
 std::optional<std::vector<HostSlots>> Driver::discover_usable(std::chrono::milliseconds timeout) {
   try {
@@ -337,18 +236,6 @@ std::string Driver::shim_agent() const {
   return launch_shim_agent(self.string(), run_dir_.string(), launch_agent_words(o_.launch_agent));
 }
 
-void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
-  const std::vector<std::string> remote = remote_hosts(assigned);
-  if (!e.nothing_named()) return;
-  if (network_.local || remote.empty()) {  // one machine: a wait says nothing of a host
-    e.probed = true;
-    return;
-  }
-  say("no rank or host is named as the cause: checking that the launch agent reaches ",
-      remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
-  e.unreachable = unreachable_hosts(launch_agent_words(o_.launch_agent), remote, kProbeDeadline);
-  e.probed = true;
-}
 
 void Driver::prepare_run_dir() {
   if (o_.run_dir.empty()) {
@@ -428,95 +315,6 @@ int Driver::run() {
   }
   return exit_status;
 }
-
-std::optional<int> Driver::after_launch(const LaunchResult& r,
-                                        const std::vector<HostSlots>& assigned,
-                                        int64_t last_step, LaunchEnv& env) {
-  if (g_stop_signal) {
-    say("stopped by signal ", g_stop_signal, "; the job was ended (last step ", last_step, ")");
-    return 128 + g_stop_signal;
-  }
-  if (r.status == 0) {
-    const std::string ooms = ", " + std::to_string(oom_kills_) + " out-of-memory kill(s) (the " +
-                             "micro-batch halved " + std::to_string(env.memory_halvings) + " time(s))";
-    say("the job completed after ", launches_, " launch(es): ", failures_, " failure(s), ",
-        resizes_, " resize(s)", oom_kills_ > 0 ? ooms : std::string());
-    return 0;
-  }
-  env.last_step = last_step;
-  ++env.restart;
-  if (r.status == kResizeExitCode) {
-    ++resizes_;
-    env.reason = "resize";
-    say("the job stopped at step ", last_step, " to resize; relaunching");
-    return std::nullopt;
-  }
-  if (!r.program_error.empty()) {  // mpirun could not start it on a host
-    say("error: ", r.program_error, "; give the job as an executable's path or a program on PATH");
-    return 1;
-  }
-  if (const auto oom = oom_kill_in(r.oom)) return after_oom(*oom, r, env);
-  if (const std::string note = unexplained_oom_note(r.oom); !note.empty()) say(note);
-  if (r.final_error) {
-    say("error: the job stopped with an error that a relaunch would repeat (exit status ",
-        r.status, ", after step ", last_step, "); not relaunching: see its error above");
-    return r.status;
-  }
-  if (launches_ == 1 && !r.ready_seen) {
-    // A bad configuration, a missing file, a program that is not an etr job: relaunching
-    // would fail the same way.
-    say("error: the job failed (exit status ", r.status, ") on its first launch before it "
-        "was ready to train; not relaunching: see its error above");
-    return r.status;
-  }
-  env.reason = "failure";
-  if (after_failure(r, assigned, last_step)) return r.status;
-  return std::nullopt;
-}
-
-std::optional<int> Driver::after_oom(const OomKill& k, const LaunchResult& r, LaunchEnv& env) {
-  ++oom_kills_;
-  const OomDecision d = decide_after_oom(k, env.memory_halvings, r.micro_batch);
-  events_out_->event(
-      "oom-kill rank=" + std::to_string(k.rank) + " kills=" + std::to_string(k.kills) +
-      " halvings=" + std::to_string(d.halvings) + " relaunch=" + (d.relaunch ? "1" : "0"));
-  say(d.message);
-  if (!d.relaunch) return r.status;
-  env.memory_halvings = d.halvings;
-  env.reason = "failure";
-  return std::nullopt;
-}
-
-bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& assigned,
-                           int64_t last_step) {
-  ++failures_;
-  FailureEvidence evidence = r.evidence;
-  probe_hosts(evidence, assigned);
-  const Blame b = blame(evidence, assigned);
-  const std::string& who = b.why;
-  if (b.whole_host()) {
-    health_.exclude_now(b.host);
-    say(b.why, ": excluded until discovery drops and lists it again, or for ",
-        seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
-    events_out_->event("exclude host=" + b.host + " reason=" +
-                       (b.kind == Blame::Kind::kLostHost ? "lost" : "unreachable"));
-  } else if (!b.host.empty() && health_.record_failure(b.host)) {
-    say("host ", b.host, " failed ", health_.failures(b.host), " time(s) (--blacklist-after ",
-        o_.blacklist_after, "): excluded for ",
-        seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
-    events_out_->event("exclude host=" + b.host);
-  }
-  say("the job failed (exit status ", r.status, "; ", who, ") after step ", last_step,
-      "; failure ", failures_, " of at most ", o_.max_restarts + 1);
-  if (failures_ > o_.max_restarts) {
-    say("error: giving up: the job failed ", failures_, " time(s) and --max-restarts is ",
-        o_.max_restarts);
-    return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 int run_elastic(const RunOptions& options) {
   Driver d(options);

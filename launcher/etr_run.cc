@@ -63,8 +63,9 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
   app.add_option("--heartbeat-timeout", f.heartbeat_timeout_s, "Seconds a rank's heartbeat (a UDP "
                  "datagram every 250 ms from a thread of its own) may be silent before etr-run "
-                 "declares it failed, ends the launch and relaunches: a stopped or frozen worker, "
-                 "or a host cut off (0: off; default 5)");
+                 "declares it failed, ends it and relaunches: a stopped or frozen worker on this "
+                 "machine (one on another machine is logged, and left to the collectives' "
+                 "timeout; 0: off; default 5)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
                  "the job as ETR_RUN_CHECKPOINT_DIR; etr-train uses it as checkpoint.dir)");
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
