@@ -137,6 +137,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   if (heartbeats_) {
     vars[EnvNames::kRunHeartbeat] = heartbeats_->target(hosts);
     heartbeats_->begin_launch(env.restart);
+    if (progress_) progress_->begin_launch();
   }
   const JobEnvironment job_env = job_environment(std::move(vars));
   r.oom.before = read_oom_count();
@@ -146,8 +147,8 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     pump(w, g_stop_signal);
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
-    watch_heartbeats(w, r);
-    end_stuck_mpirun(w, r.first_error);
+    watch_heartbeats(w, r, hosts);
+    end_stuck_mpirun(w, r.first_error, heartbeats_ ? &*heartbeats_ : nullptr);
   }
   w.output.flush();
   r.evidence.killed_rank = w.output.killed_rank();
@@ -174,27 +175,6 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
     }
     note_error(e, r);
   }
-}
-
-// A rank silent past --heartbeat-timeout: ended (launch_watch.h), named, and the launch
-// treated as failed from here (end_stuck_mpirun ends an mpirun that does not end).
-void Driver::watch_heartbeats(Watch& w, LaunchResult& r) {
-  // Once the job has failed otherwise (an error, a lost daemon), its ranks end without a
-  // goodbye: their silence is that failure's, not a new one.
-  if (!heartbeats_ || r.evidence.silent_rank >= 0 || r.first_error != Clock::time_point{}) return;
-  const auto s = end_silent_rank(w, *heartbeats_);
-  if (!s) return;
-  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
-  events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
-  if (!s->local) {
-    say("rank ", s->rank, " on ", s->host, " sent no heartbeat for ", seconds(s->seconds),
-        " (--heartbeat-timeout ", timeout, "): another machine, left to the collectives' timeout");
-    return;
-  }
-  r.evidence.silent_rank = s->rank;
-  say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ", seconds(s->seconds),
-      " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
-  if (r.first_error == Clock::time_point{}) r.first_error = Clock::now();
 }
 
 // Discovery while the job runs (a script runs beside the loop): more slots (up to max_np),

@@ -22,6 +22,7 @@
 #include "launcher/launch_watch.h"
 #include "launcher/network.h"
 #include "launcher/oom_watch.h"
+#include "launcher/progress_watch.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
 
@@ -86,6 +87,7 @@ class Driver {
   explicit Driver(const RunOptions& o)
       : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {
     if (o.heartbeat_timeout.count() > 0) heartbeats_.emplace(o.heartbeat_timeout);
+    if (heartbeats_ && o.progress.on()) progress_.emplace(o.progress);
   }
 
   int run();
@@ -106,7 +108,10 @@ class Driver {
   // The pieces of launch()'s loop: the job's events, discovery while it runs.
   void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
   void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);
-  void watch_heartbeats(Watch& w, LaunchResult& r);
+  // Silent ranks and the progress watchdog (launch_heartbeats.cc).
+  void watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned);
+  void remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned);
+  void watch_progress(Watch& w, LaunchResult& r);
   // After a launch that did not complete: the exit status to end with, or nullopt to
   // relaunch (env, counts updated).
   std::optional<int> after_launch(const LaunchResult& r, const std::vector<HostSlots>& assigned,
@@ -132,6 +137,7 @@ class Driver {
   bool discovered_once_ = false;
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
   std::optional<HeartbeatWatch> heartbeats_;  // --heartbeat-timeout > 0
+  std::optional<ProgressWatch> progress_;     // and --stuck-after > 0
   MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
   std::string said_;
   int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;

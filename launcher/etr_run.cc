@@ -33,6 +33,7 @@ struct Flags {
   std::string hosts, hostfile, script;
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
   double heartbeat_timeout_s = 5;
+  double stuck_after = 10, stuck_floor_s = 10, stuck_allowance_s = 300;
 };
 
 void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
@@ -63,9 +64,18 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
   app.add_option("--heartbeat-timeout", f.heartbeat_timeout_s, "Seconds a rank's heartbeat (a UDP "
                  "datagram every 250 ms from a thread of its own) may be silent before etr-run "
-                 "declares it failed, ends it and relaunches: a stopped or frozen worker on this "
-                 "machine (one on another machine is logged, and left to the collectives' "
-                 "timeout; 0: off; default 5)");
+                 "declares it failed and relaunches the job: a stopped or frozen worker (a rank "
+                 "on this machine is killed; when every rank of another host is silent, the host "
+                 "is excluded as unreachable; 0: off, and the progress watchdog with it; default 5)");
+  app.add_option("--stuck-after", f.stuck_after, "The progress watchdog: a job none of whose ranks "
+                 "changed step or stage (the heartbeats carry both) for this many times its recent "
+                 "step time, and at least --stuck-floor, is declared stuck, ended and relaunched, "
+                 "naming the step and stage (0: off; default 10)");
+  app.add_option("--stuck-floor", f.stuck_floor_s, "Seconds: the least time without progress "
+                 "that counts as stuck (default 10)");
+  app.add_option("--stuck-allowance", f.stuck_allowance_s, "Seconds without progress allowed while "
+                 "a rank starts up, restores, evaluates or saves a checkpoint, and before a "
+                 "launch's first step (default 300)");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "The job's checkpoint directory (passed to "
                  "the job as ETR_RUN_CHECKPOINT_DIR; etr-train uses it as checkpoint.dir)");
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
@@ -85,8 +95,8 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.footer(
       "Environment: the job gets ETR_RUN_* variables (runtime/elastic.h) and every ETR_* and\n"
       "OMP_* variable of etr-run's. A stopped or frozen worker is found by its silent heartbeat\n"
-      "(--heartbeat-timeout); the collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s),\n"
-      "stays the last line.\n"
+      "(--heartbeat-timeout), a job that stands still by the progress watchdog (--stuck-*);\n"
+      "the collectives' timeout, ETR_COMM_TIMEOUT_S (default 300 s), stays the last line.\n"
       "Exit status: the job's final status; 1 when there were too few slots for too long, when\n"
       "the first host discovery fails, or when the job's program cannot be started; 2 for a\n"
       "usage error.");
@@ -113,6 +123,12 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   }
   o.heartbeat_timeout = f.heartbeat_timeout_s == 0 ? std::chrono::milliseconds(0)
                                                    : ms(f.heartbeat_timeout_s, "--heartbeat-timeout");
+  if (!(f.stuck_after >= 0 && f.stuck_after <= 1e6)) {
+    throw etr::ConfigError("--stuck-after must be a multiple of the step time in [0, 1e6] (0: off)");
+  }
+  o.progress.multiple = f.stuck_after;
+  o.progress.floor = ms(f.stuck_floor_s, "--stuck-floor");
+  o.progress.allowance = ms(f.stuck_allowance_s, "--stuck-allowance");
   etr::launcher::validate(o);
   if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
     const int slots = etr::launcher::total_slots(o.hosts->discover());

@@ -44,19 +44,37 @@ Blame unreachable_host(const FailureEvidence& e, const std::vector<HostSlots>& a
   return b;
 }
 
+// What made etr-run end the launch itself (heartbeats, the progress watchdog), if anything.
+Blame etr_run_decision(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
+  Blame b;
+  if (!e.silent_host.empty()) {
+    b.kind = Blame::Kind::kUnreachableHost;
+    b.host = e.silent_host;
+    b.why = "host " + b.host + " is unreachable: none of its ranks sent a heartbeat for " + e.silent_for;
+  } else if (e.silent_rank >= 0 || e.stuck_rank >= 0) {
+    b.kind = Blame::Kind::kRank;
+    b.rank = e.silent_rank >= 0 ? e.silent_rank : e.stuck_rank;
+    b.host = host_of_rank(assigned, b.rank);
+    b.why = "rank " + std::to_string(b.rank) + " on " + b.host;
+    if (e.silent_rank < 0) b.why += ", " + e.stuck;
+  } else if (!e.stuck.empty()) {
+    b.why = "the job was stuck: " + e.stuck;
+  }
+  return b;
+}
+
 }  // namespace
 
 Blame blame(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
-  Blame b;
+  Blame b = etr_run_decision(e, assigned);
+  if (!b.why.empty()) return b;
   if (!e.lost_hosts.empty()) {
     b.kind = Blame::Kind::kLostHost;
     b.host = e.lost_hosts.front();
     b.why = "host " + b.host + " was lost (its MPI daemon ended abnormally)";
     return b;
   }
-  const int rank = e.own_error_rank >= 0 ? e.own_error_rank
-                   : e.silent_rank >= 0  ? e.silent_rank
-                                         : e.killed_rank;
+  const int rank = e.own_error_rank >= 0 ? e.own_error_rank : e.killed_rank;
   if (rank >= 0) {
     b.kind = Blame::Kind::kRank;
     b.rank = rank;

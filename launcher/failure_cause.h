@@ -16,6 +16,13 @@ struct FailureEvidence {
   int own_error_rank = -1;  // the first rank that raised its own error ("error ... own=1")
   int killed_rank = -1;     // the first rank mpirun reported killed by a signal
   int silent_rank = -1;     // a rank whose heartbeat fell silent (etr-run ended it)
+  // A host every rank of which fell silent at once (a partition, a frozen machine): etr-run
+  // ended the launch; "sent no heartbeat for 5.1 s" says how long.
+  std::string silent_host, silent_for;
+  // The progress watchdog ended the launch (progress_watch.h): its sentence, and the one
+  // rank behind all others (-1: none).
+  std::string stuck;
+  int stuck_rank = -1;
   std::vector<std::string> lost_hosts;     // "daemon-lost host=H" events, in order
   std::vector<std::pair<int, int>> waits;  // (rank, peer) of "error rank=R own=0 peer=P"
   std::vector<std::string> unreachable;    // hosts etr-run could not reach (host_probe.h)
@@ -25,7 +32,8 @@ struct FailureEvidence {
 
   // Nothing names a culprit (timeouts, with or without a peer): worth probing the hosts.
   bool nothing_named() const {
-    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0 && silent_rank < 0;
+    return lost_hosts.empty() && own_error_rank < 0 && killed_rank < 0 && silent_rank < 0 &&
+           silent_host.empty() && stuck.empty();
   }
 };
 
@@ -42,9 +50,11 @@ struct Blame {
 // The host of `rank` when mpirun filled `assigned` host by host ("" past the end).
 std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
-// The cause, in this order: a lost host; a rank's own error; a rank whose heartbeat fell
-// silent (etr-run then killed it, so it is named before mpirun's killed rank); a rank
-// killed by a signal; a
+// The cause, in this order: what made etr-run end the launch itself (it acts only before
+// any other failure is heard of, so what follows is its consequence): a host whose every
+// rank fell silent, a rank whose heartbeat fell silent (etr-run killed it, so it is named
+// before mpirun's killed rank), the progress watchdog's stall (its one rank behind all
+// others, else nobody); then a lost host; a rank's own error; a rank killed by a signal; a
 // host etr-run could not reach; unless a probe reached every host, a host that ranks on
 // other hosts timed out waiting on (the one named from the most other
 // hosts; on a tie, the one named from etr-run's own host, the side of the partition that

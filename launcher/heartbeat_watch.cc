@@ -59,14 +59,19 @@ void HeartbeatWatch::receive(Clock::time_point now) {
     if (n < 0) return;  // EAGAIN: nothing more
     buf[n] = '\0';
     std::istringstream in(buf);
-    std::string kind, host;
+    std::string kind, host, stage_text;
     int launch = -1, rank = -1;
     long pid = 0;
-    if (!(in >> kind >> launch >> rank >> pid >> host) || launch != launch_ || rank < 0 ||
-        (kind != "etr-hb" && kind != "etr-bye")) {
+    long long step = 0;
+    if (!(in >> kind >> launch >> rank >> pid >> host >> step >> stage_text) ||
+        launch != launch_ || rank < 0 || (kind != "etr-hb" && kind != "etr-bye")) {
       continue;  // another launch's, or not a heartbeat
     }
+    const std::optional<RankStage> stage = parse_stage(stage_text);
+    if (!stage) continue;
     Rank& r = ranks_[rank];
+    r.step = step;
+    r.stage = *stage;
     r.last = now;
     r.pid = static_cast<pid_t>(pid);
     r.host = host;
@@ -84,6 +89,26 @@ std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) 
     if (r.gone || r.reported || now - r.last < timeout_) continue;
     r.reported = true;
     out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(now - r.last).count()});
+  }
+  return out;
+}
+
+}  // namespace etr::launcher
+
+namespace etr::launcher {
+
+std::vector<HeartbeatWatch::Position> HeartbeatWatch::positions() const {
+  std::vector<Position> out;
+  for (const auto& [rank, r] : ranks_) {
+    if (!r.gone) out.push_back({rank, r.step, r.stage});
+  }
+  return out;
+}
+
+std::vector<pid_t> HeartbeatWatch::local_pids() const {
+  std::vector<pid_t> out;
+  for (const auto& [rank, r] : ranks_) {
+    if (!r.gone && r.local && r.pid > 0) out.push_back(r.pid);
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/host_names.h"
+#include "runtime/heartbeat.h"
 
 namespace etr::launcher {
 
@@ -40,6 +41,17 @@ class HeartbeatWatch {
   // Reads what arrived; the ranks that fell silent since the last call, each once.
   std::vector<Silent> poll(Clock::time_point now = Clock::now());
   int ranks_heard() const { return static_cast<int>(ranks_.size()); }
+  // What each rank of the launch last said of its training (runtime/heartbeat.h), for the
+  // progress watchdog (progress_watch.h); ranks that said goodbye are left out.
+  struct Position {
+    int rank = -1;
+    int64_t step = 0;
+    RankStage stage = RankStage::kStart;
+  };
+  std::vector<Position> positions() const;
+  // The pids of the launch's ranks on this machine that have not said goodbye: what is
+  // left to end when mpirun was killed before it could end them.
+  std::vector<pid_t> local_pids() const;
 
  private:
   struct Rank {
@@ -47,6 +59,8 @@ class HeartbeatWatch {
     pid_t pid = 0;
     std::string host;
     bool local = false;
+    int64_t step = 0;
+    RankStage stage = RankStage::kStart;
     bool gone = false;      // said goodbye
     bool reported = false;  // already returned as silent
   };

@@ -43,30 +43,48 @@ void pump(Watch& w, int stop_signal) {
   }
 }
 
-void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error) {
-  if (w.reaped || first_error == std::chrono::steady_clock::time_point{}) return;
-  const auto late = std::chrono::steady_clock::now() - first_error - kStuckMpirunGrace;
+void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error,
+                      const HeartbeatWatch* heartbeats) {
+  using std::chrono::steady_clock;
+  if (w.reaped) return;
+  const bool decided = w.end_at != steady_clock::time_point{};
+  if (!decided && first_error == steady_clock::time_point{}) return;
+  const auto due = decided ? w.end_at : first_error + kStuckMpirunGrace;
+  const auto late = steady_clock::now() - due;
   if (late < std::chrono::seconds(0)) return;
   if (w.stuck_signals == 0) {
-    std::fprintf(stderr,
-                 "etr-run: mpirun has not ended the failed job %lld s after its first error (a "
-                 "host it cannot reach?): ending mpirun\n",
-                 static_cast<long long>(kStuckMpirunGrace.count()));
+    if (!decided) {
+      std::fprintf(stderr,
+                   "etr-run: mpirun has not ended the failed job %lld s after its first error (a "
+                   "host it cannot reach?): ending mpirun\n",
+                   static_cast<long long>(kStuckMpirunGrace.count()));
+    }
     kill(w.pid, SIGTERM);
     w.stuck_signals = 1;
-  } else if (w.stuck_signals == 1 && late >= std::chrono::seconds(3)) {
+  } else if (w.stuck_signals == 1 && late >= std::chrono::seconds(2)) {
     kill(w.pid, SIGKILL);
     w.stuck_signals = 2;
+    if (heartbeats) {
+      for (pid_t p : heartbeats->local_pids()) kill(p, SIGKILL);
+    }
   }
 }
 
 std::optional<HeartbeatWatch::Silent> end_silent_rank(Watch& w, HeartbeatWatch& heartbeats) {
   if (w.reaped) return std::nullopt;
-  const std::vector<HeartbeatWatch::Silent> silent = heartbeats.poll();
-  if (silent.empty()) return std::nullopt;
-  const HeartbeatWatch::Silent& s = silent.front();
-  if (s.local && s.pid > 0) kill(s.pid, SIGKILL);
-  return s;
+  std::optional<HeartbeatWatch::Silent> local;
+  for (const HeartbeatWatch::Silent& s : heartbeats.poll()) {
+    if (s.local && s.pid > 0) {
+      if (!local) {
+        kill(s.pid, SIGKILL);
+        local = s;
+      }
+      continue;
+    }
+    if (w.remote_silent.empty()) w.remote_silent_at = Watch::Clock::now();
+    w.remote_silent.push_back(s);
+  }
+  return local;
 }
 
 }  // namespace etr::launcher

@@ -29,7 +29,17 @@ struct Watch {
   std::optional<Discovery> discovery;
   int stuck_signals = 0;  // signals end_stuck_mpirun() sent
   Clock::time_point reaped_at{};
+  // etr-run decided to end the launch (a silent host, a stuck job): from this time point
+  // end_stuck_mpirun() ends mpirun without the grace (epoch: not decided).
+  Clock::time_point end_at{};
+  // Ranks on other machines that fell silent, gathered for kSilentGather before the
+  // driver decides whether a whole host went silent (its ranks fall silent within a beat
+  // of each other) or one rank.
+  std::vector<HeartbeatWatch::Silent> remote_silent;
+  Clock::time_point remote_silent_at{};
 };
+
+inline constexpr std::chrono::milliseconds kSilentGather{600};
 
 // How long etr-run keeps reading the job's stderr after mpirun has exited: a daemon that
 // mpirun left behind (on a host it could not reach) may hold the pipe open for good.
@@ -46,15 +56,16 @@ void pump(Watch& w, int stop_signal);
 inline constexpr std::chrono::seconds kStuckMpirunGrace{10};
 
 // Once `first_error` (a time point, epoch: none) is kStuckMpirunGrace past and mpirun
-// still runs: SIGTERM, and SIGKILL 3 s later; says so on stderr.
-void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error);
+// still runs (says so on stderr), or once w.end_at is reached: SIGTERM, and SIGKILL 2 s
+// later, after which the launch's ranks on this machine that have not said goodbye
+// (`heartbeats`, may be null) are killed too: mpirun killed cannot end them.
+void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error,
+                      const HeartbeatWatch* heartbeats);
 
 // A rank whose heartbeat fell silent (heartbeat_watch.h): ends it with SIGKILL when it
-// runs on this machine (mpirun then ends the job as after a kill -9). One on another
-// machine is only returned: ending mpirun there would have it report this machine's ranks
-// as killed and blame the wrong host, so the collectives' timeout and the probe of the
-// hosts (host_probe.h) still decide (a later step: end it and probe at once). Returns the
-// silent rank, or nullopt.
+// runs on this machine (mpirun then ends the job as after a kill -9) and returns it. Ranks
+// on other machines are gathered in w.remote_silent (their pids are not ours to end); the
+// driver decides about them kSilentGather after the first. Returns nullopt otherwise.
 std::optional<HeartbeatWatch::Silent> end_silent_rank(Watch& w, HeartbeatWatch& heartbeats);
 
 }  // namespace etr::launcher

@@ -9,6 +9,7 @@
 
 #include "launcher/hosts.h"
 #include "launcher/network.h"
+#include "launcher/progress_watch.h"
 
 namespace etr::launcher {
 
@@ -29,6 +30,9 @@ struct RunOptions {
   // A rank whose heartbeat (runtime/heartbeat.h) is silent this long is declared failed
   // (0: no heartbeats).
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  // The progress watchdog (progress_watch.h; needs the heartbeats): --stuck-after,
+  // --stuck-floor, --stuck-allowance.
+  ProgressLimits progress;
   std::chrono::milliseconds min_np_timeout = std::chrono::minutes(10);
   std::chrono::milliseconds discovery_interval = std::chrono::seconds(1);
   // A discovery script's time to finish (never more than what is left of min_np_timeout

@@ -33,6 +33,11 @@ class ElasticSession {
   // After step `step` (`first`: the first of this launch, which logs what the relaunch
   // cost).
   void after_step(int64_t step, bool first) const;
+  // Every rank: where its training thread is (runtime/heartbeat.h: etr-run's progress
+  // watchdog reads it from the heartbeats). `step`: the steps completed.
+  void at(RankStage stage, uint64_t step) const {
+    if (reporter_) reporter_->position(static_cast<int64_t>(step), stage);
+  }
   // Collective: a resize was agreed on after `step`. Returns true when the run must stop
   // (a checkpoint of `step` was saved through `checkpoints`, or tried); false when the
   // job is not elastic and the request is ignored. `save(tier)` saves the current state.

@@ -96,6 +96,7 @@ void slow_rank_from_env(int rank, FaultInjection& f) {
 FaultInjection FaultInjection::from_env(int rank) {
   FaultInjection f;
   f.fail_at_step = step_for_rank_from_env("ETR_FAIL_AT_STEP", rank);
+  f.hang_at_step = step_for_rank_from_env("ETR_TEST_HANG_AT_STEP", rank);
   f.nonfinite_at_step = step_for_rank_from_env("ETR_NONFINITE_AT_STEP", rank);
   f.oom_in_backward_at_step = step_for_rank_from_env("ETR_OOM_IN_BACKWARD_AT_STEP", rank);
   allocation_fault_from_env(rank, f);

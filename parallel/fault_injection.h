@@ -3,6 +3,9 @@
 //
 //   ETR_FAIL_AT_STEP=S[:R]             rank R throws at the start of step S (0-based here:
 //                                      the step count when it starts)
+//   ETR_TEST_HANG_AT_STEP=S[:R]        rank R stops at the start of step S for good, its
+//                                      heartbeat still beating (in the first launch of an
+//                                      etr-run job only, so that the relaunch goes on)
 //   ETR_NONFINITE_AT_STEP=S[:R]        a NaN in rank R's gradients at step S
 //   ETR_OOM_IN_BACKWARD_AT_STEP=S[:R]  an out-of-memory error inside backward of the last
 //                                      micro-batch of step S, after the middle layer's
@@ -33,6 +36,7 @@ namespace etr {
 
 struct FaultInjection {
   int64_t fail_at_step = -1;
+  int64_t hang_at_step = -1;
   int64_t nonfinite_at_step = -1;
   int64_t oom_in_backward_at_step = -1;
   int64_t fail_allocation_step = -1;

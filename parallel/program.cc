@@ -190,6 +190,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   std::unique_ptr<Heartbeat> heartbeat;
   try {
     heartbeat = std::make_unique<Heartbeat>(launch.heartbeat, launch.restart, world->rank());
+    elastic.attach(heartbeat.get());
   } catch (const std::exception& e) {
     print_error(info.name, e.what());
     return 1;

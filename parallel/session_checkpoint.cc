@@ -16,7 +16,9 @@ bool TrainSession::save_checkpoint(const std::string& tier) {
 void TrainSession::flush_checkpoints() { checkpoints_->flush(); }
 
 void TrainSession::resume() {
+  elastic_->at(RankStage::kRestore, position_.step);
   if (const auto dir = checkpoints_->find_resume()) restore(*dir);
+  elastic_->at(RankStage::kStart, position_.step);
 }
 
 void TrainSession::restore(const std::filesystem::path& dir) {

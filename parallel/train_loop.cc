@@ -35,10 +35,12 @@ void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum
     reporter_->step(s, c);
   }
   if ((lg.eval_every() > 0 && step % lg.eval_every() == 0) || last) {
+    elastic_->at(RankStage::kEvaluate, position_.step);
     sum.final_val_loss = evaluate();
     reporter_->held_out(position_.step, sum.final_val_loss);
   }
   checkpoints_->set_batch_policy(batch_->policy_state());
+  elastic_->at(last ? RankStage::kFinish : RankStage::kCheckpoint, position_.step);
   checkpoints_->at_step(step, last, position_, batch_->origin(), model_.stack->layout(),
                         [this] { return engine_->states(); });
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
@@ -79,6 +81,7 @@ RunSummary TrainSession::run() {
       break;
     }
   }
+  elastic_->at(RankStage::kFinish, position_.step);
   flush_checkpoints();
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
   if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;

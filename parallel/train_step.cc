@@ -124,6 +124,7 @@ double TrainSession::run_micro_batches(int64_t B, int64_t T) {
 
 StepStats TrainSession::train_step() {
   const auto t0 = Clock::now();
+  elastic_->at(RankStage::kCompute, position_.step);
   check_step_start();
   acquire_activations();  // may redo the plan: an out-of-memory error agreed on by every rank
   const int64_t B = static_cast<int64_t>(batch_plan().global_batch()), T = data_->seq_len();
@@ -137,6 +138,7 @@ StepStats TrainSession::train_step() {
   st.comm = engine_->end_backward();
   st.grad_norm = engine_->grad_norm();  // on a GPU the step's one wait for the device
   StepAgreement agreed = local_agreement(st.grad_norm, compute_seconds);
+  elastic_->at(RankStage::kStepSums, position_.step);
   agreed.agree([this](double* v, int n) { sum_over_ranks(v, n); }, grid_->size());
   if (agreed.out_of_memory) {  // nothing of the step is kept: the same samples again, smaller
     batch_->recover_from_oom(position_.step + 1, std::exchange(step_.oom, std::string()));
@@ -152,6 +154,7 @@ StepStats TrainSession::train_step() {
   if (!std::isfinite(st.loss) || agreed.nonfinite_norm) {
     skip_or_stop(st, std::isfinite(st.loss));  // throws unless the step may be skipped
   } else {
+    elastic_->at(RankStage::kOptimizer, position_.step);
     apply_optimizer(st);
   }
   position_.advance(static_cast<uint64_t>(B));
@@ -170,6 +173,12 @@ void TrainSession::check_step_start() {
     throw Error("rank " + std::to_string(grid_->rank()) + " fails at step " +
                 std::to_string(faults_.fail_at_step) +
                 " because ETR_FAIL_AT_STEP asks it to (a test of failure handling)");
+  }
+  const ElasticLaunch* launch = elastic_->launch();
+  if (faults_.hang_at_step == static_cast<int64_t>(position_.step) && (!launch || launch->restart == 0)) {
+    log_.warn("rank ", grid_->rank(), " hangs at step ", position_.step,
+              " because ETR_TEST_HANG_AT_STEP asks it to (a test of the progress watchdog)");
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   if (faults_.fail_allocation_step == static_cast<int64_t>(position_.step) + 1) {
     alloc_.fail_event(faults_.fail_allocation_event);

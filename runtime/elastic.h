@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/heartbeat.h"
+
 namespace etr {
 
 // The exit status of a job that stopped to be relaunched at another size (EX_TEMPFAIL).
@@ -80,9 +82,17 @@ class ElasticReporter {
   void event(const std::string& text) const;
   // Rewrites <run dir>/progress with `step`.
   void progress(int64_t step);
+  // Every rank: the heartbeat that carries this rank's position (may be null; not owned).
+  void attach(Heartbeat* heartbeat) { heartbeat_ = heartbeat; }
+  // Every rank: `step` steps done, the training thread now in `stage` (for etr-run's
+  // progress watchdog, through the heartbeat; nothing without one).
+  void position(int64_t step, RankStage stage) const {
+    if (heartbeat_) heartbeat_->set_position(step, stage);
+  }
 
  private:
   ElasticLaunch launch_;
+  Heartbeat* heartbeat_ = nullptr;
   int progress_fd_ = -1;
 };
 

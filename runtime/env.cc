@@ -37,6 +37,7 @@ constexpr EnvVar kVars[] = {
     {EnvNames::kRunMemoryHalvings, K::kLauncher, "times the micro-batch is halved after OOM kills"},
     {EnvNames::kRunHeartbeat, K::kLauncher, "where each rank sends its heartbeat (address:port)"},
     {"ETR_FAIL_AT_STEP", K::kTest, "S[:R]: rank R throws at step S"},
+    {"ETR_TEST_HANG_AT_STEP", K::kTest, "S[:R]: rank R hangs at step S (a launch's first only)"},
     {"ETR_NONFINITE_AT_STEP", K::kTest, "S[:R]: a NaN in rank R's gradients at step S"},
     {"ETR_OOM_IN_BACKWARD_AT_STEP", K::kTest, "S[:R]: out of memory inside step S's backward"},
     {"ETR_TEST_FAIL_ALLOCATION", K::kTest, "S:N[:R]: the N-th allocation of step S fails"},

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <iterator>
 
 #include "runtime/error.h"
 
@@ -58,7 +59,27 @@ int connect_udp(const std::string& target, std::string& error) {
   return fd;
 }
 
+constexpr const char* kStageNames[] = {"start",    "restore",  "compute",    "step-sums",
+                                       "optimizer", "evaluate", "checkpoint", "finish"};
+
 }  // namespace
+
+const char* stage_name(RankStage stage) {
+  const auto i = static_cast<size_t>(stage);
+  return i < std::size(kStageNames) ? kStageNames[i] : "?";
+}
+
+std::optional<RankStage> parse_stage(std::string_view name) {
+  for (size_t i = 0; i < std::size(kStageNames); ++i) {
+    if (name == kStageNames[i]) return static_cast<RankStage>(i);
+  }
+  return std::nullopt;
+}
+
+bool slow_stage(RankStage stage) {
+  return stage != RankStage::kCompute && stage != RankStage::kStepSums &&
+         stage != RankStage::kOptimizer;
+}
 
 Heartbeat::Heartbeat(const std::string& target, int launch, int rank, std::chrono::milliseconds every)
     : every_(every) {
@@ -85,8 +106,15 @@ Heartbeat::~Heartbeat() {
   close(fd_);
 }
 
+void Heartbeat::set_position(int64_t step, RankStage stage) {
+  step_.store(step, std::memory_order_relaxed);
+  stage_.store(static_cast<uint8_t>(stage), std::memory_order_relaxed);
+}
+
 void Heartbeat::send(const char* kind) {
-  const std::string msg = std::string(kind) + " " + body_;
+  const std::string msg = std::string(kind) + " " + body_ + " " +
+                          std::to_string(step_.load(std::memory_order_relaxed)) + " " +
+                          stage_name(static_cast<RankStage>(stage_.load(std::memory_order_relaxed)));
   // Non-blocking and unchecked: a full buffer or an unreachable etr-run loses one beat.
   if (::send(fd_, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) ++sent_;
 }

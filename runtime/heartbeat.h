@@ -1,13 +1,15 @@
 // Heartbeat: every rank of a job that etr-run launched tells it, independently of the
 // data plane, that its process is alive: a thread of its own sends one UDP datagram to
 // the address etr-run gave (ETR_RUN_HEARTBEAT = "address:port") every interval,
-//   "etr-hb <launch> <rank> <pid> <host>"
-// and "etr-bye <launch> <rank> <pid> <host>" when the process leaves normally (so that a
+//   "etr-hb <launch> <rank> <pid> <host> <step> <stage>"
+// (<step>: the steps completed so far; <stage>: what the training thread is doing, a
+// RankStage's name) and "etr-bye ..." when the process leaves normally (so that a
 // rank that finished before the others is not taken for a silent one). A process that is
 // stopped (SIGSTOP, a frozen VM) or whose host is cut off falls silent, whatever its
 // training threads are doing, and etr-run declares it failed after --heartbeat-timeout
-// (launcher/heartbeat_watch.h). Sending never blocks and never throws: a datagram lost
-// is one beat missed.
+// (launcher/heartbeat_watch.h). The step and stage let etr-run tell a process that lives but
+// makes no progress (launcher/progress_watch.h). Sending never blocks and never throws: a
+// datagram lost is one beat missed.
 #pragma once
 
 #include <atomic>
@@ -15,10 +17,30 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace etr {
+
+// What a rank's training thread is doing, for the progress watchdog: the stages in which a
+// long stall is expected (start-up, a restore, evaluation, a checkpoint, the end of a run)
+// get a separate allowance.
+enum class RankStage : uint8_t {
+  kStart,       // building the job (before the first step, after a relaunch)
+  kRestore,     // reading a checkpoint
+  kCompute,     // a step's forward and backward (and the gradients' reduction)
+  kStepSums,    // the step's agreement: loss, norm, flags summed over the ranks
+  kOptimizer,   // the update
+  kEvaluate,    // the held-out loss
+  kCheckpoint,  // a save's collective part
+  kFinish,      // after the last step: the final save, sampling, export
+};
+const char* stage_name(RankStage stage);
+std::optional<RankStage> parse_stage(std::string_view name);
+// A stage in which a step may legitimately take much longer than the recent steps.
+bool slow_stage(RankStage stage);
 
 class Heartbeat {
  public:
@@ -32,6 +54,9 @@ class Heartbeat {
 
   bool active() const { return fd_ >= 0; }
   int64_t sent() const { return sent_.load(); }
+  // The training thread's position, carried by every later beat (two relaxed stores:
+  // cheap enough for every stage of every step).
+  void set_position(int64_t step, RankStage stage);
 
  private:
   void send(const char* kind);
@@ -39,6 +64,8 @@ class Heartbeat {
 
   int fd_ = -1;
   std::string body_;  // "<launch> <rank> <pid> <host>"
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint8_t> stage_{static_cast<uint8_t>(RankStage::kStart)};
   std::chrono::milliseconds every_;
   std::atomic<int64_t> sent_{0};
   std::mutex mutex_;

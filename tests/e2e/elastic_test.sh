@@ -15,6 +15,9 @@
 #  c2. the same with etr-run's heartbeats (the default): the silent rank is declared failed
 #     after --heartbeat-timeout (5 s), ended, and the next launch's first step comes within
 #     10 s of the stop; parameters bitwise equal;
+#  c3. one of 2 ranks hangs at step 100 with its heartbeat alive (ETR_TEST_HANG_AT_STEP): the
+#     progress watchdog (--stuck-floor 2) declares the job stuck, names the step and the
+#     stages, ends the launch; the relaunch completes; parameters bitwise equal;
 #  d. fewer usable slots than --min-np: etr-run waits, then fails with a sentence, exit 1;
 #  e. a host whose rank fails at every launch (ETR_FAIL_AT_STEP on its rank): after
 #     --blacklist-after 2 failures it is excluded and the job completes without it;
@@ -181,6 +184,18 @@ echo "c2: SIGSTOP -> the next launch's first step in $took ms (bar: 10 s)"
 state=$(ps -o stat= -p "$victim" 2>/dev/null)
 case "$state" in ""|Z*) ;; *) fail "c2: the stopped rank is still there (state $state)" ;; esac
 same_params c2 0
+
+echo "== c3. a rank that hangs while its heartbeat beats: the progress watchdog"
+ETR_TEST_HANG_AT_STEP=100:1 start c3 --min-np 1 --max-np 2 --stuck-floor 2 \
+  --host-discovery-script "$(discovery c3 localhost:2)"
+finish c3
+completed c3
+expect c3 "rank 1 hangs at step 100 because ETR_TEST_HANG_AT_STEP" "the hang was not injected"
+expect_e c3 "no rank's step or stage changed for [0-9.]+ s \(the limit: 2.00 s, --stuck-floor\): stuck after step 100, ranks 0 and 1 in compute: ending the launch" "the stall was not reported"
+expect c3 "the job failed (exit status [0-9]*; the job was stuck: " "the stall was not blamed"
+expect c3 "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched"
+grep -q "launch 3" "$work/c3.out" && { cat "$work/c3.out"; fail "c3: more than one relaunch"; }
+same_params c3 0
 
 echo "== d. fewer slots than --min-np: wait, then give up"
 start d --min-np 2 --max-np 2 --min-np-timeout 2 --host-discovery-script "$(discovery d localhost:1)"

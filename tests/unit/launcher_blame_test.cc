@@ -38,6 +38,41 @@ TEST(Blame, ALostHostComesFirst) {
   EXPECT_TRUE(b.whole_host());
 }
 
+// What made etr-run end the launch itself comes before what followed from it: ending
+// mpirun has it report this machine's ranks killed and the cut host's daemon lost.
+TEST(Blame, EtrRunsOwnDecisionComesFirst) {
+  FailureEvidence e;
+  e.killed_rank = 0;
+  e.lost_hosts = {"hA"};
+  e.silent_host = "hB";
+  e.silent_for = "5.10 s";
+  Blame b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kUnreachableHost);
+  EXPECT_EQ(b.host, "hB");
+  EXPECT_TRUE(b.whole_host());
+  EXPECT_EQ(b.why, "host hB is unreachable: none of its ranks sent a heartbeat for 5.10 s");
+  EXPECT_FALSE(e.nothing_named());
+  e.silent_host.clear();
+  e.silent_rank = 3;
+  b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kRank);
+  EXPECT_EQ(b.rank, 3);
+  EXPECT_EQ(b.host, "hB");
+  // The progress watchdog: its one rank behind, else nobody (no host is counted).
+  e.silent_rank = -1;
+  e.stuck = "no rank's step or stage changed for 12.00 s";
+  e.stuck_rank = 2;
+  b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kRank);
+  EXPECT_EQ(b.rank, 2);
+  EXPECT_EQ(b.why, "rank 2 on hB, no rank's step or stage changed for 12.00 s");
+  e.stuck_rank = -1;
+  b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kNone);
+  EXPECT_TRUE(b.host.empty());
+  EXPECT_EQ(b.why, "the job was stuck: no rank's step or stage changed for 12.00 s");
+}
+
 TEST(Blame, OwnErrorThenKilledRank) {
   FailureEvidence e;
   e.killed_rank = 3;

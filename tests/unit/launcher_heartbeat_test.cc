@@ -68,8 +68,8 @@ TEST(Heartbeat, ASilentRankIsReportedOnceWithItsPid) {
   const std::string target = local_target(w);
   Heartbeat alive(target, 1, 0, 50ms);
   // Rank 1 beats once, then nothing (a stopped process never reaches its goodbye).
-  send_raw(target, "etr-hb 1 1 4242 h1");
-  send_raw(target, "etr-hb 2 3 4343 h1");  // another launch's rank 3: not this launch's
+  send_raw(target, "etr-hb 1 1 4242 h1 0 start");
+  send_raw(target, "etr-hb 2 3 4343 h1 0 start");  // another launch's rank 3: not this launch's
   send_raw(target, "not a heartbeat");
   const auto got = watch_for(w, 1500ms);
   ASSERT_EQ(got.size(), 1u);

@@ -1,0 +1,72 @@
+// etr-run: what the ranks' heartbeats say during a launch (elastic_driver_impl.h): a
+// silent rank on this machine is killed (mpirun then ends the job as after a kill -9); the
+// silent ranks of other machines, gathered for kSilentGather, end the launch at once and
+// blame their host when every one of its ranks fell silent (a partition, a frozen
+// machine), else the first of them; the progress watchdog (progress_watch.h) ends a launch
+// whose ranks live but stand still.
+#include <map>
+
+#include "launcher/elastic_driver_impl.h"
+
+namespace etr::launcher {
+
+void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
+  // Once the job has failed otherwise (an error, a lost daemon), its ranks end without a
+  // goodbye: their silence is that failure's, not a new one.
+  if (!heartbeats_ || w.reaped || r.first_error != Clock::time_point{}) return;
+  const auto s = end_silent_rank(w, *heartbeats_);
+  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
+  if (s) {
+    events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
+    r.evidence.silent_rank = s->rank;
+    say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ",
+        seconds(s->seconds), " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
+    r.first_error = Clock::now();
+    return;
+  }
+  if (!w.remote_silent.empty()) {
+    if (Clock::now() - w.remote_silent_at >= kSilentGather) remote_silence(w, r, assigned);
+    return;
+  }
+  watch_progress(w, r);
+}
+
+void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
+  std::map<std::string, int> silent_on;  // host (as etr-run launched it) -> its silent ranks
+  for (const auto& s : w.remote_silent) {
+    ++silent_on[host_of_rank(assigned, s.rank)];
+    events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
+  }
+  const HeartbeatWatch::Silent& first = w.remote_silent.front();
+  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
+  for (const HostSlots& h : assigned) {
+    const auto it = silent_on.find(h.host);
+    if (it == silent_on.end() || it->second < h.slots) continue;
+    r.evidence.silent_host = h.host;
+    r.evidence.silent_for = seconds(first.seconds) + " (--heartbeat-timeout " + timeout + ")";
+    say("none of the ", h.slots, " rank(s) on ", h.host, " sent a heartbeat for ", seconds(first.seconds),
+        " (--heartbeat-timeout ", timeout, "): the host is cut off or frozen; ending the launch");
+    break;
+  }
+  if (r.evidence.silent_host.empty()) {
+    r.evidence.silent_rank = first.rank;
+    say("rank ", first.rank, " (on ", first.host, ", another machine) sent no heartbeat for ",
+        seconds(first.seconds), " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
+  }
+  r.first_error = w.end_at = Clock::now();
+}
+
+void Driver::watch_progress(Watch& w, LaunchResult& r) {
+  if (!progress_) return;
+  const auto stuck = progress_->observe(heartbeats_->positions());
+  if (!stuck) return;
+  r.evidence.stuck = stuck->describe();
+  r.evidence.stuck_rank = stuck->rank;
+  events_out_->event("stuck step=" + std::to_string(stuck->step) +
+                     " rank=" + std::to_string(stuck->rank) + " seconds=" +
+                     std::to_string(static_cast<int64_t>(stuck->stalled_seconds)));
+  say(r.evidence.stuck, ": ending the launch");
+  r.first_error = w.end_at = Clock::now();
+}
+
+}  // namespace etr::launcher
