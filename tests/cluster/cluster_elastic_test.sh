@@ -9,10 +9,14 @@
 #     onto it at a step boundary; final parameters equal the reference's within 1e-3 (the
 #     global batch and data are the same; 2 ranks sum in another order than 3, as in
 #     tests/e2e/elastic_test.sh b);
-#  b. host 3's link cut while its rank lives on (a partition): the collectives' timeout
-#     (ETR_COMM_TIMEOUT_S=3) ends the job with a message naming the peer it waited on,
-#     etr-run ends the mpirun that cannot reach host 3 and relaunches without it, and the
-#     job completes on 2 hosts; final parameters within 1e-3 of the reference's.
+#  b. host 3's link cut while its rank lives on (a partition), etr-run's defaults: host 3's
+#     heartbeats fall silent, etr-run declares the host unreachable after
+#     --heartbeat-timeout (5 s), ends the launch and relaunches without it; the next
+#     launch's first step comes within 15 s of the cut; the job completes on 2 hosts;
+#     final parameters within 1e-3 of the reference's;
+#  b2. the same with the heartbeats off: the collectives' timeout (ETR_COMM_TIMEOUT_S=3)
+#     ends the job with a message naming the peer it waited on, etr-run ends the mpirun
+#     that cannot reach host 3, finds it unreachable and relaunches without it.
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
@@ -30,6 +34,7 @@ h() { printf '198.18.0.%s:1\n' "$@"; }  # h 1 2 3: the discovery lines of those 
 list() { local name=$1; shift; h "$@" >"$work/$name.slots.new"; mv "$work/$name.slots.new" "$work/$name.slots"; }
 # start NAME HOSTS...: etr-run on host 1 in the background (its pid in $pid), discovery
 # from $work/NAME.slots (HOSTS at first).
+extra=()  # more etr-run arguments for the next start
 start() {
   local name=$1
   shift
@@ -38,7 +43,7 @@ start() {
   chmod +x "$work/$name.sh"
   "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 3 --launch-agent "$sim rsh" \
     --host-discovery-script "$work/$name.sh" --discovery-interval 0.2 --run-dir "$work/$name.run" \
-    --checkpoint-dir "$work/$name.ck" --mpi-arg=--bind-to --mpi-arg=none -- "${job[@]}" \
+    --checkpoint-dir "$work/$name.ck" --mpi-arg=--bind-to --mpi-arg=none "${extra[@]}" -- "${job[@]}" \
     >"$work/$name.out" 2>&1 &
   pid=$!
 }
@@ -91,18 +96,37 @@ expect a "launch 3: 3 rank(s) on 198.18.0.1:1,198.18.0.2:1,198.18.0.3:1 (after a
 grep "etr-run: recovered\|elastic: relaunch" "$work/a.out"
 same_params a 1e-3
 
-echo "== b. host 3 cut off while its rank lives on (a partition)"
-export ETR_COMM_TIMEOUT_S=3
+echo "== b. host 3 cut off while its rank lives on (a partition): its silent heartbeats"
 start b 1 2 3
 wait_step b 30
+cut_ms=$(date +%s%3N)
 "$sim" cut 3
 finish b
+expect b "none of the 1 rank(s) on 198.18.0.3 sent a heartbeat for [0-9.]* s (--heartbeat-timeout 5.00 s)" "the silent host was not found"
+expect b "host 198.18.0.3 is unreachable: none of its ranks sent a heartbeat" "the silent host was not blamed"
+expect b "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched without host 3"
+grep -q "launch 3" "$work/b.out" && { cat "$work/b.out"; fail "b: launched onto the unreachable host again"; }
+first_ms=$(awk '$2 == "first-step" {t = $1} END {print t}' "$work/b.run/events")
+took=$((first_ms - cut_ms))
+echo "b: link cut -> the next launch's first step in $took ms (bar: 15 s)"
+[ "$took" -lt 15000 ] || { cat "$work/b.out"; fail "b: $took ms from the cut to the next launch's first step"; }
+same_params b 1e-3
+"$sim" kill 3  # the partitioned rank still waits in its collective
+"$sim" heal 3
+
+echo "== b2. the same with the heartbeats off: the collectives' timeout"
+export ETR_COMM_TIMEOUT_S=3
+extra=(--heartbeat-timeout 0)
+start b2 1 2 3
+wait_step b2 30
+"$sim" cut 3
+finish b2
 unset ETR_COMM_TIMEOUT_S
 # (in the gradient allreduce, naming the peer; or, when the cut lands there, in a
 # checkpoint agreement, which cannot tell whom it waits on)
-expect b "did not finish within 3 s (.* elapsed, waiting on rank [0-9] (world rank [0-9]))\|checkpoint agreement .* did not complete within the communicator timeout of 3 s" "no timeout reported"
-expect b "host 198.18.0.3 is unreachable: the launch agent cannot reach it" "the unreachable host was not named"
-expect b "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched without host 3"
-grep -q "launch 3" "$work/b.out" && { cat "$work/b.out"; fail "b: launched onto the unreachable host again"; }
-same_params b 1e-3
+expect b2 "did not finish within 3 s (.* elapsed, waiting on rank [0-9] (world rank [0-9]))\|checkpoint agreement .* did not complete within the communicator timeout of 3 s" "no timeout reported"
+expect b2 "host 198.18.0.3 is unreachable: the launch agent cannot reach it" "the unreachable host was not named"
+expect b2 "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched without host 3"
+grep -q "launch 3" "$work/b2.out" && { cat "$work/b2.out"; fail "b2: launched onto the unreachable host again"; }
+same_params b2 1e-3
 echo "PASS"
