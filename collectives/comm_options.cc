@@ -34,6 +34,9 @@ const char* allreduce_algo_name(AllreduceAlgo algo) {
 CommOptions CommOptions::from_config(const config::CommConfig& c) {
   CommOptions o;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.timeout_s() * 1000));
+  o.learned_timeout_multiple = c.learned_timeout_multiple();
+  o.learned_timeout_floor =
+      std::chrono::milliseconds(static_cast<int64_t>(c.learned_timeout_floor_s() * 1000));
   o.allreduce_algo = parse_allreduce_algo(c.allreduce_algo());
   o.small_bytes = parse_bytes(c.allreduce_small_bytes());
   o.chunk_bytes = parse_bytes(c.ring_chunk_bytes());
@@ -55,7 +58,13 @@ CommOptions CommOptions::from_env() { return from_config(comm_config_from_env())
 
 std::string CommOptions::str() const {
   std::ostringstream s;
-  s << "timeout=" << timeout.count() / 1000.0 << "s algo=" << allreduce_algo_name(allreduce_algo)
+  s << "timeout=" << timeout.count() / 1000.0 << "s learned_timeout=";
+  if (learned_timeout_multiple > 0) {
+    s << learned_timeout_multiple << "xp99>=" << learned_timeout_floor.count() / 1000.0 << "s";
+  } else {
+    s << "off";
+  }
+  s << " algo=" << allreduce_algo_name(allreduce_algo)
     << " small_bytes=" << format_bytes(static_cast<double>(small_bytes))
     << " chunk_bytes=" << format_bytes(static_cast<double>(chunk_bytes)) << " depth=" << depth
     << " inline_bytes=" << format_bytes(static_cast<double>(inline_bytes)) << " spin_polls="

@@ -44,6 +44,10 @@ const char* allreduce_algo_name(AllreduceAlgo algo);
 
 struct CommOptions {
   std::chrono::milliseconds timeout{300'000};
+  // Learned deadlines (learned_deadline.h): a multiple of each operation class's 99th
+  // percentile (0: the fixed timeout only), never below the floor.
+  double learned_timeout_multiple = 10;
+  std::chrono::milliseconds learned_timeout_floor{30'000};
   AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
   size_t small_bytes = 16 << 10;
   size_t chunk_bytes = 256 << 10;

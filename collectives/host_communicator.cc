@@ -97,6 +97,8 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options, Logg
       p2p_transport_(std::make_unique<MpiTransport>(p2p_group_.comm())),
       scratch_(std::make_unique<RingScratch>()),
       caller_waiting_(std::make_unique<CallerWaiting>()),
+      deadlines_(std::make_unique<LearnedDeadlines>(options.timeout, options.learned_timeout_multiple,
+                                                    options.learned_timeout_floor)),
       engine_(std::make_unique<ProgressEngine>(group.name())) {
   if (options_.spin_polls < 0) {
     options_.spin_polls =
@@ -184,11 +186,21 @@ AllreduceAlgo HostCommunicator::choose_allreduce(size_t bytes) const {
 WorkPtr HostCommunicator::submit_collective(OpDescription description, size_t bytes,
                                             std::function<void(AlgoSetup&)> body) {
   auto work = std::make_shared<HostWork>(description);
-  auto task = [this, work, body = std::move(body)]() -> ProgressEngine::Poll {
-    OpContext ctx(*work, rank(), size(), options_.timeout, idle_policy());
+  // The step's collectives learn their deadlines; a broadcast or barrier (start-up, rare
+  // points) keeps the fixed timeout.
+  const std::string_view op = description.op;
+  std::string key;
+  if (op == "allreduce" || op == "reduce_scatter" || op == "allgather") {
+    key = LearnedDeadlines::key(description.op, bytes);
+  }
+  auto task = [this, work, key = std::move(key), body = std::move(body)]() -> ProgressEngine::Poll {
+    const LearnedLimit limit = key.empty() ? LearnedLimit{options_.timeout} : deadlines_->limit(key);
+    OpContext ctx(*work, rank(), size(), limit.timeout, idle_policy());
     ctx.set_world_ranks(&world_ranks_);
+    if (limit.learned) ctx.set_learned(deadlines_->describe(key, limit));
     AlgoSetup setup{ctx, *this};
     body(setup);
+    if (!key.empty()) deadlines_->record(key, OpContext::Clock::now() - ctx.start());
     return {};
   };
   engine_->submit(work, std::move(task), bytes <= options_.inline_bytes);
@@ -209,7 +221,7 @@ WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
           case AllreduceAlgo::kMpi:
             return mpi_allreduce(s.ctx, group_.comm(), in, out, op);
           case AllreduceAlgo::kHierarchical:
-            return run_hierarchical(d, in, out, op);
+            return run_hierarchical(d, in, out, op, s.ctx);
           case AllreduceAlgo::kRecursiveDoubling:
             return recursive_doubling_allreduce(s.params(in.dtype()), in.data(), out.data(),
                                                 in.numel(), op);
@@ -222,15 +234,17 @@ WorkPtr HostCommunicator::allreduce(TensorView in, TensorView out, ReduceOp op) 
 // The rings within the host and across hosts each time out naming their own group and
 // ranks; their contexts start with the operation, so they share its deadline.
 void HostCommunicator::run_hierarchical(const OpDescription& d, TensorView in, TensorView out,
-                                        ReduceOp op) {
+                                        ReduceOp op, const OpContext& outer) {
   OpDescription host_d = d, cross_d = d;
   host_d.group = &host_group_->name();
   cross_d.group = &cross_group_->name();
   const HostWork host_work(host_d), cross_work(cross_d);
-  OpContext host_ctx(host_work, host_group_->rank(), host_group_->size(), options_.timeout,
+  OpContext host_ctx(host_work, host_group_->rank(), host_group_->size(), outer.timeout(),
                      idle_policy());
-  OpContext cross_ctx(cross_work, cross_group_->rank(), cross_group_->size(), options_.timeout,
+  OpContext cross_ctx(cross_work, cross_group_->rank(), cross_group_->size(), outer.timeout(),
                       idle_policy());
+  host_ctx.set_learned(outer.learned_note());
+  cross_ctx.set_learned(outer.learned_note());
   host_ctx.set_world_ranks(&host_world_ranks_);
   cross_ctx.set_world_ranks(&cross_world_ranks_);
   const AlgoParams local = algo_params(*host_transport_, host_ctx, in.dtype(), false);

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/learned_deadline.h"
 #include "collectives/comm_options.h"
 #include "collectives/communicator.h"
 #include "collectives/host_topology.h"
@@ -90,7 +91,8 @@ class HostCommunicator final : public Communicator {
   AlgoParams algo_params(Transport& transport, OpContext& ctx, DType dtype,
                          bool across_hosts) const;
   void build_host_groups(Logger* log);
-  void run_hierarchical(const OpDescription& d, TensorView in, TensorView out, ReduceOp op);
+  void run_hierarchical(const OpDescription& d, TensorView in, TensorView out, ReduceOp op,
+                        const OpContext& outer);
 
   CommOptions options_;
   Group group_;      // collectives' messages
@@ -110,6 +112,7 @@ class HostCommunicator final : public Communicator {
   std::unique_ptr<MpiTransport> cross_transport_;
   std::unique_ptr<RingScratch> scratch_;
   std::unique_ptr<CallerWaiting> caller_waiting_;
+  std::unique_ptr<LearnedDeadlines> deadlines_;  // allreduce, reduce-scatter, allgather
   std::unique_ptr<ProgressEngine> engine_;  // last: stopped first
 };
 

@@ -55,11 +55,14 @@ void OpContext::fail_timeout(int peer) const {
   const int world = known ? (*world_ranks_)[peer] : -1;
   std::string waiting = peer < 0 ? ")" : ", waiting on rank " + std::to_string(peer) +
                         (known ? " (world rank " + std::to_string(world) + "))" : ")");
+  const std::string limit = learned_note_.empty()
+                                ? "(ETR_COMM_TIMEOUT_S sets the limit)"
+                                : "(" + learned_note_ + "; ETR_COMM_TIMEOUT_S caps it, "
+                                  "ETR_COMM_LEARNED_TIMEOUT_MULTIPLE=0 turns learning off)";
   throw CommError(work_.description() + " (rank " + std::to_string(rank_) + " of " +
                       std::to_string(size_) + ") did not finish within " + times + waiting +
                       ": a peer never joined, is stuck, or cannot be reached; every rank "
-                      "must issue the same collectives in the same order "
-                      "(ETR_COMM_TIMEOUT_S sets the limit)",
+                      "must issue the same collectives in the same order " + limit,
                   world);
 }
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/learned_deadline.h"
 #include "collectives/work.h"
 
 namespace etr {
@@ -77,6 +78,11 @@ class OpContext {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  Clock::time_point start() const { return start_; }
+  // The deadline was learned (collectives/learned_deadline.h): a timeout says how.
+  void set_learned(std::string note) { learned_note_ = std::move(note); }
+  const std::string& learned_note() const { return learned_note_; }
   // The world ranks of the peers the next waits name (a transport's rank -> its rank in
   // MPI_COMM_WORLD), so that a timeout tells etr-run whom it waited on; null: unknown.
   void set_world_ranks(const std::vector<int>* world_ranks) { world_ranks_ = world_ranks; }
@@ -92,6 +98,7 @@ class OpContext {
   std::chrono::microseconds sleep_ = IdlePolicy::kFirstSleep;
   unsigned idle_polls_ = 0;
   const std::vector<int>* world_ranks_ = nullptr;
+  std::string learned_note_;
 };
 
 }  // namespace etr

@@ -37,6 +37,11 @@ struct Entry {
 const Entry kEntries[] = {
     {{"ETR_COMM_TIMEOUT_S", "comm.timeout_s", "a positive number of seconds"},
      [](const CommConfig& c) { return c.timeout_s() > 0 && c.timeout_s() < 1e9; }},
+    {{"ETR_COMM_LEARNED_TIMEOUT_MULTIPLE", "comm.learned_timeout_multiple",
+      "a multiple >= 0 of the 99th percentile (0 turns learning off)"},
+     [](const CommConfig& c) { return c.learned_timeout_multiple() >= 0 && c.learned_timeout_multiple() < 1e9; }},
+    {{"ETR_COMM_LEARNED_TIMEOUT_FLOOR_S", "comm.learned_timeout_floor_s", "a positive number of seconds"},
+     [](const CommConfig& c) { return c.learned_timeout_floor_s() > 0 && c.learned_timeout_floor_s() < 1e9; }},
     {{"ETR_ALLREDUCE_ALGO", "comm.allreduce_algo", "an allreduce algorithm (auto, ring, rd, hier or mpi)"},
      [](const CommConfig& c) { return known_algo(c.allreduce_algo()); }},
     {{"ETR_ALLREDUCE_SMALL_BYTES", "comm.allreduce_small_bytes", "a byte count (e.g. 16KiB)"},

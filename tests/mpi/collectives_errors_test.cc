@@ -264,6 +264,42 @@ TEST(CommTimeout, MediumAllreduceWithoutRankOneFailsNamingOpGroupRankAndTime) {
   expect_timeout(100000);
 }
 
+// Learned deadlines (collectives/learned_deadline.h): after 40 allreduces of a few
+// milliseconds at most (learned from the first 32; the next recomputation is at 48), one that rank 1 joins 3 s late fails on the others at the learned
+// deadline (here the floor, 300 ms), far below the fixed 60 s, and says how it was chosen.
+TEST(CommTimeout, ALearnedDeadlineEndsAnAllreduceARankJoinsLate) {
+  if (world().size() < 2) GTEST_SKIP() << "needs a rank 1 that joins late";
+  const int r = world().rank();
+  Group group = world().group().dup("learned-test");
+  {
+    CommOptions o = test_options();
+    o.timeout = milliseconds(60'000);
+    o.learned_timeout_multiple = 10;
+    o.learned_timeout_floor = milliseconds(300);
+    HostCommunicator comm(group, o);
+    Buffer buf(DType::kF32, 16);
+    for (int i = 0; i < 40; ++i) {
+      std::exception_ptr e = run_op([&] { return comm.allreduce(buf.view(), ReduceOp::kSum); });
+      ASSERT_FALSE(e) << what(e);
+    }
+    if (r == 1) std::this_thread::sleep_for(milliseconds(3000));
+    const auto t0 = Clock::now();
+    std::exception_ptr e = run_op([&] { return comm.allreduce(buf.view(), ReduceOp::kSum); });
+    const int64_t elapsed = ms_since(t0);
+    // (Rank 1 itself may complete it: the others' small messages were sent before they
+    // gave up.)
+    if (r != 1) {
+      EXPECT_TRUE(holds<CommError>(e)) << "expected CommError, got: " << what(e);
+      EXPECT_GE(elapsed, 250) << what(e);
+      EXPECT_LE(elapsed, 2500) << "not the learned deadline: " << what(e);
+      EXPECT_NE(what(e).find("the deadline learned from the last 32 allreduce/6 operations: 10 x their 99th percentile"), std::string::npos)
+          << what(e);
+      if (r == 0) std::printf("  rank 0, after %lld ms: %s\n", static_cast<long long>(elapsed), what(e).c_str());
+    }
+  }
+  world().barrier();
+}
+
 // A recv whose sender never sends fails after the timeout too, naming the op and rank.
 TEST(CommTimeout, RecvWithoutASenderFails) {
   if (world().size() < 2) GTEST_SKIP() << "a 1-rank world has no peer";

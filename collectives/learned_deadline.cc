@@ -1,0 +1,60 @@
+#include "collectives/learned_deadline.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace etr {
+
+std::string LearnedDeadlines::key(const std::string& op, size_t bytes) {
+  const int log2 = bytes <= 1 ? 0 : static_cast<int>(std::bit_width(bytes - 1));
+  return op + "/" + std::to_string(log2);
+}
+
+LearnedLimit LearnedDeadlines::limit(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = classes_.find(key);
+  return it == classes_.end() ? LearnedLimit{fixed_} : it->second.limit;
+}
+
+LearnedLimit LearnedDeadlines::compute(const std::deque<double>& seconds) const {
+  LearnedLimit l{fixed_};
+  if (seconds.size() < kMinSamples) return l;
+  std::vector<double> v(seconds.begin(), seconds.end());
+  const size_t at = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at), v.end());
+  l.quantile_s = v[at];
+  l.samples = v.size();
+  const auto learned =
+      std::chrono::milliseconds(static_cast<int64_t>(std::ceil(multiple_ * l.quantile_s * 1000)));
+  l.timeout = std::clamp(learned, std::min(floor_, fixed_), fixed_);
+  l.learned = l.timeout < fixed_;
+  return l;
+}
+
+void LearnedDeadlines::record(const std::string& key, std::chrono::steady_clock::duration took) {
+  if (!(multiple_ > 0)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Class& c = classes_.try_emplace(key, Class{{}, LearnedLimit{fixed_}, 0}).first->second;
+  c.seconds.push_back(std::chrono::duration<double>(took).count());
+  if (c.seconds.size() > kWindow) c.seconds.pop_front();
+  if (++c.since >= kRecompute || c.seconds.size() == kMinSamples) {
+    c.since = 0;
+    c.limit = compute(c.seconds);
+  }
+}
+
+std::string LearnedDeadlines::describe(const std::string& key, const LearnedLimit& l) const {
+  if (!l.learned) return "";
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "the deadline learned from the last %zu %s operations: %g x their 99th "
+                "percentile of %.3g s, at least comm.learned_timeout_floor_s = %g s",
+                l.samples, key.c_str(), multiple_, l.quantile_s,
+                static_cast<double>(floor_.count()) / 1000);
+  return text;
+}
+
+}  // namespace etr
