@@ -12,6 +12,8 @@ using K = EnvKind;
 
 constexpr EnvVar kVars[] = {
     {"ETR_COMM_TIMEOUT_S", K::kSetting, "comm.timeout_s"},
+    {"ETR_COMM_LEARNED_TIMEOUT_MULTIPLE", K::kSetting, "comm.learned_timeout_multiple"},
+    {"ETR_COMM_LEARNED_TIMEOUT_FLOOR_S", K::kSetting, "comm.learned_timeout_floor_s"},
     {"ETR_ALLREDUCE_ALGO", K::kSetting, "comm.allreduce_algo"},
     {"ETR_ALLREDUCE_SMALL_BYTES", K::kSetting, "comm.allreduce_small_bytes"},
     {"ETR_RING_CHUNK_BYTES", K::kSetting, "comm.ring_chunk_bytes"},
