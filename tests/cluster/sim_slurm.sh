@@ -43,6 +43,7 @@ down() {
   done
   ip netns pids "$ctl_ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
   ip netns delete "$ctl_ns" 2>/dev/null || true
+  rm -rf /etc/netns/"$name"-h[0-9]* /etc/netns/"$name"-ctl
   "$sim" down  # (removes $state too)
   if [ -n "$munged" ] && kill -0 "$munged" 2>/dev/null; then sleep 0.2; kill -KILL "$munged" 2>/dev/null || true; fi
 }
@@ -134,7 +135,7 @@ wait_idle() {  # HOSTS: until sinfo lists them all idle (30 s at most)
 }
 
 up() {
-  local hosts=$1 cpus=$2 i
+  local hosts=$1 cpus=$2 i ns
   [[ $cpus =~ ^[0-9]+$ && $cpus -ge 1 ]] || die "CPUs per host must be at least 1, not '$cpus'"
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null &&
     command -v sinfo >/dev/null || die "slurmctld, slurmd, slurm-client or munge is missing (scripts/setup.sh)"
@@ -157,6 +158,13 @@ up() {
   ip -n "$ctl_ns" link set eth0 up
   ip -n "$name-sw" link set pc master br0
   ip -n "$name-sw" link set pc up
+  # Names: a cluster's nodes resolve each other's names (DNS or /etc/hosts); here an
+  # /etc/hosts per namespace, which ip netns exec mounts over the machine's own.
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$name-(h[0-9]+|ctl)$"); do
+    mkdir -p "/etc/netns/$ns"
+    { echo "127.0.0.1 localhost"; echo "$ctl_addr ctl"
+      for ((i = 1; i <= hosts; i++)); do echo "198.18.0.$i h$i"; done; } >"/etc/netns/$ns/hosts"
+  done
   mungekey --create --keyfile="$state/munge.key" --force
   chmod 0400 "$state/munge.key"
   munged --force --socket="$state/munge.socket" --key-file="$state/munge.key" \
