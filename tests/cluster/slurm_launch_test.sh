@@ -2,7 +2,7 @@
 # srun-launched etr-train on a Slurm cluster of simulated hosts (tests/cluster/sim_slurm.sh:
 # 2 hosts of 1 CPU, slurmctld on a controller host): examples/slurm/train.sbatch, submitted
 # with sbatch, runs etr-train (tiny, 40 steps) as one step of 2 ranks (srun --mpi=pmix, one
-# per host: the ranks name hosts h1 and h2); its final parameters equal bitwise those of an
+# per host: World sees 2 ranks on 2 hosts, rank 0 on h1); its final parameters equal bitwise those of an
 # etr-mpirun launch of the same config on the same 2 hosts. Also: etr-run --launcher srun
 # outside an allocation is refused in one sentence.
 # Skipped (exit 77, with the reason) without root, network namespaces or Slurm.
@@ -31,8 +31,10 @@ ETR_BUILD=$build timeout 300 "$slurm" run sbatch --wait --chdir="$root" --output
   "$root/examples/slurm/train.sbatch" "${job[@]}" --set checkpoint.dir="$work/srun.ck" ||
   { cat "$work/srun.out"; fail "the sbatch job failed"; }
 echo "sbatch job done in $(echo "$(date +%s.%N) $start" | awk '{printf "%.1f", $1 - $2}') s"
-grep -E "step +$steps|world|rank" "$work/srun.out" | head -5
-"$slurm" run sacct >/dev/null 2>&1 || true
+grep -E "data parallel|step +$steps/" "$work/srun.out"
+# World from MPI as Slurm launched it: rank 0 of 2 on h1, the topology 2 hosts of 1 rank.
+grep -q "\[etr 0/2 h1\] data parallel: 2 ranks;.* on 2 hosts x 1 rank" "$work/srun.out" ||
+  { cat "$work/srun.out"; fail "the ranks did not see a world of 2 on hosts h1 and h2"; }
 [ -f "$(ckpt "$work/srun.ck")/manifest.pb" ] || { cat "$work/srun.out"; fail "no checkpoint of step $steps"; }
 "$compare" "$(ckpt "$work/ref.ck")" "$(ckpt "$work/srun.ck")" 0 ||
   fail "the srun-launched parameters differ from the etr-mpirun launch's"
