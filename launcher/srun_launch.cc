@@ -113,8 +113,12 @@ std::vector<int> parse_tasks_per_node(const std::string& text) {
         throw ConfigError("cannot read the tasks per node '" + printable(text) + "' from Slurm");
       }
     }
+    if (char extra = 0; w >> extra) {
+      throw ConfigError("cannot read the tasks per node '" + printable(text) + "' from Slurm");
+    }
     out.insert(out.end(), static_cast<size_t>(repeat), std::min(count, kMaxSlotsPerHost));
   }
+  if (out.empty()) throw ConfigError("Slurm gave no tasks per node");
   return out;
 }
 

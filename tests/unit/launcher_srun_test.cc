@@ -22,7 +22,7 @@ TEST(SrunLaunch, TasksPerNode) {
   EXPECT_EQ(launcher::parse_tasks_per_node("1"), (std::vector<int>{1}));
   EXPECT_EQ(launcher::parse_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(launcher::parse_tasks_per_node("4,3(x2)"), (std::vector<int>{4, 3, 3}));
-  for (const char* bad : {"", "x", "2(3)", "2(x)", "0", "2(x3", "-1"}) {
+  for (const char* bad : {"", "x", "2(3)", "2(x)", "0", "2(x3", "-1", "2(x3)z"}) {
     EXPECT_THROW(launcher::parse_tasks_per_node(bad), ConfigError) << bad;
   }
 }
