@@ -25,7 +25,8 @@ using std::chrono::milliseconds;
 
 // In the forked child: a process group of its own, killed with etr-run, stdin /dev/null,
 // stdout the pipe, default signal handling; then the script.
-[[noreturn]] void exec_script(const std::string& path, int out_fd, pid_t parent) {
+[[noreturn]] void exec_script(const std::string& path, const std::vector<std::string>& args,
+                              int out_fd, pid_t parent) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // etr-run died before prctl
@@ -36,7 +37,10 @@ using std::chrono::milliseconds;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execl(path.c_str(), path.c_str(), static_cast<char*>(nullptr));
+  std::vector<char*> argv = {const_cast<char*>(path.c_str())};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(path.c_str(), argv.data());
   std::fprintf(stderr, "etr-run: cannot run the host discovery script %s: %s\n", path.c_str(),
                std::strerror(errno));
   _exit(127);
@@ -73,8 +77,10 @@ bool group_alive(pid_t pgid) {
 
 }  // namespace
 
-DiscoveryScript::DiscoveryScript(std::string path, milliseconds timeout)
-    : path_(std::move(path)), timeout_(timeout), deadline_(Clock::now() + timeout) {
+DiscoveryScript::DiscoveryScript(std::string path, milliseconds timeout,
+                                 std::vector<std::string> args)
+    : path_(std::move(path)), args_(std::move(args)), timeout_(timeout),
+      deadline_(Clock::now() + timeout) {
   const std::string name = "the host discovery script " + printable(path_, 200);
   struct stat st;
   if (stat(path_.c_str(), &st) != 0)
@@ -93,7 +99,7 @@ DiscoveryScript::DiscoveryScript(std::string path, milliseconds timeout)
     close(out[1]);
     throw IoError(std::string("fork failed: ") + std::strerror(errno));
   }
-  if (pid_ == 0) exec_script(path_, out[1], parent);
+  if (pid_ == 0) exec_script(path_, args_, out[1], parent);
   setpgid(pid_, pid_);  // also here, so that the group exists before the first kill
   close(out[1]);
   out_fd_ = out[0];

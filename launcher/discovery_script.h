@@ -23,8 +23,10 @@ inline constexpr std::chrono::milliseconds kKillGrace{500};
 
 class DiscoveryScript {
  public:
-  // Starts `path`; it has `timeout` to finish. Throws IoError when it cannot be started.
-  DiscoveryScript(std::string path, std::chrono::milliseconds timeout);
+  // Starts `path` (with `args`); it has `timeout` to finish. Throws IoError when it cannot
+  // be started.
+  DiscoveryScript(std::string path, std::chrono::milliseconds timeout,
+                  std::vector<std::string> args = {});
   ~DiscoveryScript();
   DiscoveryScript(const DiscoveryScript&) = delete;
   DiscoveryScript& operator=(const DiscoveryScript&) = delete;
@@ -45,6 +47,7 @@ class DiscoveryScript {
   void end_group();
 
   std::string path_;
+  std::vector<std::string> args_;
   std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point deadline_;
   pid_t pid_ = -1;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "launcher/launch_watch.h"
 #include "launcher/mpirun_output.h"
 #include "launcher/oom_watch.h"
+#include "launcher/srun_launch.h"
 #include "runtime/env.h"
 
 namespace etr::launcher {
@@ -139,9 +141,10 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
     heartbeats_->begin_launch(env.restart);
     if (progress_) progress_->begin_launch();
   }
-  const JobEnvironment job_env = job_environment(std::move(vars));
+  JobEnvironment job_env = job_environment(std::move(vars));
+  const std::vector<std::string> argv = job_command(hosts, np, job_env);
   r.oom.before = read_oom_count();
-  Watch w(start_job(mpirun_command(o_, hosts, np, job_env.forward, network_), job_env.vars));
+  Watch w(start_job(argv, job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
     pump(w, g_stop_signal);
@@ -159,6 +162,19 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   r.status = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
   if (r.status != kResizeExitCode) finish_evidence(r.oom, w.output, r.status);
   return r;
+}
+
+std::vector<std::string> Driver::job_command(const std::vector<HostSlots>& hosts, int np,
+                                             JobEnvironment& env) const {
+  if (!o_.use_srun()) return mpirun_command(o_, hosts, np, env.forward, network_);
+  // A job step (srun_launch.h): rank r on the node of line r of SLURM_HOSTFILE.
+  const fs::path hostfile = run_dir_ / "slurm-hostfile";
+  std::ofstream out(hostfile, std::ios::trunc);
+  out << hostfile_lines(hosts, np);
+  if (!out.flush()) throw IoError("cannot write " + hostfile.string());
+  SrunCommand c = srun_command(o_.srun, o_.srun_args, hosts, np, network_, hostfile, o_.command);
+  for (auto& [k, v] : c.env) env.vars[k] = v;
+  return c.argv;
 }
 
 void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np) {
@@ -266,7 +282,7 @@ int Driver::run() {
       say("error: ", why);
       break;
     }
-    if (!network_.local) network_.rsh_agent = shim_agent();
+    if (!network_.local && !o_.use_srun()) network_.rsh_agent = shim_agent();
     if (auto line = network_.describe("--iface or ETR_MPI_IFACE"); line != said_) say(said_ = line);
     ++launches_;
     const std::string halvings = std::to_string(env.memory_halvings);

@@ -19,6 +19,7 @@
 #include "launcher/heartbeat_watch.h"
 #include "launcher/hosts.h"
 #include "launcher/job_events.h"
+#include "launcher/job_process.h"
 #include "launcher/launch_watch.h"
 #include "launcher/network.h"
 #include "launcher/oom_watch.h"
@@ -105,6 +106,10 @@ class Driver {
   // stopped). A first discovery that fails is an error at once: nothing was ever usable.
   std::optional<std::vector<HostSlots>> wait_for_slots();
   LaunchResult launch(const std::vector<HostSlots>& hosts, int np, const LaunchEnv& env);
+  // The launch's command line: mpirun's, or a job step's (srun_launch.h: its additions to
+  // the environment go into `env`).
+  std::vector<std::string> job_command(const std::vector<HostSlots>& hosts, int np,
+                                       JobEnvironment& env) const;
   // The pieces of launch()'s loop: the job's events, discovery while it runs.
   void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
   void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);

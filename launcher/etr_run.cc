@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "launcher/elastic_driver.h"
 #include "launcher/launch_shim.h"
 #include "launcher/mpirun_flags.h"
+#include "launcher/srun_launch.h"
 #include "runtime/error_text.h"
 #include "runtime/env.h"
 
@@ -34,6 +36,7 @@ struct Flags {
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
   double heartbeat_timeout_s = 5;
   double stuck_after = 10, stuck_floor_s = 10, stuck_allowance_s = 300;
+  bool cooldown_given = false;
 };
 
 void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
@@ -55,7 +58,9 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "(resizes do not count; default 5)");
   app.add_option("--blacklist-after", o.blacklist_after, "Failures of one host before it is excluded "
                  "for --blacklist-cooldown (0: never; default 3)");
-  app.add_option("--blacklist-cooldown", f.cooldown_s, "Seconds an excluded host stays excluded (default 600)");
+  app.add_option("--blacklist-cooldown", f.cooldown_s, "Seconds an excluded host stays excluded "
+                 "(default 600; with --launcher srun, the rest of the allocation)")
+      ->each([&f](const std::string&) { f.cooldown_given = true; });
   app.add_option("--min-np-timeout", f.min_np_timeout_s, "Seconds to wait for --min-np usable slots "
                  "before giving up (default 600)");
   app.add_option("--discovery-interval", f.interval_s, "Seconds between host discoveries (default 1)");
@@ -81,6 +86,16 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--run-dir", o.run_dir, "Keep etr-run's run directory (its events file: every "
                  "launch, exit, resize and the job's progress) here (default: a temporary one)");
   app.add_option("--mpirun", o.mpirun, "The mpirun to use (default: the one etr was built with)");
+  app.add_option("--launcher", o.launcher, "How each launch starts the ranks: mpirun, or srun (a job "
+                 "step of the Slurm allocation etr-run runs in, srun --mpi=pmix, on the allocation's "
+                 "usable nodes, found with scontrol and sinfo unless a host option is given; a node "
+                 "that fails is left out and taken back when Slurm has it in service again) "
+                 "(default: srun inside an allocation, SLURM_JOB_ID set; else mpirun)")
+      ->check(CLI::IsMember({"mpirun", "srun"}));
+  app.add_option("--srun", o.srun, "The srun to use with --launcher srun (default: srun on PATH)");
+  app.add_option("--srun-arg", o.srun_args, "An extra argument for srun (repeatable), e.g. "
+                 "--srun-arg=--cpu-bind=none")
+      ->allow_extra_args(false);
   app.add_option("--iface", o.iface, "The network between hosts for MPI's TCP traffic: networks in "
                  "CIDR form or interface names, comma-separated (default: ETR_MPI_IFACE, else the "
                  "subnet this machine routes to the first remote host through); unused when every "
@@ -129,7 +144,12 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   o.progress.multiple = f.stuck_after;
   o.progress.floor = ms(f.stuck_floor_s, "--stuck-floor");
   o.progress.allowance = ms(f.stuck_allowance_s, "--stuck-allowance");
-  etr::launcher::validate(o);
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  etr::launcher::validate(o, ec ? std::string("etr-run") : self.string());
+  // Inside an allocation a node that failed --blacklist-after times stays out for the rest
+  // of the allocation, unless --blacklist-cooldown says otherwise.
+  if (o.use_srun() && !f.cooldown_given) o.blacklist_cooldown = std::chrono::hours(24 * 365);
   if (o.hosts->kind() == HostSource::Kind::kList) {  // a bad or too short list fails now
     const int slots = etr::launcher::total_slots(o.hosts->discover());
     if (slots < o.min_np) {
@@ -150,6 +170,9 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == etr::launcher::kLaunchShimFlag) {  // launch_shim.h
     return etr::launcher::run_launch_shim(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc > 1 && std::string(argv[1]) == etr::launcher::kSlurmNodesFlag) {  // srun_launch.h
+    return etr::launcher::run_slurm_nodes();
   }
   if (argc > 1 && std::string(argv[1]) == etr::launcher::kMpirunFlagsFlag) {  // mpirun_flags.h
     return etr::launcher::run_mpirun_flags(std::vector<std::string>(argv + 2, argv + argc));

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "launcher/network.h"
+#include "launcher/srun_launch.h"
 #include "runtime/error.h"
 
 namespace etr::launcher {
@@ -49,6 +50,7 @@ std::string HostSource::describe() const {
     case Kind::kList: return "--hosts " + printable(value_, 200);
     case Kind::kFile: return "hostfile " + printable(value_, 200);
     case Kind::kScript: return "discovery script " + printable(value_, 200);
+    case Kind::kSlurm: return "the nodes of the Slurm allocation";
   }
   return printable(value_, 200);
 }
@@ -62,8 +64,10 @@ std::vector<HostSlots> Discovery::result() const {
 
 Discovery HostSource::start(std::chrono::milliseconds script_timeout) const {
   Discovery d;
-  if (kind_ == Kind::kScript) {
-    d.script_ = std::make_unique<DiscoveryScript>(value_, script_timeout);
+  if (kind_ == Kind::kScript || kind_ == Kind::kSlurm) {
+    std::vector<std::string> args;
+    if (kind_ == Kind::kSlurm) args.push_back(kSlurmNodesFlag);
+    d.script_ = std::make_unique<DiscoveryScript>(value_, script_timeout, std::move(args));
     return d;
   }
   try {

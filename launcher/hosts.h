@@ -40,7 +40,9 @@ inline constexpr std::chrono::milliseconds kDefaultDiscoveryTimeout{10'000};
 // The source of the current host list.
 class HostSource {
  public:
-  enum class Kind { kList, kFile, kScript };
+  // kSlurm: the nodes of this Slurm allocation; the value is etr-run's own path, run as
+  // "etr-run --slurm-nodes" like a discovery script (srun_launch.h).
+  enum class Kind { kList, kFile, kScript, kSlurm };
   HostSource(Kind kind, std::string value) : kind_(kind), value_(std::move(value)) {}
   // Starts a discovery: a list is fixed; a hostfile is re-read; a script is run (for up
   // to `script_timeout`, DiscoveryScript) and its standard output parsed.

@@ -17,7 +17,12 @@ void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assig
   }
   say("no rank or host is named as the cause: checking that the launch agent reaches ",
       remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
-  e.unreachable = unreachable_hosts(launch_agent_words(o_.launch_agent), remote, kProbeDeadline);
+  // A job step's agent: srun runs `true` on the node (in a step of its own).
+  const std::vector<std::string> agent =
+      o_.use_srun() ? std::vector<std::string>{o_.srun, "--overlap", "--quiet", "--nodes=1",
+                                               "--ntasks=1", "--nodelist"}
+                    : launch_agent_words(o_.launch_agent);
+  e.unreachable = unreachable_hosts(agent, remote, kProbeDeadline);
   e.probed = true;
 }
 

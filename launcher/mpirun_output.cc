@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "launcher/host_names.h"  // printable
+#include "launcher/srun_launch.h"
 
 namespace etr::launcher {
 namespace {
@@ -115,6 +116,10 @@ void MpirunOutput::flush() {
 }
 
 void MpirunOutput::line(const std::string& text) {
+  // srun's report of a node it lost (a job step, srun_launch.h) counts as a lost daemon.
+  if (const std::string node = srun_lost_node_in(text); !node.empty() && lost_host_.empty()) {
+    lost_host_ = node;
+  }
   const int killed = killed_rank_in(text);
   if (killed >= 0 && killed_rank_ < 0) {
     killed_rank_ = killed;

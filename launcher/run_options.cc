@@ -11,6 +11,7 @@
 #include <limits>
 #include <string_view>
 
+#include "launcher/srun_launch.h"
 #include "runtime/error.h"
 #include "runtime/env.h"
 
@@ -46,7 +47,15 @@ int whole_pipelines(const RunOptions& o, int slots) {
   return std::min(slots, o.max_np) / pp * pp;
 }
 
-void validate(RunOptions& o) {
+void validate(RunOptions& o, const std::string& self) {
+  if (o.launcher.empty()) o.launcher = in_slurm_allocation() ? "srun" : "mpirun";
+  if (o.launcher != "srun" && o.launcher != "mpirun") {
+    throw ConfigError("--launcher must be mpirun or srun, not '" + printable(o.launcher) + "'");
+  }
+  if (o.use_srun()) {
+    check_srun_launcher(o.srun);
+    if (!o.hosts) o.hosts.emplace(HostSource::Kind::kSlurm, self);
+  }
   if (!o.hosts)
     throw ConfigError("say where to run: --hosts, --hostfile or --host-discovery-script");
   if (o.command.empty())

@@ -41,6 +41,12 @@ struct RunOptions {
   std::string checkpoint_dir;         // exported as ETR_RUN_CHECKPOINT_DIR
   std::string run_dir;                // "" -> a temporary directory removed at the end
   std::string mpirun;                 // the mpirun executable
+  // --launcher: how a launch starts the ranks: "mpirun", or "srun" (a job step of the Slurm
+  // allocation etr-run runs in, srun_launch.h); "" -> srun inside an allocation, else mpirun.
+  std::string launcher;
+  std::string srun = "srun";          // --srun: the srun executable
+  std::vector<std::string> srun_args;  // --srun-arg: extra srun arguments
+  bool use_srun() const { return launcher == "srun"; }
   std::string iface;         // --iface: the network between hosts ("" -> ETR_MPI_IFACE, else the
                              // default route's subnet; network.h)
   std::string launch_agent;  // --launch-agent: how mpirun reaches a remote host, run through
@@ -49,8 +55,10 @@ struct RunOptions {
   std::vector<std::string> command;   // the job: program and arguments
 };
 
-// Throws ConfigError when the options do not fit together.
-void validate(RunOptions& o);
+// Throws ConfigError when the options do not fit together. Settles launcher (and, for
+// srun without a host option, hosts: the allocation's nodes, discovered by `self`,
+// etr-run's path).
+void validate(RunOptions& o, const std::string& self = "etr-run");
 
 // The most ranks of whole pipelines (a multiple of o.pp) within `slots` and o.max_np.
 int whole_pipelines(const RunOptions& o, int slots);

@@ -54,6 +54,10 @@ constexpr EnvVar kVars[] = {
     {"OMP_WAIT_POLICY", K::kSystem, "OpenMP's waiting policy"},
     {"TMPDIR", K::kSystem, "where etr-run puts its run directory by default"},
     {"PATH", K::kSystem, "where etr-run finds mpirun"},
+    {"SLURM_JOB_ID", K::kSystem, "inside a Slurm allocation: etr-run launches job steps (srun)"},
+    {"SLURM_JOB_NODELIST", K::kSystem, "the Slurm allocation's nodes at its start"},
+    {"SLURM_TASKS_PER_NODE", K::kSystem, "the ranks a Slurm allocation gives each node"},
+    {"SLURM_JOB_CPUS_PER_NODE", K::kSystem, "a Slurm allocation's CPUs per node"},
 };
 
 }  // namespace

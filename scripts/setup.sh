@@ -25,6 +25,8 @@ ETR_PACKAGES=(
   clang libclang-rt-14-dev                       # libFuzzer + sanitizers: the fuzz targets (build-fuzz/)
   python3 python3-venv                           # Python peers (compat tests, PyTorch bench)
   iproute2                                       # ip, tc: the simulated hosts (tests/cluster)
+  slurmctld slurmd slurm-client munge           # a Slurm cluster on the simulated hosts (tests/cluster/sim_slurm.sh);
+                                                 # srun, sbatch, scontrol, sinfo for etr-run --launcher srun
   libsentencepiece-dev                           # subword tokenizers (etr-tokenize, etr-train)
 )
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# etr-run inside a Slurm allocation (tests/cluster/sim_slurm.sh: 2 hosts of 1 CPU):
+# examples/slurm/elastic.sbatch (sbatch --no-kill, 2 nodes) runs etr-run, which picks
+# --launcher srun by itself and launches etr-train (tiny, checkpoints every 5 steps) as a
+# job step of 2 ranks on nodes h1 and h2. At step 30 host 2 fails (its slurmd and every
+# process on it killed): the job goes on from its newest checkpoint as a step on h1 alone;
+# sinfo shows h2 not responding; h2's slurmd is started again, Slurm has the node in
+# service, and the job grows back onto it (a step on h1 and h2) and completes. Its final
+# parameters equal an uninterrupted 2-rank etr-mpirun run's within 1e-3 (the same global
+# batch and data; 1 rank sums in another order than 2). The recovery time is etr-run's.
+# Skipped (exit 77, with the reason) without root, network namespaces or Slurm.
+# Usage: slurm_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
+pid=
+on_exit() { if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; fi; }
+source "$(dirname "$0")/test_setup.sh" etrse "$@"
+source "$(dirname "$0")/slurm_setup.sh" 2 1
+root=$(cd "$(dirname "$0")/../.." && pwd)
+steps=${ETR_SLURM_TEST_STEPS:-300}
+job=(--config "$config" --set schedule.max_steps=$steps --set log.log_every=50 --set log.eval_every=0
+     --set runtime.threads=1 --set checkpoint.every=5 --set log.sample_tokens=0)
+ckpt() { printf '%s/step-%09d' "$1" "$steps"; }
+out=$work/elastic.out
+show() { cat "$out"; "$slurm" run sinfo -N; }
+progress() { local p; p=$({ tr -d ' \n' <"$work/run/progress"; } 2>/dev/null); echo "${p:--1}"; }
+wait_for() {  # SECONDS WHAT COMMAND...: until COMMAND succeeds, while the job runs
+  local limit=$1 what=$2 i=0
+  shift 2
+  until "$@"; do
+    kill -0 "$pid" 2>/dev/null || { show; fail "the job ended before $what"; }
+    sleep 0.1
+    i=$((i + 1))
+    [ "$i" -lt $((limit * 10)) ] || { show; fail "no $what within $limit s"; }
+  done
+}
+at_step() { [ "$(progress)" -ge "$1" ]; }
+h2_state() { "$slurm" run sinfo -h -N -n h2 -o %T; }
+h2_failed() { case "$(h2_state)" in *'*' | down* | fail*) return 0 ;; esac; return 1; }
+expect() { grep -q "$1" "$out" || { show; fail "$2"; }; }
+
+echo "== reference: an uninterrupted 2-rank etr-mpirun run"
+"$build/etr-mpirun" -np 2 --bind-to none "$build/examples/train/etr-train" "${job[@]}" \
+  --set checkpoint.dir="$work/ref.ck" >"$work/ref.out" 2>&1 || { cat "$work/ref.out"; fail "reference run failed"; }
+
+echo "== sbatch examples/slurm/elastic.sbatch; host 2 fails at step 30, then returns"
+ETR_BUILD=$build ETR_CKPT_DIR=$work/el.ck ETR_COMM_TIMEOUT_S=3 \
+  ETR_RUN_ARGS="--run-dir $work/run --discovery-interval 0.2" \
+  "$slurm" run sbatch --wait --chdir="$root" --output="$out" "$root/examples/slurm/elastic.sbatch" "${job[@]}" &
+pid=$!
+wait_for 120 "step 30" at_step 30
+"$slurm" run sinfo -N
+"$slurm" kill 2
+killed_at=$(progress)
+echo "host 2 killed at step $killed_at"
+wait_for 60 "'not responding' for h2 in sinfo" h2_failed
+"$slurm" run sinfo -N
+wait_for 60 "a step on h1 alone" grep -q "rank(s) on h1:1 (after a failure" "$out"
+"$slurm" start 2
+wait_for 60 "h2 back in service" eval '! h2_failed'
+"$slurm" run sinfo -N
+wait "$pid"
+status=$?
+pid=
+[ "$status" -eq 0 ] || { show; fail "the sbatch job failed (sbatch --wait: $status)"; }
+expect "launch 1: 2 rank(s) on h1:1,h2:1" "the first step was not on h1 and h2"
+expect "1 rank(s) on h1:1 (after a failure" "not relaunched on h1 alone after host 2 failed"
+expect "2 rank(s) on h1:1,h2:1 (after a resize" "did not grow back onto h2"
+expect "the job completed" "etr-run did not report completion"
+grep "etr-run: launch\|etr-run: recovered\|excluded\|failed (exit" "$out"
+[ -f "$(ckpt "$work/el.ck")/manifest.pb" ] || { show; fail "no checkpoint of step $steps"; }
+"$compare" "$(ckpt "$work/ref.ck")" "$(ckpt "$work/el.ck")" 1e-3 ||
+  fail "the final parameters differ from the uninterrupted run's"
+echo "PASS"
