@@ -10,7 +10,7 @@ namespace etr {
 
 void TrainSession::after_step(const StepStats& s, int64_t start, RunSummary& sum) {
   const int64_t step = static_cast<int64_t>(position_.step);
-  const bool last = batch_->finished(position_.step);
+  const bool last = finished();
   const auto& lg = config_.log();
   if (lg.log_every() > 0 && (step % lg.log_every() == 0 || last || step == 1)) {
     StepContext c;
@@ -51,6 +51,11 @@ void TrainSession::report_decision(uint64_t step, const std::string& tag, const 
   if (reporter_) reporter_->decision(step, tag, text);
 }
 
+bool TrainSession::finished() const {
+  const int64_t stop = config_.schedule().stop_at_step();
+  return batch_->finished(position_.step) || (stop > 0 && static_cast<int64_t>(position_.step) >= stop);
+}
+
 RunSummary TrainSession::run() {
   RunSummary sum;
   const auto t0 = std::chrono::steady_clock::now();
@@ -58,10 +63,10 @@ RunSummary TrainSession::run() {
   const int64_t start = static_cast<int64_t>(position_.step);
   const uint64_t start_samples = position_.samples_seen;
   sum.start_step = start;
-  if (batch_->finished(position_.step) && leader()) {
+  if (finished() && leader()) {
     log_.info("already at step ", start, " of schedule.max_steps = ", steps, "; nothing to train");
   }
-  for (int64_t i = start; !batch_->finished(position_.step); ++i) {
+  for (int64_t i = start; !finished(); ++i) {
     StepStats s = train_step();
     if (i == start) sum.first_loss = s.loss;
     if (s.skipped) ++sum.skipped_steps;
@@ -72,7 +77,7 @@ RunSummary TrainSession::run() {
     sum.final_loss = s.loss;
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
-    if (s.resize && !batch_->finished(position_.step) &&
+    if (s.resize && !finished() &&
         elastic_->resize(step, *checkpoints_, [this](const std::string& tier) {
           return save_checkpoint(tier);
         })) {

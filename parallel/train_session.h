@@ -128,6 +128,8 @@ class TrainSession {
   // Trains until schedule.max_steps (with an automatic global batch: until the schedule's
   // scale-invariant progress reaches it).
   RunSummary run();
+  // The schedule is over, or schedule.stop_at_step is reached.
+  bool finished() const;
   // One optimizer step. Throws NonFiniteError naming the step when its loss or gradient
   // norm is not finite and optimizer.skip_nonfinite_steps allows no more skips (every
   // rank alike; parameters, moments and data position as before the step, and a

@@ -161,6 +161,7 @@ void validate_optimizer(const config::OptimizerConfig& o) {
 
 void validate_schedule(const config::ScheduleConfig& s) {
   require(s.max_steps() >= 1, "schedule.max_steps", s.max_steps(), "at least 1");
+  require(s.stop_at_step() >= 0, "schedule.stop_at_step", s.stop_at_step(), "at least 0 (0: none)");
   require(s.warmup_steps() >= 0, "schedule.warmup_steps", s.warmup_steps(), "0 or more");
   require(s.warmup_steps() <= s.max_steps(),
           "schedule.warmup_steps = " + text(s.warmup_steps()) +

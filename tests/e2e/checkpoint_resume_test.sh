@@ -3,6 +3,8 @@
 #  a. a 2-rank job killed at step 4 (ETR_FAIL_AT_STEP=4:1) after its checkpoint at step 3
 #     resumes with --resume latest on 2 ranks and completes; its final checkpoint's shard
 #     files are byte-identical to an uninterrupted 2-rank run's;
+#  a2. a run in parts (schedule.stop_at_step=2, then 5, then to the end, no other
+#     checkpoints) saves at each stop and ends byte-identical to the uninterrupted run;
 #  b. the same checkpoint resumed on 3 ranks completes;
 #  c. a full disk (ulimit -f): the save fails, etr-train exits 1 saying so, and the
 #     previous checkpoint is still there, complete and verified; no .partial is left;
@@ -67,6 +69,16 @@ grep -q "resumed from $(step "$work/ck" 3): step 3" "$work/a2.out" ||
   { cat "$work/a2.out"; fail "did not resume from step 3"; }
 grep -q "done: 3 steps (from step 3)" "$work/a2.out" || { cat "$work/a2.out"; fail "did not train steps 4-6"; }
 same_shards "$(step "$work/ck" 6)" "$(step "$work/ref" 6)"
+
+echo "== a2. a run in parts: schedule.stop_at_step"
+for stop in 2 5 0; do
+  run 2 "$work/parts$stop.out" --set checkpoint.dir="$work/parts" --set checkpoint.every=0 \
+    --set schedule.stop_at_step=$stop --resume latest || { cat "$work/parts$stop.out"; fail "the part to $stop failed"; }
+done
+[ "$(ls "$work/parts")" = "$(printf 'step-000000002\nstep-000000005\nstep-000000006')" ] ||
+  fail "the parts did not save exactly steps 2, 5 and 6: $(ls "$work/parts" | tr '\n' ' ')"
+grep -q "done: 3 steps (from step 2)" "$work/parts5.out" || { cat "$work/parts5.out"; fail "the second part did not train steps 3-5"; }
+same_shards "$(step "$work/parts" 6)" "$(step "$work/ref" 6)"
 
 echo "== b. the same checkpoint resumed on 3 ranks"
 run 3 "$work/b.out" --set checkpoint.dir="$work/ck3" --set checkpoint.every=3 --resume latest ||
