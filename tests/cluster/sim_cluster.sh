@@ -8,7 +8,11 @@
 #   tests/cluster/sim_cluster.sh up H S [RATE [BURST [LATENCY]]]
 #                                H hosts of S slots (rate e.g. 2gbit); with
 #                                ETR_CLUSTER_PIN=1 and H <= the CPUs, host I runs on CPU I-1
-#                                alone (a host with a core of its own: for benchmarks)
+#                                alone (a host with a core of its own: for benchmarks); with
+#                                ETR_CLUSTER_CPU=F (e.g. 0.6), each host's processes share F
+#                                of a CPU (a cpu cgroup of their own with that CFS quota), so
+#                                that a host lost takes its compute with it even when the
+#                                hosts outnumber the cores (for the chaos soak)
 #   tests/cluster/sim_cluster.sh exec I CMD...           run CMD on host I (1-based)
 #   tests/cluster/sim_cluster.sh rsh ADDRESS CMD...      mpirun's rsh agent (plm_rsh_agent)
 #   tests/cluster/sim_cluster.sh hostfile                the hosts, "ADDRESS slots=S" lines
@@ -28,11 +32,20 @@ self=$(readlink -f "${BASH_SOURCE[0]}")
 
 die() { echo "sim_cluster: $*" >&2; exit 1; }
 
+# The cpu cgroup (v1 or v2) of host I's processes when ETR_CLUSTER_CPU was set at up.
+cgroup_of() {
+  grep -q '^cpu=' "$state/settings" 2>/dev/null || return 0
+  if [ -d /sys/fs/cgroup/cpu ]; then echo "/sys/fs/cgroup/cpu/$name-h$1"; else echo "/sys/fs/cgroup/$name-h$1"; fi
+}
+
 down() {
-  local ns
+  local ns cg
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${name}-(h[0-9]+|sw)$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns delete "$ns"
+  done
+  for cg in /sys/fs/cgroup/cpu/"$name"-h* /sys/fs/cgroup/"$name"-h*; do
+    [ -d "$cg" ] && rmdir "$cg" 2>/dev/null
   done
   rm -rf "$state"
 }
@@ -69,6 +82,21 @@ up() {
   done
   printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
   [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo pin=1 >>"$state/settings"
+  if [ -n "${ETR_CLUSTER_CPU:-}" ]; then
+    echo "cpu=$ETR_CLUSTER_CPU" >>"$state/settings"
+    local quota cg
+    quota=$(awk -v f="$ETR_CLUSTER_CPU" 'BEGIN { printf "%d", f * 100000 }')
+    for ((i = 1; i <= hosts; i++)); do
+      cg=$(cgroup_of "$i")
+      mkdir -p "$cg"
+      if [ -f "$cg/cpu.cfs_quota_us" ]; then
+        echo 100000 >"$cg/cpu.cfs_period_us"
+        echo "$quota" >"$cg/cpu.cfs_quota_us"
+      else
+        echo "$quota 100000" >"$cg/cpu.max"
+      fi
+    done
+  fi
   trap - ERR
   echo "sim_cluster: $hosts host(s) of $slots slot(s) at $rate (198.18.0.1-$hosts, namespaces $name-h1..$hosts)$(
     [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo ", host I on CPU I-1")"
@@ -108,11 +136,20 @@ host_ns() {
 # The command prefix that keeps host I's processes on its CPU (when pinned).
 pin() { grep -q '^pin=1' "$state/settings" 2>/dev/null && echo "taskset -c $(($1 - 1))"; }
 
+# This shell (and so what it execs and starts) into host I's cpu cgroup, if there is one.
+enter_cgroup() {
+  local cg
+  cg=$(cgroup_of "$1")
+  [ -n "$cg" ] && echo $$ >"$cg/cgroup.procs"
+  return 0
+}
+
 # exec I CMD...: CMD in host I's network namespace with hostname hI.
 run_on() {
   local i=$1
   shift
   ip netns list | grep -q "^$name-h$i\b" || die "no host $i (is the cluster up?)"
+  enter_cgroup "$i"
   exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "h$i" "$@"
 }
 
@@ -128,6 +165,7 @@ rsh() {
     echo "sim_cluster rsh: connect to host $address: No route to host" >&2
     exit 255
   fi
+  enter_cgroup "$i"
   exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
 }
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The chaos soak's report (bench/run_chaos.sh), from its fault log and etr-run's events.
+
+  chaos_report.py FAULTS EVENTS OUTPUT FF_STEPS CHAOS_STEPS SECONDS
+      a row per fault: its class and target, detection (the fault to the end of the
+      launch it broke), recovery (to the next launch's first step), steps lost (the
+      broken launch's last step less the step the next one restored), the tier restored
+      from; then the goodput kept.
+  chaos_report.py --segments EVENTS FINAL
+      the launches to replay: "NP FROM TO" lines, each launch's world size from the step
+      it restored to the step the next one restored, the last to FINAL.
+
+FAULTS lines: "<unix ms> <class> <target>"; EVENTS lines: "<unix ms> <name> k=v...".
+"""
+import sys
+
+
+def read_events(path):
+    events = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 2 or not parts[0].isdigit():
+                continue
+            fields = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+            events.append((int(parts[0]), parts[1], fields))
+    return events
+
+
+def launches(events):
+    """Each launch: its np, the step it restored (0: a fresh start), its end event."""
+    out = []
+    for ms, name, f in events:
+        if name == "launch":
+            out.append({"ms": ms, "np": int(f.get("np", 0)), "restored": None,
+                        "tier": None, "first_ms": None, "exit": None})
+        elif not out:
+            continue
+        elif name == "restored":
+            out[-1]["restored"] = int(f.get("step", 0))
+            out[-1]["tier"] = f.get("tier", "disk")
+        elif name == "first-step" and out[-1]["first_ms"] is None:
+            out[-1]["first_ms"] = ms
+            if out[-1]["restored"] is None:
+                out[-1]["restored"] = int(f.get("step", 1)) - 1
+                out[-1]["tier"] = out[-1]["tier"] or ("none" if out[-1]["restored"] == 0 else "?")
+        elif name == "exit":
+            out[-1]["exit"] = (ms, int(f.get("status", -1)), int(f.get("last_step", -1)))
+    return out
+
+
+def segments(events_path, final):
+    runs = [l for l in launches(read_events(events_path)) if l["first_ms"] is not None]
+    for i, l in enumerate(runs):
+        start = l["restored"]
+        end = runs[i + 1]["restored"] if i + 1 < len(runs) else final
+        end = min(end, final)
+        if end > start:
+            print(l["np"], start, end)
+
+
+def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds):
+    faults = []
+    with open(faults_path) as f:
+        for line in f:
+            ms, cls, target = line.split()
+            faults.append((int(ms), cls, target))
+    runs = launches(read_events(events_path))
+    print(f"{'#':>3} {'fault':>10} {'on':>4} {'detect s':>9} {'recover s':>10} {'steps lost':>11} {'restored from':>14}")
+    lost_total = 0
+    for i, (ms, cls, target) in enumerate(faults):
+        until = faults[i + 1][0] if i + 1 < len(faults) else float("inf")
+        row = None
+        for k, l in enumerate(runs):
+            if l["exit"] is None or not (ms <= l["exit"][0] < until) or l["exit"][1] == 75:
+                continue
+            nxt = runs[k + 1] if k + 1 < len(runs) else None
+            detect = (l["exit"][0] - ms) / 1000
+            recover = (nxt["first_ms"] - ms) / 1000 if nxt and nxt["first_ms"] else float("nan")
+            lost = max(0, l["exit"][2] - nxt["restored"]) if nxt and nxt["restored"] is not None else 0
+            lost_total += lost
+            tier = nxt["tier"] if nxt else "-"
+            row = f"{detect:9.2f} {recover:10.2f} {lost:11d} {tier:>14}"
+            break
+        if row is None:
+            row = f"{'-':>9} {'-':>10} {'-':>11} {'(no launch ended)':>14}"
+        print(f"{i + 1:3d} {cls:>10} {target:>4} {row}")
+    resizes = sum(1 for l in runs if l["exit"] and l["exit"][1] == 75)
+    kept = chaos_steps / ff_steps if ff_steps else float("nan")
+    print(f"faults: {len(faults)}, launches: {len(runs)}, resizes (hosts back): {resizes}, "
+          f"steps lost in all: {lost_total}")
+    print(f"steps in {seconds} s: fault-free {ff_steps}, with faults {chaos_steps}: "
+          f"goodput kept {kept * 100:.1f} %")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--segments":
+        segments(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 7:
+        report(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    else:
+        sys.exit(__doc__)

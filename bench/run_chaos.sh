@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# A chaos soak (issue 35): etr-train's demo model under etr-run on 3 simulated hosts of 1
+# slot (tests/cluster/sim_cluster.sh; needs root), each host's processes held to 0.6 of a
+# CPU (ETR_CHAOS_CPU; a cpu cgroup a host, so that 3 hosts on 2 cores are 3 machines'
+# worth of compute and a host lost takes its share with it), first fault-free for MINUTES, then for
+# as long again with a random fault every EVERY seconds:
+#   kill9      kill -9 of a random rank
+#   sigstop    SIGSTOP of a random rank (found by its silent heartbeat)
+#   partition  host 2 or 3 cut off for 20 s (its link down; the scheduler's list drops
+#              it meanwhile, as a scheduler that lost contact would), then back
+#   host       host 2 or 3 lost (every process on it killed, its link down, dropped from
+#              the list) and back 20 s later
+# and prints a row per fault (class, detection: from the fault to the end of the launch it
+# broke; recovery: to the next launch's first step; steps lost; the tier the relaunch
+# restored from), the goodput kept (steps done against the fault-free run's in the same
+# time, the same global batch, so useful tokens/s alike), and the final weights against
+# a replay of the same launches (the same world sizes from the same restored steps, run
+# in parts with schedule.stop_at_step on this machine; bitwise when the sums' order is
+# the same, which it is for the same world sizes).
+#
+#   bench/run_chaos.sh BUILD_DIR [--minutes M] [--every S] [--seed N] [--set KEY=VALUE]...
+#
+# Defaults: 10 minutes, a fault every 30 s, seed 1. --set passes settings to etr-train
+# (e.g. the checkpoint cadence). ETR_CHAOS_RUN_ARGS adds etr-run flags; etr-run runs with
+# --blacklist-cooldown 20 (a host found silent or lost is excluded for 20 s, as long as a
+# fault keeps it away) and --blacklist-after 0 (one rank's failures exclude no host). Run nothing else
+# on the machine meanwhile: the goodput compares wall-clock throughput.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-}
+[ -n "$build" ] && [ -x "$build/launcher/etr-run" ] && [ -x "$build/examples/train/etr-train" ] || {
+  echo "usage: $0 BUILD_DIR [--minutes M] [--every S] [--seed N] [--set KEY=VALUE]..." >&2
+  exit 2
+}
+build=$(cd "$build" && pwd)
+shift
+minutes=10 every=30 seed=1 sets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --minutes) minutes=$2; shift 2 ;;
+    --every) every=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --set) sets+=(--set "$2"); shift 2 ;;
+    *) echo "run_chaos: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "run_chaos: needs root (network namespaces)" >&2; exit 2; }
+export ETR_CLUSTER_NAME=etrchaos
+sim=$root/tests/cluster/sim_cluster.sh
+work=$(mktemp -d /tmp/etr-chaos.XXXXXX)
+etr_run_pid=
+cleanup() {
+  [ -n "$etr_run_pid" ] && kill -KILL "$etr_run_pid" 2>/dev/null
+  "$sim" down 2>/dev/null || true
+  [ -n "${ETR_CHAOS_KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+ETR_CLUSTER_CPU=${ETR_CHAOS_CPU:-0.6} "$sim" up 3 1 2gbit >/dev/null
+seconds=$((minutes * 60))
+job=("$build/examples/train/etr-train" --config "$root/configs/demo.pbtxt"
+     --set schedule.max_steps=1000000 --set log.log_every=100 --set log.eval_every=0
+     --set log.sample_tokens=0 --set log.metrics_file= --set runtime.threads=1
+     --set checkpoint.every=10 "${sets[@]}")
+# list NAME HOSTS...: the hosts NAME's discovery script prints from now on.
+list() {
+  local name=$1 h
+  shift
+  for h in "$@"; do echo "198.18.0.$h:1"; done >"$work/$name.slots.new"
+  mv "$work/$name.slots.new" "$work/$name.slots"
+}
+start() {  # NAME: etr-run on host 1, all 3 hosts listed
+  local name=$1
+  list "$name" 1 2 3
+  printf '#!/bin/sh\ncat %s\n' "$work/$name.slots" >"$work/$name.sh"
+  chmod +x "$work/$name.sh"
+  # shellcheck disable=SC2086
+  "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 3 --launch-agent "$sim rsh" \
+    --host-discovery-script "$work/$name.sh" --discovery-interval 0.5 --max-restarts 1000 \
+    --blacklist-after 0 --blacklist-cooldown 20 --run-dir "$work/$name.run" --checkpoint-dir "$work/$name.ck" \
+    --mpi-arg=--bind-to --mpi-arg=none ${ETR_CHAOS_RUN_ARGS:-} -- "${job[@]}" >"$work/$name.out" 2>&1 &
+  etr_run_pid=$!
+}
+progress() { local p; p=$({ tr -d ' \n' <"$work/$1.run/progress"; } 2>/dev/null); echo "${p:-0}"; }
+stop() {  # NAME: etr-run stopped (SIGTERM), waited for
+  kill -TERM "$etr_run_pid" 2>/dev/null || true
+  wait "$etr_run_pid" 2>/dev/null || true
+  etr_run_pid=
+}
+now_ms() { date +%s%3N; }
+# A rank's pid on host I (the etr-train process in its namespace), or nothing.
+rank_on() { ip netns pids "etrchaos-h$1" 2>/dev/null | while read -r p; do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && echo "$p"; done | head -1; }
+
+echo "== fault-free: ${minutes} min"
+start ff
+sleep "$seconds"
+ff_steps=$(progress ff)
+stop
+echo "fault-free: $ff_steps steps in $seconds s"
+
+echo "== chaos: ${minutes} min, a fault every ${every} s (seed $seed)"
+RANDOM=$seed
+start chaos
+begin=$(date +%s)
+: >"$work/faults"
+back2=0 back3=0  # when host 2 / 3 comes back (0: it is up)
+while [ $(($(date +%s) - begin)) -lt "$seconds" ]; do
+  sleep 1
+  t=$(date +%s)
+  for h in 2 3; do
+    b=back$h
+    if [ "${!b}" -gt 0 ] && [ "$t" -ge "${!b}" ]; then
+      "$sim" heal "$h"
+      printf -v "$b" 0
+      down=()
+      [ "$back2" -gt 0 ] && down+=(2)
+      [ "$back3" -gt 0 ] && down+=(3)
+      up=(1)
+      for u in 2 3; do case " ${down[*]} " in *" $u "*) ;; *) up+=("$u") ;; esac; done
+      list chaos "${up[@]}"
+    fi
+  done
+  [ $(((t - begin) % every)) -eq $((every - 1)) ] || continue
+  [ $((t - begin)) -lt $((seconds - 10)) ] || continue
+  kind=$((RANDOM % 4))
+  case $kind in
+    0|1)
+      target=$((1 + RANDOM % 3))
+      pid=$(rank_on "$target")
+      [ -n "$pid" ] || { echo "  (no rank on h$target at $((t - begin)) s: no fault)"; continue; }
+      cls=$([ "$kind" = 0 ] && echo kill9 || echo sigstop)
+      echo "$(now_ms) $cls h$target" >>"$work/faults"
+      kill "-$([ "$kind" = 0 ] && echo KILL || echo STOP)" "$pid" ;;
+    *)
+      target=$((2 + RANDOM % 2))
+      b=back$target
+      [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $((t - begin)) s: no fault)"; continue; }
+      cls=$([ "$kind" = 2 ] && echo partition || echo host)
+      echo "$(now_ms) $cls h$target" >>"$work/faults"
+      [ "$kind" = 3 ] && "$sim" kill "$target"
+      "$sim" cut "$target"
+      printf -v "$b" %d $((t + 20))
+      up=(1)
+      for u in 2 3; do b=back$u; [ "${!b}" -gt 0 ] || up+=("$u"); done
+      list chaos "${up[@]}" ;;
+  esac
+  echo "  fault $((t - begin)) s: $cls on h$target"
+done
+chaos_steps=$(progress chaos)
+stop
+for h in 2 3; do "$sim" heal "$h"; done
+echo "chaos: $chaos_steps steps in $seconds s"
+
+python3 "$root/bench/chaos_report.py" "$work/faults" "$work/chaos.run/events" "$work/chaos.out" \
+  "$ff_steps" "$chaos_steps" "$seconds" >"$work/report.txt"
+cat "$work/report.txt"
+
+echo "== replay of the chaos run's launches (this machine, etr-mpirun)"
+newest=$(ls -d "$work/chaos.ck"/step-*/manifest.pb | tail -1)
+newest=${newest%/manifest.pb}
+final=$((10#${newest##*step-}))
+while read -r np from to; do
+  echo "  $np rank(s): steps $from -> $to"
+  "$build/etr-mpirun" -np "$np" --bind-to none "${job[@]}" --set checkpoint.dir="$work/replay" \
+    --set checkpoint.every=0 --set schedule.stop_at_step="$to" --resume latest </dev/null >"$work/replay.out" 2>&1 ||
+    { tail -20 "$work/replay.out"; echo "run_chaos: the replay failed"; exit 1; }
+done < <(python3 "$root/bench/chaos_report.py" --segments "$work/chaos.run/events" "$final")
+printf -v ref '%s/replay/step-%09d' "$work" "$final"
+"$build/tests/e2e/ckpt_compare" "$newest" "$ref" 0 && echo "final weights (step $final): bitwise equal to the replay" ||
+  echo "final weights (step $final): differ from the replay (see above)"
