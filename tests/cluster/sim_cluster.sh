@@ -32,10 +32,12 @@ self=$(readlink -f "${BASH_SOURCE[0]}")
 
 die() { echo "sim_cluster: $*" >&2; exit 1; }
 
-# The cpu cgroup (v1 or v2) of host I's processes when ETR_CLUSTER_CPU was set at up.
+# The cpu cgroup of host I's processes when ETR_CLUSTER_CPU was set at up. The cpu
+# hierarchy is mounted again under the state directory: `ip netns exec` remounts /sys, so
+# a launch agent running inside a host's namespace would not see /sys/fs/cgroup.
 cgroup_of() {
   grep -q '^cpu=' "$state/settings" 2>/dev/null || return 0
-  if [ -d /sys/fs/cgroup/cpu ]; then echo "/sys/fs/cgroup/cpu/$name-h$1"; else echo "/sys/fs/cgroup/$name-h$1"; fi
+  echo "$state/cpu/$name-h$1"
 }
 
 down() {
@@ -44,9 +46,12 @@ down() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns delete "$ns"
   done
-  for cg in /sys/fs/cgroup/cpu/"$name"-h* /sys/fs/cgroup/"$name"-h*; do
-    [ -d "$cg" ] && rmdir "$cg" 2>/dev/null
-  done
+  if mountpoint -q "$state/cpu" 2>/dev/null; then
+    for cg in "$state/cpu/$name"-h*; do
+      [ -d "$cg" ] && rmdir "$cg" 2>/dev/null
+    done
+    umount "$state/cpu"
+  fi
   rm -rf "$state"
 }
 
@@ -86,6 +91,13 @@ up() {
     echo "cpu=$ETR_CLUSTER_CPU" >>"$state/settings"
     local quota cg
     quota=$(awk -v f="$ETR_CLUSTER_CPU" 'BEGIN { printf "%d", f * 100000 }')
+    mkdir -p "$state/cpu"
+    if [ -d /sys/fs/cgroup/cpu ]; then
+      mount -t cgroup -o cpu cgroup "$state/cpu"  # the v1 cpu hierarchy, once more
+    else
+      mount -t cgroup2 none "$state/cpu"
+      echo +cpu >"$state/cpu/cgroup.subtree_control" 2>/dev/null || true
+    fi
     for ((i = 1; i <= hosts; i++)); do
       cg=$(cgroup_of "$i")
       mkdir -p "$cg"
