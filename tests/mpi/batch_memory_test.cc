@@ -231,11 +231,14 @@ TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
 }
 
 // ZeRO-2 and 3 accumulating 4 micro-batches under a budget that holds the plan with a
-// layer's gradient window but not with the whole one: each micro-batch is reduce-scattered
-// into the shard (the engine says so), the micro-batch is not lowered, the peak stays
-// within the budget and the gradient window within its prediction, and after 3 steps the
-// state is stage 0's within rounding (the sums over ranks and micro-batches are added in
-// another order). With room, the same runs keep the whole window (bitwise: the tests above).
+// blocked gradient window but not with the whole one: each micro-batch is reduce-scattered
+// into the shard in blocks (the engine says so; the GPT's layers write through its sink,
+// the head's part of the tied wte reduced apart), the micro-batch is not lowered, the peak
+// stays within the budget and the gradient window within its prediction (a bucket in
+// flight and a block: under a tenth of the model's gradients here), and after 3 steps the
+// state is stage 0's within rounding (the sums over ranks, micro-batches, the wte's two
+// parts and the row blocks are added in another order). With room, the same runs keep the
+// whole window (bitwise: the tests above).
 TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
   World& w = testing::world();
   const State want = [&] {
@@ -264,6 +267,9 @@ TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
     Trainer t(config(tight), w);
     auto& z = dynamic_cast<ZeroEngine&>(t.session().engine());
     EXPECT_TRUE(z.reduces_each_micro_batch()) << "stage " << stage;
+    EXPECT_TRUE(z.blocks_gradients()) << "stage " << stage;
+    EXPECT_LT(each_window * 10, static_cast<size_t>(t.session().engine().memory().psi) * sizeof(float))
+        << "stage " << stage << ": the blocked window is a bucket and a block";
     EXPECT_EQ(t.session().micro_batch(), 1) << "stage " << stage;
     const State got = train(t, 3);
     EXPECT_LE(t.session().allocator().stats().peak, budget) << "stage " << stage;
