@@ -52,7 +52,7 @@ void ZeroEngine::rows(const void* grad, int64_t rows, int64_t cols, const Comput
       reducer_->ready_from(final_from_);
     } else {
       for (; apart <= bottom && (lo == 0 || buckets[apart].begin >= off + lo * cols); ++apart) {
-        if (buckets[apart].end <= final_from_) reduce_apart(apart);
+        if (reducible_apart(apart)) reduce_apart(apart);
       }
     }
     hi = lo;
@@ -63,6 +63,7 @@ void ZeroEngine::rows(const void* grad, int64_t rows, int64_t cols, const Comput
 // (which this one writes) to its contribution.
 void ZeroEngine::reduce_apart(size_t b) {
   const Bucket& k = plan_.buckets()[b];
+  apart_done_[b] = 1;
   reducer_->reduce_apart(b)->wait();
   const size_t bytes = static_cast<size_t>(k.numel()) * sizeof(float);
   if (k.replicated) ops_.copy(held(state::kGrad, b), full_grads_ + k.begin, bytes, stream_);
@@ -71,6 +72,17 @@ void ZeroEngine::reduce_apart(size_t b) {
     grad_window_->release(k.begin, k.end);
     grad_held_[b] = 0;
     grad_held_bytes_ -= bytes;
+  }
+}
+
+void ZeroEngine::finish_shared(int layer) {
+  for (const SharedParam& p : stack_.shared()) {
+    if (p.user != layer) continue;
+    const TensorEntry* e = stack_.layout().find(p.name);
+    if (!e || e->numel() == 0) continue;
+    for (size_t b = bucket_of(e->offset + e->numel() - 1), last = bucket_of(e->offset); b <= last; ++b) {
+      if (reducible_apart(b)) reduce_apart(b);
+    }
   }
 }
 

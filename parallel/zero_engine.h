@@ -190,6 +190,13 @@ class ZeroEngine final : public Engine, private GradSink {
   void hold(int64_t begin, int64_t end);
   void acquire_bucket(size_t bucket);
   void reduce_apart(size_t bucket);  // a shared tensor's share of a bucket, now
+  // After layer `layer`'s backward: every bucket of the tensors it shares that its blocks
+  // would have reduced apart and did not (a rank whose compute failed part-way makes the
+  // same collectives as its peers: EngineCallLog).
+  void finish_shared(int layer);
+  bool reducible_apart(size_t bucket) const {
+    return !apart_done_[bucket] && plan_.buckets()[bucket].end <= final_from_;
+  }
   void launch_parameter_gathers();
   std::unique_ptr<MemoryWindow> make_window(const char* name, size_t page_bytes);
   Communicator& grad_comm() { return grad_dev_ ? *grad_dev_ : *grad_comm_; }
@@ -222,6 +229,7 @@ class ZeroEngine final : public Engine, private GradSink {
   bool blocked_ = false;                 // each_ with blocked gradients
   int64_t final_from_ = 0;               // blocked: the elements at and above it are final
   int current_layer_ = 0;                // the layer whose backward runs
+  std::vector<uint8_t> apart_done_;      // blocked: bucket reduced apart this micro-batch
   ReduceStats earlier_;                  // this step's micro-batches reduced before the last
   std::vector<uint8_t> grad_held_;       // stages 2-3: bucket's gradient pages acquired
   size_t grad_held_bytes_ = 0;           // their bytes

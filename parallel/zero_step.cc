@@ -41,6 +41,7 @@ void ZeroEngine::begin_backward(bool last) {
   if (reducer_->armed()) earlier_ += reducer_->finish();
   reducer_->begin_step();
   final_from_ = stack_.layout().numel();
+  apart_done_.assign(plan_.buckets().size(), 0);
 }
 
 void ZeroEngine::set_reduce_each_micro_batch(bool on) {
@@ -106,6 +107,7 @@ void ZeroEngine::acquire_bucket(size_t b) {
 // does for its gathers), so the window's memory does not depend on the network's speed.
 void ZeroEngine::layer_grads_final(int layer) {
   if (!reducer_->armed()) return;
+  if (blocked_) finish_shared(layer);  // before the layer's own buckets, as its blocks go
   reducer_->layer_ready(layer);
   const size_t cap = blocked_ ? blocked_window_cap() : grad_window_cap();
   while (grad_window_ && grad_held_bytes_ > cap && reducer_->wait_oldest()) {

@@ -239,6 +239,18 @@ TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
 // state is stage 0's within rounding (the sums over ranks, micro-batches, the wte's two
 // parts and the row blocks are added in another order). With room, the same runs keep the
 // whole window (bitwise: the tests above).
+// Every rank's budget alike (the smallest), between the plan of `o` that keeps the whole
+// gradient window and the one that reduces each micro-batch (in blocks).
+size_t budget_between_modes(const std::vector<std::string>& o, int64_t b) {
+  Trainer probe(config(o), testing::world());
+  auto& z = dynamic_cast<ZeroEngine&>(probe.session().engine());
+  const int k = static_cast<int>(probe.rank_batch().accumulation);
+  const size_t whole = z.predicted_windows_if(k, false).grads, each = z.predicted_windows_if(k, true).grads;
+  size_t budget = probe.session().memory_model().peak(b, false) - (whole - each) / 2, lowest = budget;
+  MPI_Allreduce(&budget, &lowest, 1, MPI_UNSIGNED_LONG, MPI_MIN, testing::world().group().comm());
+  return lowest;
+}
+
 TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
   World& w = testing::world();
   const State want = [&] {
@@ -275,6 +287,43 @@ TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
     EXPECT_LE(t.session().allocator().stats().peak, budget) << "stage " << stage;
     EXPECT_LE(z.memory().unreduced_peak, each_window) << "stage " << stage;
     expect_near(want, got, "stage " + stage + " reducing each micro-batch");
+  }
+}
+
+// Blocked gradients (ZeRO-2, each micro-batch reduced, 2 a step) with an allocation failure
+// on every rank at the first events of step 1's backward (the window's pages for the
+// head's blocks of the tied wte, reduced apart, then the blocks' buckets) and at a few
+// later ones: each rank makes the engine calls it had not made, the collectives of the
+// shared tensor's blocks included (ZeroEngine::finish_shared), the step is redone at half
+// the micro-batch (whose plan then keeps the whole window: its activations make room) and
+// the run stays within rounding of stage 0. (A failure on one rank
+// only leaves the ranks with different micro-batch counts, which turns reducing each
+// micro-batch off: under this budget the whole window does not fit, so it is not run.)
+TEST(BatchMemory, AnAllocationFailureInsideBlockedGradientsIsRedone) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"batch.micro_batch=1"}), w);
+    return train(t, 2);
+  }();
+  std::vector<std::string> o = {"parallel.zero_stage=2", "batch.micro_batch=2"};
+  o.push_back("runtime.memory_budget=" + std::to_string(budget_between_modes(o, 2)));
+  unsigned long long events = 0;
+  {
+    Trainer t(config(o), w);
+    ASSERT_TRUE(dynamic_cast<ZeroEngine&>(t.session().engine()).blocks_gradients());
+    const uint64_t before = t.session().allocator().events();
+    t.train_step();
+    events = t.session().allocator().events() - before;
+    MPI_Allreduce(MPI_IN_PLACE, &events, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, w.group().comm());
+  }
+  ASSERT_GT(events, 12u);
+  for (unsigned long long n : {2ull, 3ull, 4ull, 6ull, events / 3, events / 2, events - 1}) {
+    const std::string what = "allocation " + std::to_string(n) + " of " + std::to_string(events) + " in step 1 failed";
+    ScopedEnv env("ETR_TEST_FAIL_ALLOCATION", "1:" + std::to_string(n));
+    Trainer t(config(o), w);
+    const State got = train(t, 2);
+    EXPECT_EQ(t.session().oom_recoveries(), 1) << what;
+    expect_near(want, got, what);
   }
 }
 
