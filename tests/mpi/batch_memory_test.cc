@@ -230,15 +230,6 @@ TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
   }
 }
 
-// ZeRO-2 and 3 accumulating 4 micro-batches under a budget that holds the plan with a
-// blocked gradient window but not with the whole one: each micro-batch is reduce-scattered
-// into the shard in blocks (the engine says so; the GPT's layers write through its sink,
-// the head's part of the tied wte reduced apart), the micro-batch is not lowered, the peak
-// stays within the budget and the gradient window within its prediction (a bucket in
-// flight and a block: under a tenth of the model's gradients here), and after 3 steps the
-// state is stage 0's within rounding (the sums over ranks, micro-batches, the wte's two
-// parts and the row blocks are added in another order). With room, the same runs keep the
-// whole window (bitwise: the tests above).
 // Every rank's budget alike (the smallest), between the plan of `o` that keeps the whole
 // gradient window and the one that reduces each micro-batch (in blocks).
 size_t budget_between_modes(const std::vector<std::string>& o, int64_t b) {
@@ -251,14 +242,31 @@ size_t budget_between_modes(const std::vector<std::string>& o, int64_t b) {
   return lowest;
 }
 
+// ZeRO-2 and 3 accumulating 4 micro-batches under a budget that holds the plan with a
+// blocked gradient window but not with the whole one (stage 2 also with buckets narrower
+// than a row): each micro-batch is reduce-scattered
+// into the shard in blocks (the engine says so; the GPT's layers write through its sink,
+// the head's part of the tied wte reduced apart), the micro-batch is not lowered, the peak
+// stays within the budget and the gradient window within its prediction (a bucket in
+// flight and a block: under a tenth of the model's gradients here), and after 3 steps the
+// state is stage 0's within rounding (the sums over ranks, micro-batches, the wte's two
+// parts and the row blocks are added in another order). With room, the same runs keep the
+// whole window (bitwise: the tests above).
 TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
   World& w = testing::world();
   const State want = [&] {
     Trainer t(config({"batch.micro_batch=1"}), w);
     return train(t, 3);
   }();
-  for (const std::string stage : {"2", "3"}) {
-    const std::vector<std::string> o = {"parallel.zero_stage=" + stage, "batch.micro_batch=1"};
+  // Stage 2 also with buckets of 512 B, narrower than fc_proj's rows (1 KiB): a block is
+  // then a row over several buckets, and the tied wte's reduced apart in many.
+  for (const auto& [stage_name, bucket] : {std::pair{"2", ""}, std::pair{"3", ""}, std::pair{"2", "512B"}}) {
+    const std::string stage = std::string(stage_name) + (*bucket ? std::string(", buckets of ") + bucket : "");
+    std::vector<std::string> o = {std::string("parallel.zero_stage=") + stage_name, "batch.micro_batch=1"};
+    if (*bucket) {
+      o.push_back(std::string("parallel.first_bucket_size=") + bucket);
+      o.push_back(std::string("parallel.bucket_size=") + bucket);
+    }
     size_t budget = 0, each_window = 0;
     {
       Trainer probe(config(o), w);
