@@ -24,7 +24,8 @@ namespace etr {
 
 size_t ZeroEngine::bucket_of(int64_t element) const {
   const std::vector<Bucket>& k = plan_.buckets();  // decreasing offsets
-  auto it = std::partition_point(k.begin(), k.end(), [&](const Bucket& b) { return b.begin > element; });
+  auto it =
+      std::partition_point(k.begin(), k.end(), [&](const Bucket& b) { return b.begin > element; });
   return static_cast<size_t>(it - k.begin());
 }
 
@@ -80,7 +81,8 @@ void ZeroEngine::finish_shared(int layer) {
     if (p.user != layer) continue;
     const TensorEntry* e = stack_.layout().find(p.name);
     if (!e || e->numel() == 0) continue;
-    for (size_t b = bucket_of(e->offset + e->numel() - 1), last = bucket_of(e->offset); b <= last; ++b) {
+    for (size_t b = bucket_of(e->offset + e->numel() - 1), last = bucket_of(e->offset); b <= last;
+         ++b) {
       if (reducible_apart(b)) reduce_apart(b);
     }
   }
@@ -93,8 +95,10 @@ size_t ZeroEngine::largest_block_bytes() const {
   const std::span<const TensorEntry> e = stack_.layout().entries();
   int64_t row = 1;
   for (size_t i = 0; i < e.size(); ++i) {
-    if (e[i].shape.ndim() >= 2) row = std::max(row, e[i].numel() / std::max<int64_t>(1, e[i].shape[0]));
-    if (e[i].shape.ndim() == 1 && i + 1 < e.size() && e[i + 1].shape.ndim() == 1 && e[i + 1].layer == e[i].layer) {
+    if (e[i].shape.ndim() >= 2)
+      row = std::max(row, e[i].numel() / std::max<int64_t>(1, e[i].shape[0]));
+    if (e[i].shape.ndim() == 1 && i + 1 < e.size() && e[i + 1].shape.ndim() == 1 &&
+        e[i + 1].layer == e[i].layer) {
       row = std::max(row, e[i + 1].offset + e[i + 1].numel() - e[i].offset);
     }
   }
@@ -102,7 +106,8 @@ size_t ZeroEngine::largest_block_bytes() const {
   int64_t most = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
     int64_t n = 0;
-    for (size_t c = b, last = bucket_of(std::max<int64_t>(0, buckets[b].begin - (row - 1))); c <= last; ++c) {
+    for (size_t c = b, last = bucket_of(std::max<int64_t>(0, buckets[b].begin - (row - 1)));
+         c <= last; ++c) {
       n += buckets[c].numel();
     }
     most = std::max(most, n);
