@@ -33,7 +33,9 @@ ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, Alloca
   build_communication(tracer);
 }
 
-ZeroEngine::~ZeroEngine() = default;
+ZeroEngine::~ZeroEngine() {
+  if (blocked_) stack_.set_grad_sink(nullptr);  // the layers outlive the engine
+}
 
 void ZeroEngine::build_storage() {
   const ParamLayout& layout = stack_.layout();
