@@ -18,6 +18,7 @@
 #include "bench/dp_bench.h"
 #include "bench/pipeline_bench.h"
 #include "bench/zero_bench.h"
+#include "bench/zero_grads_bench.h"
 #include "bench/elastic_bench.h"
 #ifdef ETR_HAVE_CUDA
 #include "bench/gpu_bench.h"
@@ -46,6 +47,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_pipeline_subcommand,          // pipeline
     etr::bench::add_batch_subcommand,             // batch
     etr::bench::add_zero_subcommand,              // zero
+    etr::bench::add_zero_grads_subcommand,        // zero-grads
 #ifdef ETR_HAVE_CUDA
     etr::bench::add_gpu_subcommands,         // gpu-alloc, gpu-cast
     etr::bench::add_gpu_kernels_subcommand,  // gpu-kernels

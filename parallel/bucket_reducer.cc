@@ -106,17 +106,27 @@ void BucketReducer::launch(size_t i) {
     for (int64_t k = 0; k < b.end - b.begin; ++k) sq += static_cast<double>(g[k]) * g[k];
     local_sq_ += sq;
   }
+  work_[i] = start(i);
+}
+
+WorkPtr BucketReducer::start(size_t i) {
+  const Bucket& b = buckets_[i];
   if (before_launch_) before_launch_(i, b, grads_ + b.begin);
   // The gradients are where the communicator works (host memory, or its GPU's for NCCL).
   TensorView view = TensorView::flat(grads_ + b.begin, b.end - b.begin, DType::kF32, comm_.device());
-  if (options_.op == BucketOp::kAllreduce || b.replicated) {
-    work_[i] = comm_.allreduce(view, ReduceOp::kSum);
-    return;
-  }
+  if (options_.op == BucketOp::kAllreduce || b.replicated) return comm_.allreduce(view, ReduceOp::kSum);
   const int64_t block = (b.end - b.begin) / comm_.size();
   float* out = scatter_out_ ? scatter_out_(i) : grads_ + b.begin + comm_.rank() * block;
-  work_[i] = comm_.reduce_scatter(view, TensorView::flat(out, block, DType::kF32, comm_.device()),
-                                  ReduceOp::kSum);
+  return comm_.reduce_scatter(view, TensorView::flat(out, block, DType::kF32, comm_.device()),
+                              ReduceOp::kSum);
+}
+
+WorkPtr BucketReducer::reduce_apart(size_t bucket) { return start(bucket); }
+
+void BucketReducer::ready_from(int64_t offset) {
+  if (!armed_) return;
+  while (next_ < buckets_.size() && buckets_[next_].begin >= offset) launch(next_++);
+  poll_completed();
 }
 
 void BucketReducer::poll_completed() {

@@ -121,6 +121,16 @@ class BucketReducer {
   // Layer `layer`'s gradients are final. Layers must report in decreasing order between
   // begin_step() and finish(); InvalidArgument otherwise.
   void layer_ready(int layer);
+  // Every element at offset `offset` and above is final (blocked gradients: a layer hands
+  // its gradients over in decreasing offset order, runtime/grad_sink.h): launches, in
+  // order, every bucket that starts there or above, overlap on or off, and reports those
+  // done.
+  void ready_from(int64_t offset);
+  // Bucket b's collective now, outside the step's order (the before_launch hook and the
+  // scatter output as for launch): a shared tensor's share reduced apart from the step's
+  // buckets (ZeRO's blocked gradients: the LM head's part of the tied wte). Every rank
+  // calls it at the same point; the caller waits for it.
+  WorkPtr reduce_apart(size_t bucket);
   // Waits for the oldest bucket launched and not yet reported, and reports it (on_reduced):
   // a bound on the memory of buckets in flight (ZeRO-2/3's gradient window). False when
   // none is in flight.
@@ -131,6 +141,7 @@ class BucketReducer {
 
  private:
   void launch(size_t index);
+  WorkPtr start(size_t index);  // the before_launch hook, then bucket `index`'s collective
   void poll_completed();  // runs on_reduced for the buckets done, in order
 
   const ParamLayout& layout_;

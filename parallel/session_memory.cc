@@ -101,9 +101,18 @@ void TrainSession::setup_memory() {
     windows = [this, stage = m.stage](int64_t b) {
       const int k = static_cast<int>(batch_->accumulation_for(b));
       const auto* z = pipeline_ ? nullptr : dynamic_cast<const ZeroEngine*>(engine_.get());
-      const Engine::WindowBytes w = z ? z->predicted_windows_if(k, zero_reduces_each(b))
-                                      : engine_->predicted_windows(k);
-      std::vector<MemoryPart> parts{{"unreduced gradient window", w.grads}};
+      const bool each = z && zero_reduces_each(b);
+      const Engine::WindowBytes w = z ? z->predicted_windows_if(k, each) : engine_->predicted_windows(k);
+      // The plan states the gradient mode: with several micro-batches a step, the window is
+      // kept whole until the last, or each micro-batch is reduce-scattered (in blocks when
+      // the layers write through the engine's sink).
+      std::string name = "unreduced gradient window";
+      if (z && k > 1) {
+        name += each ? (z->blocks_gradients_if(true) ? " (each micro-batch reduce-scattered, in blocks)"
+                                                     : " (each micro-batch reduce-scattered)")
+                     : " (kept whole until the last micro-batch)";
+      }
+      std::vector<MemoryPart> parts{{name, w.grads}};
       if (stage >= 3) parts.push_back({"gathered parameter window", w.params});
       return parts;
     };
@@ -178,7 +187,10 @@ void TrainSession::choose_zero_reduction(int64_t micro_batch) {
     log_.info("ZeRO-", z->zero_stage(), ": ",
               each ? "the whole gradient window does not fit beside micro-batches of " +
                          std::to_string(micro_batch) +
-                         ", so each micro-batch's gradients are reduce-scattered into the shard"
+                         ", so each micro-batch's gradients are reduce-scattered into the shard" +
+                         (z->blocks_gradients() ? " in blocks of a bucket (the window holds " +
+                                                      format_bytes(static_cast<double>(z->predicted_windows(2).grads)) + ")"
+                                                : std::string())
                    : std::string("the gradients are reduced once a step (the whole window fits)"));
   }
 }

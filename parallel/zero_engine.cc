@@ -33,7 +33,9 @@ ZeroEngine::ZeroEngine(LayerStack<float>& stack, const ProcessGrid& grid, Alloca
   build_communication(tracer);
 }
 
-ZeroEngine::~ZeroEngine() = default;
+ZeroEngine::~ZeroEngine() {
+  if (blocked_) stack_.set_grad_sink(nullptr);  // the layers outlive the engine
+}
 
 void ZeroEngine::build_storage() {
   const ParamLayout& layout = stack_.layout();
@@ -52,6 +54,7 @@ void ZeroEngine::build_storage() {
   if (s == 1) full_grads_ = replica_->data<float>(state::kGrad);
   if (s >= 2) {
     grad_window_ = make_window("gradient", 0);
+    grad_page_ = grad_window_->page_bytes();
     full_grads_ = grad_window_->data();
     grad_held_.assign(plan_.buckets().size(), 0);
   }
@@ -328,18 +331,22 @@ Engine::WindowBytes ZeroEngine::predicted_windows(int micro_batches) const {
 
 Engine::WindowBytes ZeroEngine::predicted_windows_if(int micro_batches, bool each) const {
   const size_t whole = static_cast<size_t>(stack_.layout().numel()) * sizeof(float);
-  auto pages = [](const MemoryWindow* w, size_t bytes) {
-    const size_t page = w ? w->page_bytes() : 1;
-    return (bytes + page - 1) / page * page;
-  };
+  auto in_pages = [](size_t page, size_t bytes) { return (bytes + page - 1) / page * page; };
+  auto pages = [&](const MemoryWindow* w, size_t bytes) { return in_pages(w ? w->page_bytes() : 1, bytes); };
   WindowBytes p;
   if (grad_window_) {
-    const size_t all = pages(grad_window_.get(), whole);
-    // (a held range that does not start on a page boundary touches one page more)
-    p.grads = micro_batches > 1 && !each ? all
-                                : std::min(all, pages(grad_window_.get(),
-                                                      grad_window_cap() + largest_layer_bytes()) +
-                                                    grad_window_->page_bytes());
+    // Blocked, the window counts system pages (set_reduce_each_micro_batch).
+    const size_t page = blocks_gradients_if(each) ? static_cast<size_t>(sysconf(_SC_PAGESIZE)) : grad_page_;
+    const size_t all = in_pages(grad_page_, whole);
+    // Blocked (each micro-batch reduced, the layers writing through the sink): the cap and
+    // one block; else the cap and a layer. (A held range that does not start on a page
+    // boundary touches one page more.)
+    const bool blocked = blocks_gradients_if(each);
+    const size_t held = blocked ? blocked_window_cap() + largest_block_bytes()
+                                : grad_window_cap() + largest_layer_bytes();
+    p.grads = micro_batches > 1 && !each
+                  ? all
+                  : std::min(all, in_pages(page, held) + page);
   }
   if (param_window_) {
     // The prefetch takes the next layer's buckets up to prefetch_bytes, and one at least.

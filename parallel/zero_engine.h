@@ -21,7 +21,9 @@
 //               bitwise; the cost: at stages 2-3 the gradient window grows to 4 Psi
 //               during an accumulating step), unless set_reduce_each_micro_batch(true)
 //               (the session's choice when 4 Psi does not fit): then every micro-batch
-//               reduce-scatters into the shard (within rounding of stage 0)
+//               reduce-scatters into the shard (within rounding of stage 0), and
+//               when every layer writes its gradients through a GradSink
+//               (runtime/grad_sink.h) they are blocked (below)
 //   norm        each rank's partial over its shard, all-gathered, added in rank order
 //   update      AdamW on the shard
 //   parameters  stages 1-2: each bucket all-gathered in place after the update, in the
@@ -33,6 +35,21 @@
 //
 // The small replicated tail of the plan (< 16 N elements) is held whole by every rank,
 // allreduced and updated by all.
+//
+// Blocked gradients (reducing each micro-batch, when stack.grads_through_sink()): the
+// engine is the layers' GradSink. A layer's backward hands each gradient over a block of
+// rows at a time (the rows whose last element lies in one bucket), highest offsets first;
+// before a block the engine waits for the oldest reductions while the window holds more
+// than one bucket (blocked_window_cap) and takes the pages the block writes; after it,
+// every bucket at or above the block's first element is final and launched
+// (BucketReducer::ready_from). A tensor the layer does not own (the LM head's part of the
+// tied wte) is reduced apart, bucket by bucket as its blocks complete
+// (BucketReducer::reduce_apart: the shard's sum so far added first, as for every bucket),
+// its window range zeroed and released: the embedding's part comes later through the
+// step's buckets. So the unreduced gradients alive at any moment are a bucket in flight
+// and a block (a bucket and a row): the window no longer holds a layer. Host only: the
+// device path reduces once a step (set_reduce_each_micro_batch is off there, as before)
+// and the CUDA kernel sets have no blocked kernels yet.
 #pragma once
 
 #include <memory>
@@ -45,6 +62,7 @@
 #include "parallel/zero_gather.h"
 #include "parallel/zero_plan.h"
 #include "runtime/host_allocator.h"
+#include "runtime/grad_sink.h"
 #include "runtime/host_window.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/memory_window.h"
@@ -72,7 +90,7 @@ struct ZeroOptions {
   bool gather_once_per_step = false;
 };
 
-class ZeroEngine final : public Engine {
+class ZeroEngine final : public Engine, private GradSink {
  public:
   // Collective over grid.dp_group(). InvalidArgument for a stage outside 1-3; ConfigError
   // when the layout cannot be sharded over the ranks (no bucket to split). OutOfMemory
@@ -120,6 +138,16 @@ class ZeroEngine final : public Engine {
   // memory model decides between steps (fit first, then speed). Host memory only.
   void set_reduce_each_micro_batch(bool on);
   bool reduces_each_micro_batch() const { return each_; }
+  // Reducing each micro-batch with blocked gradients (the layers write through the sink).
+  bool blocks_gradients() const { return blocked_; }
+  // Whether reducing each micro-batch (`each`) would block the gradients here.
+  bool blocks_gradients_if(bool each) const {
+    return each && options_.stage >= 2 && !device_path_ && stack_.grads_through_sink();
+  }
+  // Blocked: backward waits for reductions while the window holds more than this.
+  size_t blocked_window_cap() const { return options_.dp.buckets.bucket_cap_bytes; }
+  // Blocked: the most bytes of buckets one block's pages take (a bucket and a row below it).
+  size_t largest_block_bytes() const;
   // predicted_windows() for either choice.
   WindowBytes predicted_windows_if(int micro_batches, bool each) const;
   // Bytes of gathered parameters held now (stage 3's window; 0 below).
@@ -154,6 +182,21 @@ class ZeroEngine final : public Engine {
   float* grad_of(const HeldRange& r);
   float* param_of(const HeldRange& r);
   void reduced(size_t bucket);
+  // GradSink (zero_blocks.cc): a layer's gradient handed over in blocks of rows.
+  void rows(const void* grad, int64_t rows, int64_t cols, const Compute& compute) override;
+  size_t bucket_of(int64_t element) const;  // the bucket holding element `element`
+  // The window takes the pages of the buckets touching [begin, end), after waiting for the
+  // oldest reductions while it holds more than blocked_window_cap().
+  void hold(int64_t begin, int64_t end);
+  void acquire_bucket(size_t bucket);
+  void reduce_apart(size_t bucket);  // a shared tensor's share of a bucket, now
+  // After layer `layer`'s backward: every bucket of the tensors it shares that its blocks
+  // would have reduced apart and did not (a rank whose compute failed part-way makes the
+  // same collectives as its peers: EngineCallLog).
+  void finish_shared(int layer);
+  bool reducible_apart(size_t bucket) const {
+    return !apart_done_[bucket] && plan_.buckets()[bucket].end <= final_from_;
+  }
   void launch_parameter_gathers();
   std::unique_ptr<MemoryWindow> make_window(const char* name, size_t page_bytes);
   Communicator& grad_comm() { return grad_dev_ ? *grad_dev_ : *grad_comm_; }
@@ -183,9 +226,14 @@ class ZeroEngine final : public Engine {
   float* full_grads_ = nullptr;          // what the layers write
   std::vector<size_t> held_index_;       // bucket -> index of its block in shard_.held()
   bool each_ = false;                    // set_reduce_each_micro_batch
+  bool blocked_ = false;                 // each_ with blocked gradients
+  int64_t final_from_ = 0;               // blocked: the elements at and above it are final
+  int current_layer_ = 0;                // the layer whose backward runs
+  std::vector<uint8_t> apart_done_;      // blocked: bucket reduced apart this micro-batch
   ReduceStats earlier_;                  // this step's micro-batches reduced before the last
   std::vector<uint8_t> grad_held_;       // stages 2-3: bucket's gradient pages acquired
   size_t grad_held_bytes_ = 0;           // their bytes
+  size_t grad_page_ = 0;                 // the gradient window's own page (blocked: the system's)
   std::vector<std::vector<size_t>> needed_;  // per layer: the buckets it reads and writes
   std::unique_ptr<HostCommunicator> grad_comm_, param_comm_;
   std::unique_ptr<Communicator> grad_dev_, param_dev_;  // the device path's

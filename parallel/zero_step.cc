@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "checkpoint/shard_plan.h"
 #include "parallel/zero_engine.h"
 #include "runtime/adamw.h"
@@ -38,16 +40,28 @@ void ZeroEngine::begin_backward(bool last) {
   // released) before this one's backward writes the window again.
   if (reducer_->armed()) earlier_ += reducer_->finish();
   reducer_->begin_step();
+  final_from_ = stack_.layout().numel();
+  apart_done_.assign(plan_.buckets().size(), 0);
 }
 
 void ZeroEngine::set_reduce_each_micro_batch(bool on) {
   each_ = on && options_.stage >= 2 && !device_path_;
+  blocked_ = blocks_gradients_if(each_);
+  stack_.set_grad_sink(blocked_ ? static_cast<GradSink*>(this) : nullptr);
+  // Blocked, the window holds a bucket and a block: counted in system pages, not 2 MiB
+  // ones (first touch is slower: fit first, then speed). Between steps: nothing is held.
+  if (auto* w = dynamic_cast<HostWindow*>(grad_window_.get())) {
+    w->set_page_bytes(blocked_ ? static_cast<size_t>(sysconf(_SC_PAGESIZE)) : grad_page_);
+    std::fill(grad_held_.begin(), grad_held_.end(), 0);
+    grad_held_bytes_ = 0;
+  }
   if (!each_) {
     reducer_->set_before_launch(nullptr);
     return;
   }
   const int r = grid_.dp_rank();
   reducer_->set_before_launch([this, r](size_t b, const Bucket& k, const float* local) {
+    if (blocked_) acquire_bucket(b);  // a bucket no block wrote (padding) is read all the same
     // This rank's contribution to its own block (the replicated tail: rank 0's to all of
     // it) takes the shard's sum so far, so the collective's result is the running sum.
     float* g = const_cast<float*>(local);
@@ -75,14 +89,17 @@ void ZeroEngine::before_backward(int layer) {
   } else if (layers_) {
     layers_->before(true, layer);
   }
-  if (!grad_window_) return;
-  for (size_t b : needed_.at(layer)) {
-    if (grad_held_[b]) continue;
-    const Bucket& k = plan_.buckets()[b];
-    grad_window_->acquire(k.begin, k.end);
-    grad_held_[b] = 1;
-    grad_held_bytes_ += static_cast<size_t>(k.numel()) * sizeof(float);
-  }
+  current_layer_ = layer;
+  if (!grad_window_ || blocked_) return;  // blocked: each block takes its own pages
+  for (size_t b : needed_.at(layer)) acquire_bucket(b);
+}
+
+void ZeroEngine::acquire_bucket(size_t b) {
+  if (grad_held_[b]) return;
+  const Bucket& k = plan_.buckets()[b];
+  grad_window_->acquire(k.begin, k.end);
+  grad_held_[b] = 1;
+  grad_held_bytes_ += static_cast<size_t>(k.numel()) * sizeof(float);
 }
 
 // The gradient window stays within grad_window_cap() once a layer is done: when the
@@ -90,8 +107,10 @@ void ZeroEngine::before_backward(int layer) {
 // does for its gathers), so the window's memory does not depend on the network's speed.
 void ZeroEngine::layer_grads_final(int layer) {
   if (!reducer_->armed()) return;
+  if (blocked_) finish_shared(layer);  // before the layer's own buckets, as its blocks go
   reducer_->layer_ready(layer);
-  while (grad_window_ && grad_held_bytes_ > grad_window_cap() && reducer_->wait_oldest()) {
+  const size_t cap = blocked_ ? blocked_window_cap() : grad_window_cap();
+  while (grad_window_ && grad_held_bytes_ > cap && reducer_->wait_oldest()) {
   }
 }
 

@@ -108,6 +108,21 @@ void HostWindow::return_pages(size_t first, size_t last) {
   account_.discharge((last - first) * page_);
 }
 
+void HostWindow::set_page_bytes(size_t page_bytes) {
+  const size_t small = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (page_bytes == 0 || page_bytes % small != 0 || (map_ && bytes_ % page_bytes != 0) ||
+      reinterpret_cast<uintptr_t>(data_) % page_bytes != 0) {
+    throw InvalidArgument("the " + name_ + " window of " + std::to_string(page_) +
+                          "-byte pages cannot be counted in pages of " + std::to_string(page_bytes) + " bytes");
+  }
+  drop_all();
+  if (page_bytes == page_) return;
+  if (data_) madvise(data_, bytes_, page_bytes > small ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  page_ = page_bytes;
+  holds_.assign(bytes_ / page_, 0);
+  peak_pages_ = 0;
+}
+
 void HostWindow::drop_all() {
   if (!data_) return;
   madvise(data_, bytes_, MADV_DONTNEED);

@@ -48,6 +48,10 @@ class HostWindow final : public MemoryWindow {
   // Ends one hold of [begin, end) (acquired before).
   void release(int64_t begin, int64_t end) override;
   void drop_all() override;
+  // Counts the window in pages of `page_bytes` from now on (a multiple of the system page
+  // that divides the first one: the address stays): every page returned first. ZeRO's
+  // blocked gradients hold a bucket and a block, which 2 MiB pages would round up.
+  void set_page_bytes(size_t page_bytes);
 
   size_t resident_bytes() const override { return resident_pages_ * page_; }
   size_t peak_bytes() const override { return peak_pages_ * page_; }

@@ -25,6 +25,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/exec_context.h"
+#include "runtime/grad_sink.h"
 #include "runtime/kernels/dispatch.h"
 #include "runtime/param_layout.h"
 
@@ -157,6 +158,13 @@ class Layer {
   // the second forward then writes bitwise the activations of the first.
   virtual bool recomputable() const { return false; }
 
+  // Blocked gradients (runtime/grad_sink.h): a layer whose backward() writes every
+  // parameter gradient through grad_sink() when one is set returns true. Only backward()
+  // (not the split halves) uses the sink; LayerStack::set_grad_sink sets it.
+  virtual bool writes_grads_through_sink() const { return false; }
+  void set_grad_sink(GradSink* sink) { sink_ = sink; }
+  GradSink* grad_sink() const { return sink_; }
+
   // Where the layer computes; LayerStack sets it. A layer built alone computes on the CPU.
   void set_context(const ExecContext<Real>& context) { context_ = context; }
   const ExecContext<Real>& context() const { return context_; }
@@ -165,7 +173,38 @@ class Layer {
   // The kernels of the layer's device, bound to its stream (each call passes it).
   BoundKernels<Real> k() const { return BoundKernels<Real>(*context_.kernels, context_.stream); }
 
+  // A linear layer's dweight [OC, C] and dbias [OC] (either nullptr: not needed) from dout
+  // [N, OC] and inp [N, C]: one matmul_backward without a sink (bitwise the three-in-one
+  // call's), else through `sink` (grad_sink() in backward(), null in the split halves) in
+  // blocks of rows, the bias first (it lies above).
+  void linear_param_grads(GradSink* sink, Acc* dweight, Acc* dbias, const Real* dout, const Real* inp,
+                          const Real* weight, int64_t N, int64_t C, int64_t OC) const {
+    const auto k = this->k();
+    if (!sink || (!dweight && !dbias)) {
+      k.matmul_backward(static_cast<Real*>(nullptr), dweight, dbias, dout, inp, weight, N, C, OC);
+      return;
+    }
+    if (dbias) {
+      sink->rows(dbias, OC, 1, [&](int64_t o0, int64_t o1) {
+        k.matmul_backward_rows(static_cast<Acc*>(nullptr), dbias, dout, inp, N, C, OC, o0, o1);
+      });
+    }
+    if (dweight) {
+      sink->rows(dweight, OC, C, [&](int64_t o0, int64_t o1) {
+        k.matmul_backward_rows(dweight, static_cast<Acc*>(nullptr), dout, inp, N, C, OC, o0, o1);
+      });
+    }
+  }
+  // `write()` writes the gradients [begin, end) (Acc elements) at once (a LayerNorm's weight
+  // and bias): through `sink` as one row when there is one.
+  template <typename Write>
+  static void whole_param_grads(GradSink* sink, const Acc* begin, const Acc* end, Write&& write) {
+    if (!sink) return write();
+    sink->rows(begin, 1, end - begin, [&](int64_t, int64_t) { write(); });
+  }
+
  private:
+  GradSink* sink_ = nullptr;
   ExecContext<Real> context_{Device::cpu(), nullptr, nullptr, nullptr,
                              &kernels_for<Real>(Device::cpu())};
 };

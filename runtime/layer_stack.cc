@@ -181,6 +181,19 @@ void LayerStack<Real>::set_context(const ExecContext<Real>& context) {
 }
 
 template <typename Real>
+void LayerStack<Real>::set_grad_sink(GradSink* sink) {
+  for (auto& layer : layers_) layer->set_grad_sink(sink);
+}
+
+template <typename Real>
+bool LayerStack<Real>::grads_through_sink() const {
+  for (const auto& layer : layers_) {
+    if (!layer->writes_grads_through_sink()) return false;
+  }
+  return !layers_.empty();
+}
+
+template <typename Real>
 size_t LayerStack<Real>::activation_bytes(int64_t B, int64_t T, int in_flight, bool split,
                                           bool recompute) const {
   check_plan(in_flight, split, recompute);

@@ -116,6 +116,10 @@ class LayerStack {
   // Binds to plain flat buffers of layout().numel() elements (tests, generation).
   void bind(Real* params, Acc* grads);
   void set_context(const ExecContext<Real>& context);
+  // Hands every layer `sink` (nullptr: none) for its backward()'s parameter gradients
+  // (runtime/grad_sink.h). grads_through_sink(): every layer writes them through it.
+  void set_grad_sink(GradSink* sink);
+  bool grads_through_sink() const;
   const ExecContext<Real>& context() const { return context_; }
 
   // Bytes of activations (every slot, with the layers' split storage when `split`, only

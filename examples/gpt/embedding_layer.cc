@@ -25,7 +25,17 @@ void EmbeddingLayer<Real>::forward(const Real*, const Batch& b) {
 template <typename Real>
 void EmbeddingLayer<Real>::backward(const Real*, const Real* dout, Real*, Real*,
                                     const Batch& b) {
-  this->k().encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, c_.d_model, c_.vocab_size);
+  const auto k = this->k();
+  const int64_t C = c_.d_model, V = c_.vocab_size;
+  GradSink* sink = this->grad_sink();
+  if (!sink) return k.encoder_backward(dwte_, dwpe_, dout, b.tokens, b.B, b.T, C, V);
+  // Blocked gradients: wpe (above wte in the layout) first, then wte, rows at a time.
+  sink->rows(dwpe_, c_.seq_len, C, [&](int64_t r0, int64_t r1) {
+    k.encoder_backward_rows(static_cast<Acc*>(nullptr), dwpe_, dout, b.tokens, b.B, b.T, C, V, r0, r1);
+  });
+  sink->rows(dwte_, c_.padded_vocab(), C, [&](int64_t r0, int64_t r1) {
+    k.encoder_backward_rows(dwte_, static_cast<Acc*>(nullptr), dout, b.tokens, b.B, b.T, C, V, r0, r1);
+  });
 }
 
 template <typename Real>

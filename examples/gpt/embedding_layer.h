@@ -33,6 +33,7 @@ class EmbeddingLayer final : public Layer<Real> {
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                 const Batch& batch) override;
   bool supports_split_backward() const override { return true; }
+  bool writes_grads_through_sink() const override { return true; }
   int64_t split_numel(int64_t B, int64_t T) const override {
     return numel_as<Real>(B * T * c_.d_model);
   }

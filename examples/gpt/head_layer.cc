@@ -79,9 +79,15 @@ void HeadLayer<Real>::backward_path(const Real* x, Real* din, Real* scratch, con
   Real* dlnf = scratch;  // [N, C]
   const auto& k = this->k();
   k.fill(dlnf, Real(0), N * C);
-  k.matmul_backward(dlnf, weights ? dwte_ : nullptr, static_cast<Acc*>(nullptr), logits_, lnf_,
-                    wte_, N, C, c_.padded_vocab());
-  k.layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
+  // With a sink (blocked gradients) dlnf first, then dwte's rows through it (the tied wte
+  // is the embedding's: the sink reduces the head's share apart).
+  GradSink* sink = weights ? this->grad_sink() : nullptr;
+  k.matmul_backward(dlnf, sink ? nullptr : (weights ? dwte_ : nullptr), static_cast<Acc*>(nullptr),
+                    logits_, lnf_, wte_, N, C, c_.padded_vocab());
+  if (sink) this->linear_param_grads(sink, dwte_, nullptr, logits_, lnf_, wte_, N, C, c_.padded_vocab());
+  this->whole_param_grads(sink, dw_, db_ + C, [&] {
+    k.layernorm_backward(din, dw_, db_, dlnf, x, w_, mean_, rstd_, N, C);
+  });
 }
 
 template class HeadLayer<float>;

@@ -43,6 +43,7 @@ class HeadLayer final : public Layer<Real> {
   void backward(const Real* in, const Real* dout, Real* din, Real* scratch,
                 const Batch& batch) override;
   bool supports_split_backward() const override { return true; }
+  bool writes_grads_through_sink() const override { return true; }
   void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,
                       const Batch& batch) override;
   void backward_weight(const Real* in, Real* scratch, const Batch& batch) override;

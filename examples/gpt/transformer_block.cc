@@ -142,22 +142,34 @@ void TransformerBlock<Real>::backward_path(const Real* x, const Real* dout, cons
   k.fill(g.dqkv, Real(0), 3 * N * C);
   k.fill(dln1, Real(0), N * C);
   auto dw = [&](Param p) { return weights ? g_[p] : nullptr; };  // the matmul's gradients
+  // With a sink (blocked gradients) each matmul's input gradient first, then its weight and
+  // bias gradients through the sink, every gradient handed over in decreasing offset order
+  // (fc_proj, fc, ln_2, proj, qkv, ln_1).
+  GradSink* sink = weights ? this->grad_sink() : nullptr;
+  auto linear = [&](Real* dinp, Param w, Param bias, const Real* d, const Real* inp, int64_t c, int64_t oc) {
+    if (!sink) return k.matmul_backward(dinp, dw(w), dw(bias), d, inp, p_[w], N, c, oc);
+    k.matmul_backward(dinp, static_cast<Acc*>(nullptr), static_cast<Acc*>(nullptr), d, inp, p_[w], N, c, oc);
+    this->linear_param_grads(sink, dw(w), dw(bias), d, inp, p_[w], N, c, oc);
+  };
 
   // y = x1 + mlp(x1): the MLP branch gets dout as it is; dx1 = dout + its LN path.
-  k.matmul_backward(dfch_gelu, dw(kFcProjW), dw(kFcProjB), dout, a_.fch_gelu, p_[kFcProjW], N,
-                    4 * C, C);
+  linear(dfch_gelu, kFcProjW, kFcProjB, dout, a_.fch_gelu, 4 * C, C);
   k.gelu_backward(g.dfch, a_.fch, dfch_gelu, N * 4 * C);
-  k.matmul_backward(dln2, dw(kFcW), dw(kFcB), g.dfch, a_.ln2, p_[kFcW], N, C, 4 * C);
+  linear(dln2, kFcW, kFcB, g.dfch, a_.ln2, C, 4 * C);
   k.copy(g.dx1, dout, N * C);
-  k.layernorm_backward(g.dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
-                       a_.ln2_rstd, N, C);
+  this->whole_param_grads(sink, g_[kLn2W], g_[kLn2B] + C, [&] {
+    k.layernorm_backward(g.dx1, g_[kLn2W], g_[kLn2B], dln2, a_.x1, p_[kLn2W], a_.ln2_mean,
+                         a_.ln2_rstd, N, C);
+  });
   // x1 = x + proj(attention(qkv(ln_1(x)))): the same split.
-  k.matmul_backward(datty, dw(kProjW), dw(kProjB), g.dx1, a_.atty, p_[kProjW], N, C, C);
+  linear(datty, kProjW, kProjB, g.dx1, a_.atty, C, C);
   k.attention_backward(g.dqkv, attn_scratch, attn_scratch_size, datty, a_.qkv, a_.att, a_.atty, b.B,
                        b.T, C, c_.n_head);
-  k.matmul_backward(dln1, dw(kQkvW), dw(kQkvB), g.dqkv, a_.ln1, p_[kQkvW], N, C, 3 * C);
-  k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean, a_.ln1_rstd,
-                       N, C);
+  linear(dln1, kQkvW, kQkvB, g.dqkv, a_.ln1, C, 3 * C);
+  this->whole_param_grads(sink, g_[kLn1W], g_[kLn1B] + C, [&] {
+    k.layernorm_backward(din, g_[kLn1W], g_[kLn1B], dln1, x, p_[kLn1W], a_.ln1_mean,
+                         a_.ln1_rstd, N, C);
+  });
   k.add_inplace(din, g.dx1, N * C);
 }
 

@@ -52,6 +52,7 @@ class TransformerBlock final : public Layer<Real> {
                 const Batch& batch) override;
 
   bool supports_split_backward() const override { return true; }
+  bool writes_grads_through_sink() const override { return true; }
   int64_t split_numel(int64_t B, int64_t T) const override { return 9 * B * T * c_.d_model; }
   void plan_split(Real* storage, int64_t B, int64_t T) override;
   void backward_input(const Real* in, const Real* dout, Real* din, Real* scratch,

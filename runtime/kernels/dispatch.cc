@@ -48,6 +48,8 @@ KernelSet<Real> make_cpu_set() {
   k.layernorm_backward = &IgnoreStream<&cpu::layernorm_backward<Real>>::call;
   k.matmul_forward = &IgnoreStream<&cpu::matmul_forward<Real>>::call;
   k.matmul_backward = &IgnoreStream<&cpu::matmul_backward<Real>>::call;
+  k.matmul_backward_rows = &IgnoreStream<&cpu::matmul_backward_rows<Real>>::call;
+  k.encoder_backward_rows = &IgnoreStream<&cpu::encoder_backward_rows<Real>>::call;
   k.attention_backward_scratch_size = &cpu_attention_scratch;
   k.attention_forward = &IgnoreStream<&cpu::attention_forward<Real>>::call;
   k.attention_saved_numel = &full_attention_saved_numel;

@@ -48,6 +48,16 @@ struct KernelSet {
   void (*matmul_backward)(Real* dinp, Acc* dweight, Acc* dbias, const Real* dout, const Real* inp,
                           const Real* weight, int64_t N, int64_t C, int64_t OC,
                           void* stream) = nullptr;
+  // Rows [o0, o1) of matmul_backward's dweight / dbias, and of encoder_backward's dwte /
+  // dwpe (cpu/matmul.h, cpu/encoder.h): ZeRO's blocked gradients (runtime/grad_sink.h),
+  // host only for now — the CUDA sets leave them null (the device path refuses the
+  // blocked mode, parallel/zero_engine.h).
+  void (*matmul_backward_rows)(Acc* dweight, Acc* dbias, const Real* dout, const Real* inp,
+                               int64_t N, int64_t C, int64_t OC, int64_t o0, int64_t o1,
+                               void* stream) = nullptr;
+  void (*encoder_backward_rows)(Acc* dwte, Acc* dwpe, const Real* dout, const int32_t* tokens,
+                                int64_t B, int64_t T, int64_t C, int64_t V, int64_t r0, int64_t r1,
+                                void* stream) = nullptr;
   // Elements of scratch attention_backward needs for micro-batches of B x T (C wide, NH
   // heads): the CPU's depends on T and its threads, the GPU's is one sequence's [NH, T, T].
   int64_t (*attention_backward_scratch_size)(int64_t B, int64_t T, int64_t C, int64_t NH) = nullptr;
@@ -131,6 +141,8 @@ class BoundKernels {
   ETR_BOUND_KERNEL(layernorm_backward)
   ETR_BOUND_KERNEL(matmul_forward)
   ETR_BOUND_KERNEL(matmul_backward)
+  ETR_BOUND_KERNEL(matmul_backward_rows)
+  ETR_BOUND_KERNEL(encoder_backward_rows)
   ETR_BOUND_KERNEL(attention_forward)
   ETR_BOUND_KERNEL(attention_backward)
   ETR_BOUND_KERNEL(gelu_forward)

@@ -230,20 +230,43 @@ TEST(BatchMemory, AnAllocationFailureAnywhereInAStepIsRedone) {
   }
 }
 
+// Every rank's budget alike (the smallest), between the plan of `o` that keeps the whole
+// gradient window and the one that reduces each micro-batch (in blocks).
+size_t budget_between_modes(const std::vector<std::string>& o, int64_t b) {
+  Trainer probe(config(o), testing::world());
+  auto& z = dynamic_cast<ZeroEngine&>(probe.session().engine());
+  const int k = static_cast<int>(probe.rank_batch().accumulation);
+  const size_t whole = z.predicted_windows_if(k, false).grads, each = z.predicted_windows_if(k, true).grads;
+  size_t budget = probe.session().memory_model().peak(b, false) - (whole - each) / 2, lowest = budget;
+  MPI_Allreduce(&budget, &lowest, 1, MPI_UNSIGNED_LONG, MPI_MIN, testing::world().group().comm());
+  return lowest;
+}
+
 // ZeRO-2 and 3 accumulating 4 micro-batches under a budget that holds the plan with a
-// layer's gradient window but not with the whole one: each micro-batch is reduce-scattered
-// into the shard (the engine says so), the micro-batch is not lowered, the peak stays
-// within the budget and the gradient window within its prediction, and after 3 steps the
-// state is stage 0's within rounding (the sums over ranks and micro-batches are added in
-// another order). With room, the same runs keep the whole window (bitwise: the tests above).
+// blocked gradient window but not with the whole one (stage 2 also with buckets narrower
+// than a row): each micro-batch is reduce-scattered
+// into the shard in blocks (the engine says so; the GPT's layers write through its sink,
+// the head's part of the tied wte reduced apart), the micro-batch is not lowered, the peak
+// stays within the budget and the gradient window within its prediction (a bucket in
+// flight and a block: under a tenth of the model's gradients here), and after 3 steps the
+// state is stage 0's within rounding (the sums over ranks, micro-batches, the wte's two
+// parts and the row blocks are added in another order). With room, the same runs keep the
+// whole window (bitwise: the tests above).
 TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
   World& w = testing::world();
   const State want = [&] {
     Trainer t(config({"batch.micro_batch=1"}), w);
     return train(t, 3);
   }();
-  for (const std::string stage : {"2", "3"}) {
-    const std::vector<std::string> o = {"parallel.zero_stage=" + stage, "batch.micro_batch=1"};
+  // Stage 2 also with buckets of 512 B, narrower than fc_proj's rows (1 KiB): a block is
+  // then a row over several buckets, and the tied wte's reduced apart in many.
+  for (const auto& [stage_name, bucket] : {std::pair{"2", ""}, std::pair{"3", ""}, std::pair{"2", "512B"}}) {
+    const std::string stage = std::string(stage_name) + (*bucket ? std::string(", buckets of ") + bucket : "");
+    std::vector<std::string> o = {std::string("parallel.zero_stage=") + stage_name, "batch.micro_batch=1"};
+    if (*bucket) {
+      o.push_back(std::string("parallel.first_bucket_size=") + bucket);
+      o.push_back(std::string("parallel.bucket_size=") + bucket);
+    }
     size_t budget = 0, each_window = 0;
     {
       Trainer probe(config(o), w);
@@ -264,11 +287,51 @@ TEST(BatchMemory, ZeroReducesEachMicroBatchWhenTheWholeWindowDoesNotFit) {
     Trainer t(config(tight), w);
     auto& z = dynamic_cast<ZeroEngine&>(t.session().engine());
     EXPECT_TRUE(z.reduces_each_micro_batch()) << "stage " << stage;
+    EXPECT_TRUE(z.blocks_gradients()) << "stage " << stage;
+    EXPECT_LT(each_window * 10, static_cast<size_t>(t.session().engine().memory().psi) * sizeof(float))
+        << "stage " << stage << ": the blocked window is a bucket and a block";
     EXPECT_EQ(t.session().micro_batch(), 1) << "stage " << stage;
     const State got = train(t, 3);
     EXPECT_LE(t.session().allocator().stats().peak, budget) << "stage " << stage;
     EXPECT_LE(z.memory().unreduced_peak, each_window) << "stage " << stage;
     expect_near(want, got, "stage " + stage + " reducing each micro-batch");
+  }
+}
+
+// Blocked gradients (ZeRO-2, each micro-batch reduced, 2 a step) with an allocation failure
+// on every rank at the first events of step 1's backward (the window's pages for the
+// head's blocks of the tied wte, reduced apart, then the blocks' buckets) and at a few
+// later ones: each rank makes the engine calls it had not made, the collectives of the
+// shared tensor's blocks included (ZeroEngine::finish_shared), the step is redone at half
+// the micro-batch (whose plan then keeps the whole window: its activations make room) and
+// the run stays within rounding of stage 0. (A failure on one rank
+// only leaves the ranks with different micro-batch counts, which turns reducing each
+// micro-batch off: under this budget the whole window does not fit, so it is not run.)
+TEST(BatchMemory, AnAllocationFailureInsideBlockedGradientsIsRedone) {
+  World& w = testing::world();
+  const State want = [&] {
+    Trainer t(config({"batch.micro_batch=1"}), w);
+    return train(t, 2);
+  }();
+  std::vector<std::string> o = {"parallel.zero_stage=2", "batch.micro_batch=2"};
+  o.push_back("runtime.memory_budget=" + std::to_string(budget_between_modes(o, 2)));
+  unsigned long long events = 0;
+  {
+    Trainer t(config(o), w);
+    ASSERT_TRUE(dynamic_cast<ZeroEngine&>(t.session().engine()).blocks_gradients());
+    const uint64_t before = t.session().allocator().events();
+    t.train_step();
+    events = t.session().allocator().events() - before;
+    MPI_Allreduce(MPI_IN_PLACE, &events, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, w.group().comm());
+  }
+  ASSERT_GT(events, 12u);
+  for (unsigned long long n : {2ull, 3ull, 4ull, 6ull, events / 3, events / 2, events - 1}) {
+    const std::string what = "allocation " + std::to_string(n) + " of " + std::to_string(events) + " in step 1 failed";
+    ScopedEnv env("ETR_TEST_FAIL_ALLOCATION", "1:" + std::to_string(n));
+    Trainer t(config(o), w);
+    const State got = train(t, 2);
+    EXPECT_EQ(t.session().oom_recoveries(), 1) << what;
+    expect_near(want, got, what);
   }
 }
 

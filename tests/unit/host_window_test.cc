@@ -67,5 +67,28 @@ TEST(HostWindow, RefusesPastTheBudgetAndOutsideTheWindow) {
   EXPECT_THROW(w.release(4 * page, 5 * page), InvalidArgument);
 }
 
+// set_page_bytes (ZeRO's blocked gradients): a window of 2 MiB pages counted in system
+// pages from then on, at the same address, everything returned first; and back. A page
+// size that does not divide the window is refused.
+TEST(HostWindow, CountsItsPagesInAnotherSizeAtTheSameAddress) {
+  HostAllocator alloc(size_t{64} << 20);
+  const size_t small = static_cast<size_t>(sysconf(_SC_PAGESIZE)), huge = size_t{2} << 20;
+  HostWindow w(static_cast<int64_t>(2 * huge / sizeof(float)), alloc, "test", huge);
+  float* at = w.data();
+  w.acquire(0, 10);
+  EXPECT_EQ(w.resident_bytes(), huge);
+  w.set_page_bytes(small);
+  EXPECT_EQ(w.data(), at);
+  EXPECT_EQ(w.page_bytes(), small);
+  EXPECT_EQ(alloc.stats().in_use, 0u) << "every page returned first";
+  w.acquire(0, 10);
+  EXPECT_EQ(w.resident_bytes(), small);
+  EXPECT_EQ(alloc.stats().in_use, small);
+  w.set_page_bytes(huge);
+  w.acquire(0, 10);
+  EXPECT_EQ(w.resident_bytes(), huge);
+  EXPECT_THROW(w.set_page_bytes(small + small / 2), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace etr

@@ -57,6 +57,25 @@ TEST(Encoder, ForwardAndBackward) {
   EXPECT_LT(rel_error(dwpef, dwpe), kFloatTol);
 }
 
+// Blocked gradients (runtime/grad_sink.h): rows [r0, r1) of dwte or dwpe, blocks in any
+// order, give bitwise encoder_backward's rows (the same sums in position order).
+TEST(Encoder, RowBlocksAreTheWholeBackwardBitwise) {
+  std::mt19937_64 rng(43);
+  const auto R = to_float(random_vector(B * T * C, rng));
+  const auto wte0 = to_float(random_vector(Vp * C, rng)), wpe0 = to_float(random_vector(maxT * C, rng));
+  auto dwte = wte0, dwpe = wpe0;
+  cpu::encoder_backward(dwte.data(), dwpe.data(), R.data(), kTokens.data(), B, T, C, V);
+  auto bwte = wte0, bwpe = wpe0;
+  for (auto [r0, r1] : {std::pair{8, 16}, std::pair{0, 3}, std::pair{3, 8}}) {
+    cpu::encoder_backward_rows<float>(bwte.data(), nullptr, R.data(), kTokens.data(), B, T, C, V, r0, r1);
+  }
+  for (auto [r0, r1] : {std::pair{4, 7}, std::pair{0, 4}}) {  // rows past T: nothing
+    cpu::encoder_backward_rows<float>(nullptr, bwpe.data(), R.data(), kTokens.data(), B, T, C, V, r0, r1);
+  }
+  EXPECT_EQ(bwte, dwte);
+  EXPECT_EQ(bwpe, dwpe);
+}
+
 TEST(Encoder, RejectsTokensOutsideTheVocabulary) {
   std::vector<double> out(B * T * C), wte(Vp * C), wpe(maxT * C);
   for (int32_t bad : {V, Vp, -1}) {

@@ -113,6 +113,33 @@ TEST_F(MatmulTest, NullInputGradientAndNoBias) {
   ETR_EXPECT_GRAD("matmul weight (no bias)", dw, numeric_grad(w, loss));
 }
 
+// Blocked gradients (runtime/grad_sink.h): rows [o0, o1) of dweight and dbias, blocks in
+// any order, accumulate into the given values what one matmul_backward does (double: within
+// 1e-12 relative; the gemm sums in another order), and leave every other row untouched.
+TEST_F(MatmulTest, RowBlocksAccumulateWhatTheWholeBackwardDoes) {
+  const int N = 7, C = 5, OC = 11;  // odd sizes; blocks of 1, 4 and 6 rows
+  std::mt19937_64 rng(5);
+  const auto inp = random_vector(N * C, rng), w = random_vector(OC * C, rng);
+  const auto R = random_vector(N * OC, rng), dw0 = random_vector(OC * C, rng), db0 = random_vector(OC, rng);
+  auto dw = dw0, db = db0;
+  matmul_backward<double>(nullptr, dw.data(), db.data(), R.data(), inp.data(), w.data(), N, C, OC);
+  auto bw = dw0, bb = db0;
+  for (auto [o0, o1] : {std::pair{5, 11}, std::pair{0, 1}, std::pair{1, 5}}) {
+    const auto before_w = bw;
+    cpu::matmul_backward_rows<double>(bw.data(), bb.data(), R.data(), inp.data(), N, C, OC, o0, o1);
+    for (int o = 0; o < OC; ++o) {
+      if (o >= o0 && o < o1) continue;
+      for (int c = 0; c < C; ++c) ASSERT_EQ(bw[o * C + c], before_w[o * C + c]) << "row " << o;
+    }
+  }
+  EXPECT_LT(rel_error(bw, dw), 1e-12);
+  EXPECT_LT(rel_error(bb, db), 1e-12);
+  // The bias alone and the weight alone, each as the whole call's.
+  auto only_b = db0;
+  cpu::matmul_backward_rows<double>(nullptr, only_b.data(), R.data(), inp.data(), N, C, OC, 0, OC);
+  EXPECT_LT(rel_error(only_b, db), 1e-12);
+}
+
 TEST_F(MatmulTest, EmptySizesDoNothing) {
   std::vector<double> out(4, 7.0), w(4, 1.0), b(4, 2.0);
   matmul_forward<double>(out.data(), nullptr, w.data(), b.data(), 0, 1, 4);

@@ -2,6 +2,7 @@
 // out [B, T, C]; dout [B, T, C], dwte [Vp, C], dwpe [maxT, C].
 #include "runtime/kernels/cpu/encoder.h"
 
+#include <algorithm>
 #include <string>
 
 #include "runtime/check.h"
@@ -66,11 +67,37 @@ void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* t
   });
 }
 
+template <typename Real>
+void encoder_backward_rows(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens,
+                           int64_t B, int64_t T, int64_t C, int64_t V, int64_t r0, int64_t r1) {
+  check_tokens(tokens, B, T, C, V);
+  if (dwte != nullptr) {
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      const int64_t token = tokens[bt];
+      if (token < r0 || token >= r1) continue;
+      Real* __restrict we = dwte + token * C;
+      const Real* __restrict d = dout + bt * C;
+      for (int64_t c = 0; c < C; ++c) we[c] += d[c];
+    }
+  }
+  if (dwpe != nullptr) {
+    for (int64_t t = r0; t < std::min(r1, T); ++t) {
+      Real* __restrict pe = dwpe + t * C;
+      for (int64_t b = 0; b < B; ++b) {
+        const Real* __restrict d = dout + (b * T + t) * C;
+        for (int64_t c = 0; c < C; ++c) pe[c] += d[c];
+      }
+    }
+  }
+}
+
 #define ETR_INSTANTIATE(Real)                                                                   \
   template void encoder_forward<Real>(Real*, const int32_t*, const Real*, const Real*, int64_t, \
                                       int64_t, int64_t, int64_t);                               \
   template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int64_t,      \
-                                       int64_t, int64_t, int64_t);
+                                       int64_t, int64_t, int64_t);                               \
+  template void encoder_backward_rows<Real>(Real*, Real*, const Real*, const int32_t*, int64_t,    \
+                                            int64_t, int64_t, int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
 #undef ETR_INSTANTIATE

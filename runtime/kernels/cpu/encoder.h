@@ -31,4 +31,12 @@ template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int64_t B,
                       int64_t T, int64_t C, int64_t V);
 
+// Rows [r0, r1) of encoder_backward's dwte or dwpe (the other nullptr): the same sums, in
+// the same position order, restricted to those rows (bitwise those rows of
+// encoder_backward). ZeRO's blocked gradients (runtime/grad_sink.h) take the embedding a
+// block of rows at a time.
+template <typename Real>
+void encoder_backward_rows(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens,
+                           int64_t B, int64_t T, int64_t C, int64_t V, int64_t r0, int64_t r1);
+
 }  // namespace etr::cpu

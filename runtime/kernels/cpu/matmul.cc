@@ -65,11 +65,34 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   }
 }
 
+template <typename Real>
+void matmul_backward_rows(Real* dweight, Real* dbias, const Real* dout, const Real* inp, int64_t N,
+                          int64_t C, int64_t OC, int64_t o0, int64_t o1) {
+  check_sizes(N, C, OC);
+  ETR_CHECK(0 <= o0 && o0 <= o1 && o1 <= OC) << "rows [" << o0 << ", " << o1 << ") of " << OC;
+  const int64_t M = o1 - o0;
+  if (N == 0 || M == 0) return;
+  // dweight[o0:o1] [M, C] += dout[:, o0:o1]^T [M, N] . inp [N, C] (lda OC)
+  if (dweight != nullptr) {
+    detail::parallel_gemm<Real>(true, false, M, C, N, Real(1), dout + o0, OC, inp, C, Real(1),
+                                dweight + o0 * C, C);
+  }
+  if (dbias != nullptr) {
+    Real* __restrict db = dbias + o0;
+    for (int64_t n = 0; n < N; ++n) {
+      const Real* __restrict d = dout + n * OC + o0;
+      for (int64_t j = 0; j < M; ++j) db[j] += d[j];
+    }
+  }
+}
+
 #define ETR_INSTANTIATE(Real)                                                                     \
   template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t,       \
                                      int64_t, int64_t);                                           \
   template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, \
-                                      int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t);                               \
+  template void matmul_backward_rows<Real>(Real*, Real*, const Real*, const Real*, int64_t,       \
+                                           int64_t, int64_t, int64_t, int64_t);
 ETR_INSTANTIATE(float)
 ETR_INSTANTIATE(double)
 #undef ETR_INSTANTIATE

@@ -30,4 +30,14 @@ template <typename Real>
 void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                      const Real* weight, int64_t N, int64_t C, int64_t OC);
 
+// Rows [o0, o1) of matmul_backward's dweight and dbias (either nullptr: not needed):
+//   dweight[o, :] += dout[:, o]^T . inp,  dbias[o] += column sum of dout[:, o],  o0 <= o < o1
+// `dweight` and `dbias` are the whole tensors ([OC, C], [OC]). ZeRO's blocked gradients
+// (runtime/grad_sink.h) compute a large weight's gradient a block of rows at a time, so
+// that at most a block of it exists before its reduce-scatter; summed in another order
+// than the whole product (within rounding, not bitwise).
+template <typename Real>
+void matmul_backward_rows(Real* dweight, Real* dbias, const Real* dout, const Real* inp, int64_t N,
+                          int64_t C, int64_t OC, int64_t o0, int64_t o1);
+
 }  // namespace etr::cpu
