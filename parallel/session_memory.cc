@@ -96,6 +96,14 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
+  // The memory tier's copies are host RAM (tmpfs pages count against the host's memory
+  // and its cgroup, not this process's resident set): in the model where the allocator is
+  // host memory too; on a GPU the device's model leaves them out.
+  if (!device().is_cuda()) {
+    const ShardPlan plan(model_.stack->layout(), grid_->size(), {"param", "adam.m", "adam.v"});
+    const size_t tier = memory_tier_bytes(config_.checkpoint(), plan.file_bytes(grid_->rank()));
+    if (tier > 0) fixed.push_back({"memory tier (host RAM)", tier});
+  }
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {

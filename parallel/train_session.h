@@ -147,9 +147,11 @@ class TrainSession {
   void flush_checkpoints();
   // Collective: loads the engine's states, data position and schedule from the
   // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
-  void restore(const std::filesystem::path& dir);
+  // `tier`: where it was found ("durable", "fast", "memory-local", "memory-buddy").
+  void restore(const std::filesystem::path& dir, const std::string& tier = "durable");
   const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
   const CheckpointWriter* checkpoint_writer() const { return checkpoints_->writer(); }
+  const CheckpointWriter* memory_checkpoint_writer() const { return checkpoints_->memory_writer(); }
 
   const TrainConfig& config() const { return config_; }
   LayerStack<float>& stack() { return *model_.stack; }
