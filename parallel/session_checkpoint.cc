@@ -39,11 +39,11 @@ void TrainSession::restore(const std::filesystem::path& dir, const std::string& 
   resumed_from_ = dir;
   elastic_->restored(m.step(), m.layout().world_size(), r.seconds, tier);
   if (leader()) {
-    log_.info("resumed from ", dir.string(), " (", tier, "): step ", m.step(), ", sample ",
+    log_.info("resumed from ", dir.string(), ": step ", m.step(), ", sample ",
               m.data().samples_seen(), "; saved by ", m.layout().world_size(),
               " rank(s), now ", grid_->size(), "; rank 0 read ",
               format_bytes(static_cast<double>(r.bytes)), " in ",
-              std::to_string(r.seconds).substr(0, 5), " s");
+              std::to_string(r.seconds).substr(0, 5), " s (the ", tier, " tier)");
   }
 }
 
