@@ -313,6 +313,7 @@ class TrainSession {
     size_t outside_bytes = 0;
     bool outside_measured = false;
     bool activations_held = false;  // the stack's activations are taken for this step
+    size_t memory_tier = 0;  // host RAM of the checkpoint memory tier, off the host budget
     std::unique_ptr<MemoryBudget> budget;  // the host's (runtime/memory_budget.h)
   } mem_;
   // What the steps carry from one to the next (train_step.cc).
