@@ -68,11 +68,7 @@ CheckpointCadence::~CheckpointCadence() = default;
 std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
   const auto& c = config_.checkpoint();
   const bool latest = c.resume() == "latest";
-  if (memory_writer_ && !(relaunch && latest)) {
-    const BuddyLink hosts(grid_.world_group());  // each host's leader empties its tier
-    if (hosts.host_leader()) clear_memory_tier(memory_.dir);
-    all_true(grid_.world_group(), true);
-  }
+  if (memory_writer_ && !(relaunch && latest)) clear_memory_tier_on_hosts();
   if (c.resume().empty()) return std::nullopt;
   std::vector<fs::path> paths;
   if (latest) {
@@ -87,6 +83,9 @@ std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
   }
   if (memory_writer_ && relaunch && latest) {
     if (auto found = find_in_memory(newest_on_disk(paths))) return found;
+    // Resuming from an older step: the copies it left would be replaced one by one (and
+    // kept aside) as the run passes their steps again.
+    clear_memory_tier_on_hosts();
   }
   const auto found = find_resumable(paths, grid_.world_group(), log_);
   if (found) {
@@ -98,6 +97,13 @@ std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
   if (!latest) throw CheckpointError("nothing in " + where + " is a usable checkpoint to resume from");
   if (grid_.rank() == 0) log_.info("no checkpoint to resume from in ", where, "; starting from step 0");
   return std::nullopt;
+}
+
+// Collective: each host's leader empties the memory tier's directory on its host.
+void CheckpointCadence::clear_memory_tier_on_hosts() const {
+  const BuddyLink hosts(grid_.world_group());
+  if (hosts.host_leader()) clear_memory_tier(memory_.dir);
+  all_true(grid_.world_group(), true);  // emptied everywhere before anyone saves
 }
 
 // Collective: the memory tier's newest complete copy when it is at least `disk_step`,

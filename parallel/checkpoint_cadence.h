@@ -118,6 +118,7 @@ class CheckpointCadence {
  private:
   void check_attachments(const ckpt::Manifest& m) const;
   std::optional<ResumePoint> find_in_memory(uint64_t disk_step) const;
+  void clear_memory_tier_on_hosts() const;
 
   ckpt::BatchPolicy batch_policy_;
   std::vector<ckpt::Attachment> attachments_;

@@ -10,7 +10,8 @@
 #  c. a damaged memory copy: a run whose rank 1 fails at step 37 (ETR_FAIL_AT_STEP) leaves
 #     memory copy 35 or 36 and disk copy 30; one byte of the memory copy's shard file is
 #     flipped; the relaunch (ETR_RUN_RESTART=1, as etr-run sets it) logs why it does not use
-#     the memory tier, restores from disk (tier=durable) and ends bitwise equal;
+#     the memory tier, restores from disk (tier=durable), empties the tier (its copies
+#     would be replaced one by one) and ends bitwise equal, the tier holding step 80 only;
 #  d. a memory directory that cannot be made (under a regular file): every memory save
 #     fails with a sentence, training completes, the final parameters are equal; with
 #     runtime.memory_budget=64MiB the memory tier's 4.14 MiB per rank (a 723 KB shard x 2 x
@@ -103,6 +104,8 @@ ETR_RUN_DIR="$work/c.run" ETR_RUN_RESTART=1 ETR_RUN_REASON=failure ETR_RUN_PREV_
 expect c "not resuming from the memory tier: .*checksum" "$work/c.out" "the damaged memory copy was not named"
 expect c "restored step=30 world=2 tier=durable" "$work/c.run/events" "did not restore from disk step 30"
 grep "not resuming from the memory tier" "$work/c.out"
+[ "$(ls -A "$mem")" = "step-000000080" ] ||
+  fail "c: the memory tier holds $(ls -A "$mem" | tr '\n' ' ')after the run, not only its last step (the damaged copy was not cleared)"
 same_params c
 
 echo "== d. a memory directory that cannot be made"
