@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The checkpoint memory tier across simulated hosts (issue 35, item 3; sim_cluster.sh: 3
-# hosts of 1 slot, each with its own /dev/shm; etr-run on host 1 with --max-np 2, its
-# discovery lists hosts 1 and 2; etr-train tiny, the memory tier every step in its default
-# directory /dev/shm/etr-mem-..., durable checkpoints every 50 steps):
+# hosts of 1 slot, each with its own /dev/shm; etr-run on host 1 with --max-np 2 and a
+# discovery that lists all 3, so the job runs on hosts 1 and 2; etr-train tiny, the memory
+# tier every step in its default directory /dev/shm/etr-mem-..., durable checkpoints
+# every 50 steps):
 #  reference: an uninterrupted 2-rank run (on this machine);
-#  a. host 2 lost: its processes killed, its link cut and its memory wiped; discovery lists
-#     hosts 1 and 3. The relaunch on hosts 1 and 3 restores from the memory tier: host 2's
-#     shard from the buddy copy host 1 keeps (the `restored` event says tier=memory-buddy),
-#     put together on host 3, which had nothing; at most 1 step lost; the final parameters
-#     equal the reference's bitwise (2 ranks again: the same sums).
+#  a. host 2 lost: its processes killed, its link cut and its memory wiped; etr-run
+#     excludes it (its launch daemon's end names it). The relaunch on hosts 1 and 3
+#     restores from the memory tier: host 2's shard from the buddy copy host 1 keeps (the
+#     `restored` event says tier=memory-buddy), put together on host 3, which had nothing;
+#     at most 1 step lost; the final parameters equal the reference's bitwise (2 ranks
+#     again: the same sums).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_memtier_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
@@ -29,7 +31,7 @@ echo "== reference: an uninterrupted 2-rank run"
   { cat "$work/ref.out"; fail "reference run failed"; }
 
 echo "== a. host 2 lost with its memory; the relaunch on hosts 1 and 3 restores from host 1's buddy copy"
-list 1 2
+list 1 2 3
 printf '#!/bin/sh\ncat %s\n' "$work/slots" >"$work/discover.sh"
 chmod +x "$work/discover.sh"
 "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
@@ -47,7 +49,6 @@ done
 "$sim" kill 2
 "$sim" cut 2
 "$sim" wipe 2
-list 1 3
 i=0
 while kill -0 "$pid" 2>/dev/null; do
   sleep 0.1
