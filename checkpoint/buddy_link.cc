@@ -10,6 +10,7 @@
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/durable_file.h"
+#include "checkpoint/memory_restore.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
@@ -93,7 +94,9 @@ std::string BuddyLink::exchange(std::span<const char> mine, const ShardPlan& pla
     for (MPI_Request& r : requests) wait_with_timeout(r, what.c_str());
     for (size_t i = 0; i < senders_.size(); ++i) {
       const std::string name = plan.file_name(senders_[i]);
-      write_file_durably(dir / name, received_[i].data(), received_[i].size());
+      DurableFile out(dir / name, recycled_shard(dir.parent_path(), name));
+      out.write(received_[i].data(), received_[i].size());
+      out.commit();
       write_file_durably(dir / (name + kBuddyMarkerSuffix), nullptr, 0);
     }
   } catch (const std::exception& e) {

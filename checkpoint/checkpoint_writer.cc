@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <system_error>
 
 #include "checkpoint/agreement.h"
@@ -12,6 +13,7 @@
 #include "checkpoint/shard_sink.h"
 #include "checkpoint/snapshot_copy.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/memory_restore.h"
 #include "runtime/byte_progress.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
@@ -153,6 +155,7 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->t0 = t0;
   const fs::path file = p->partial / plan.file_name(group_.rank());
   Pending* raw = p.get();
+  if (tier.per_host) join_pruner();  // its recycled files are what the new save writes over
   if (async_) {
     p->plan = std::make_unique<ShardPlan>(plan);
     p->buffers = std::move(buffers);
@@ -189,15 +192,20 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   // disk costs time (etr-bench ckpt). The checksum was taken during the copy.
   const auto w0 = Clock::now();
   try {
-    DurableFile out(file, /*direct_io=*/!p.tier.per_host);  // tmpfs has no O_DIRECT
+    std::optional<DurableFile> out;
+    if (p.tier.per_host) {  // tmpfs (no O_DIRECT), over a recycled file's pages
+      out.emplace(file, recycled_shard(p.tier.dir, file.filename().string()));
+    } else {
+      out.emplace(file, /*direct_io=*/true);
+    }
     ByteProgress progress = save_progress(p.step, p.snapshot.size());
     for (size_t off = 0; off < p.snapshot.size(); off += kShardStagingBytes) {
       const size_t n = std::min(kShardStagingBytes, p.snapshot.size() - off);
-      out.write(p.snapshot.data() + off, n);
+      out->write(p.snapshot.data() + off, n);
       progress.add(n);
     }
     progress.finish();
-    out.commit();
+    out->commit();
     p.info.bytes = p.snapshot.size();
     p.info.xxh3 = p.snapshot_xxh3;
   } catch (const std::exception& e) {
@@ -413,7 +421,8 @@ void CheckpointWriter::announce_and_prune(const Pending& p, const SaveStats& s) 
   join_pruner();  // done in publish() already; assigning a running thread would terminate
   auto prune = [this, tier = p.tier] {
     try {
-      for (const fs::path& gone : prune_checkpoints(tier.dir, tier.keep)) {
+      for (const fs::path& gone : tier.per_host ? prune_memory_tier(tier.dir, tier.keep)
+                                                : prune_checkpoints(tier.dir, tier.keep)) {
         log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
       }
     } catch (const std::exception& e) {

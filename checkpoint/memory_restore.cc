@@ -20,6 +20,7 @@ namespace etr {
 namespace fs = std::filesystem;
 namespace {
 
+constexpr const char* kRecycle = ".recycle";
 constexpr int kMaxListed = 4;  // the tier keeps 2; a few more do no harm
 constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 
@@ -192,9 +193,36 @@ void clear_memory_tier(const fs::path& root) {
   std::vector<fs::path> gone;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.starts_with("step-") || name.starts_with(".step-")) gone.push_back(it->path());
+    if (name.starts_with("step-") || name.starts_with(".step-") || name == kRecycle) {
+      gone.push_back(it->path());
+    }
   }
   for (const fs::path& p : gone) fs::remove_all(p, ec);
+}
+
+fs::path recycled_shard(const fs::path& root, const std::string& name) {
+  return root / kRecycle / name;
+}
+
+std::vector<fs::path> prune_memory_tier(const fs::path& root, int keep) {
+  std::vector<CheckpointEntry> complete;
+  for (const CheckpointEntry& e : list_checkpoints(root)) {
+    if (e.has_manifest) complete.push_back(e);
+  }
+  if (keep > 0 && complete.size() > static_cast<size_t>(keep)) {
+    const fs::path newest_dropped = complete[complete.size() - static_cast<size_t>(keep) - 1].dir;
+    const fs::path bin = root / kRecycle;
+    std::error_code ec;
+    fs::remove_all(bin, ec);
+    fs::create_directory(bin, ec);
+    for (fs::directory_iterator it(newest_dropped, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().extension() == ".bin") {
+        std::error_code moved;
+        fs::rename(it->path(), bin / it->path().filename(), moved);
+      }
+    }
+  }
+  return prune_checkpoints(root, keep);
 }
 
 }  // namespace etr

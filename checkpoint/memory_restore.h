@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/group.h"
 #include "runtime/log.h"
@@ -43,7 +44,16 @@ std::optional<MemoryResume> find_memory_resumable(const std::filesystem::path& r
                                                   std::string& why_not);
 
 // Deletes the checkpoints (complete or partial) of the memory tier's directory `root` on
-// this host: a fresh start must never resume from an earlier run's copy.
+// this host, and its recycled files: a fresh start must never resume from an earlier
+// run's copy.
 void clear_memory_tier(const std::filesystem::path& root);
+
+// Retention of the memory tier on this host (prune_checkpoints, checkpoint/catalog.h),
+// except that the shard files of the newest checkpoint it drops are kept in
+// root/.recycle/ (the previous ones there deleted): the next save writes over their tmpfs
+// pages (recycled_shard) instead of faulting in fresh ones. Returns what it deleted.
+std::vector<std::filesystem::path> prune_memory_tier(const std::filesystem::path& root, int keep);
+// Where a recycled shard file of that name would be (it may not exist).
+std::filesystem::path recycled_shard(const std::filesystem::path& root, const std::string& name);
 
 }  // namespace etr
