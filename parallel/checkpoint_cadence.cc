@@ -100,9 +100,13 @@ std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
 }
 
 // Collective: each host's leader empties the memory tier's directory on its host.
-void CheckpointCadence::clear_memory_tier_on_hosts() const {
+void CheckpointCadence::clear_memory_tier_on_hosts(bool remove_dir) const {
   const BuddyLink hosts(grid_.world_group());
-  if (hosts.host_leader()) clear_memory_tier(memory_.dir);
+  if (hosts.host_leader()) {
+    clear_memory_tier(memory_.dir);
+    std::error_code ec;
+    if (remove_dir) fs::remove(memory_.dir, ec);  // only when nothing else is in it
+  }
   all_true(grid_.world_group(), true);  // emptied everywhere before anyone saves
 }
 
@@ -267,6 +271,12 @@ bool CheckpointCadence::saved(int64_t step) const {
   if (!writer_ || writer_->stats().empty()) return false;
   const SaveStats& last = writer_->stats().back();
   return last.ok && last.step == static_cast<uint64_t>(step);
+}
+
+void CheckpointCadence::release_memory_tier(int64_t last_step) {
+  if (!memory_writer_ || !saved(last_step)) return;
+  memory_writer_->flush();
+  clear_memory_tier_on_hosts(/*remove_dir=*/true);
 }
 
 }  // namespace etr

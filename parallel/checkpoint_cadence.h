@@ -114,11 +114,15 @@ class CheckpointCadence {
   std::string resize_tier() const;
   // The last completed save was of `step` and succeeded.
   bool saved(int64_t step) const;
+  // Collective, at the end of a finished run (after flush()): when its last step is saved
+  // on disk, each host's leader empties and removes the memory tier's directory (its
+  // tmpfs pages are the host's RAM); otherwise the copies stay for a relaunch.
+  void release_memory_tier(int64_t last_step);
 
  private:
   void check_attachments(const ckpt::Manifest& m) const;
   std::optional<ResumePoint> find_in_memory(uint64_t disk_step) const;
-  void clear_memory_tier_on_hosts() const;
+  void clear_memory_tier_on_hosts(bool remove_dir = false) const;
 
   ckpt::BatchPolicy batch_policy_;
   std::vector<ckpt::Attachment> attachments_;
