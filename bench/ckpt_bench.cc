@@ -117,7 +117,7 @@ struct Bench {
   const WorkDir& work;
   // The same model: async (writer on spare cores, etr-train's default), async with the
   // writer on the rank's cores, sync.
-  std::unique_ptr<train::Trainer> async_trainer, async_rank_trainer, sync_trainer;
+  std::unique_ptr<train::Trainer> async_trainer, async_rank_trainer, sync_trainer, memory_trainer;
   uint64_t checkpoint_bytes = 0;                                // all shard files
   uint64_t share_bytes = 0;                                     // this rank's shard file
   std::vector<char> source;             // [share_bytes] the disk reference's data
@@ -375,12 +375,19 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   Logger& log = ctx.world().log();
   const LogLevel level = log.level();
   log.set_level(LogLevel::kWarn);  // the trainers' and writers' info lines would break the table
-  Bench b{ctx, a, work, nullptr, nullptr, nullptr, 0, 0, {}, {}, {}};
+  Bench b{ctx, a, work, nullptr, nullptr, nullptr, nullptr, 0, 0, {}, {}, {}};
   const TrainConfig async_config = trainer_config(base, work.path() / "async", true);
   b.async_trainer = std::make_unique<train::Trainer>(async_config, ctx.world());
   b.async_rank_trainer = std::make_unique<train::Trainer>(
       trainer_config(base, work.path() / "async-rank", true, config::WRITER_CPUS_RANK),
       ctx.world());
+  // The memory tier in the host's tmpfs, like etr-train's default (/dev/shm), emptied by
+  // the trainer's fresh start and removed by rank 0 at the end.
+  TrainConfig memory_config = trainer_config(base, work.path() / "memory-disk", true);
+  const fs::path memory_dir = fs::path("/dev/shm") / ("etr-bench-mem-" + work.path().filename().string());
+  memory_config.mutable_checkpoint()->set_memory_every(1);
+  memory_config.mutable_checkpoint()->set_memory_dir(memory_dir.string());
+  b.memory_trainer = std::make_unique<train::Trainer>(memory_config, ctx.world());
   b.sync_trainer = std::make_unique<train::Trainer>(
       trainer_config(base, work.path() / "sync", false), ctx.world());
   const ParamLayout& layout = b.sync_trainer->model().layout();
@@ -403,8 +410,13 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   }
   nlohmann::json rows = print_bandwidth(b, r);
   nlohmann::json stall =
-      measure_stall(ctx, {*b.async_trainer, *b.async_rank_trainer, *b.sync_trainer},
+      measure_stall(ctx, {*b.async_trainer, *b.async_rank_trainer, *b.sync_trainer, *b.memory_trainer},
                     async_config, a.stall);
+  b.memory_trainer.reset();  // its writer's thread ends before the directory goes
+  if (ctx.is_root()) {
+    std::error_code ec;
+    fs::remove_all(memory_dir, ec);
+  }
   log.set_level(level);
   if (!a.json.empty()) {
     ctx.write_json(a.json, {{"benchmark", "ckpt"},

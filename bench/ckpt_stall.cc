@@ -16,6 +16,7 @@ struct Mode {
   const char* name;
   train::Trainer* trainer;
   bool saves;
+  const char* tier;  // what save_checkpoint() is given
   std::vector<double> seconds;   // per round: the timed window, the slowest rank's
   std::vector<double> cpu;       // per round: the process's CPU time in it (all threads)
   std::vector<double> in_save;   // every timed save() call, the slowest rank's
@@ -26,10 +27,12 @@ struct Mode {
 // One timed window of `o.steps` steps of mode `m` (see ckpt_stall.h for the steady state).
 void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
   train::Trainer& t = *m.trainer;
-  const size_t first = t.checkpoint_writer()->stats().size();
+  const bool memory = std::string(m.tier) == "memory";
+  const CheckpointWriter& writer = memory ? *t.memory_checkpoint_writer() : *t.checkpoint_writer();
+  const size_t first = writer.stats().size();
   if (m.saves) {
     t.train_step();  // untimed: this step's save must not be the previous window's last one
-    t.save_checkpoint("durable");
+    t.save_checkpoint(m.tier);
   }
   std::vector<double> in_save;
   ctx.sleeping_barrier();
@@ -39,7 +42,7 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
     t.train_step();
     if (m.saves && i % o.every == 0) {
       const auto s0 = Clock::now();
-      t.save_checkpoint("durable");
+      t.save_checkpoint(m.tier);
       in_save.push_back(seconds_since(s0));
     }
   }
@@ -52,7 +55,7 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
   t.flush_checkpoints();
   ctx.max_over_ranks(in_save.data(), static_cast<int>(in_save.size()));
   m.in_save.insert(m.in_save.end(), in_save.begin(), in_save.end());
-  const std::vector<SaveStats>& stats = t.checkpoint_writer()->stats();
+  const std::vector<SaveStats>& stats = writer.stats();
   for (size_t i = first; i < stats.size(); ++i) {
     if (!stats[i].ok) throw AgreedError("checkpoint save failed in training: " + stats[i].error);
     m.stall.push_back(stats[i].stall_seconds);
@@ -83,14 +86,17 @@ nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& train
                               : ("spare CPU(s) " + format_cpus(spare) +
                                  " of the node (no rank is bound there; etr-train's default)").c_str());
   ctx.print(buf);
-  for (train::Trainer* t : {&trainers.async_spare, &trainers.async_rank, &trainers.sync}) {
+  for (train::Trainer* t :
+       {&trainers.async_spare, &trainers.async_rank, &trainers.sync, &trainers.memory}) {
     for (int i = 0; i < o.warmup; ++i) t->train_step();
   }
   const std::string every = std::to_string(o.every);
-  std::vector<Mode> modes = {{"no saving", &trainers.async_spare, false, {}, {}, {}, {}},
-                             {"async save", &trainers.async_spare, true, {}, {}, {}, {}},
-                             {"async, rank cores", &trainers.async_rank, true, {}, {}, {}, {}},
-                             {"sync save", &trainers.sync, true, {}, {}, {}, {}}};
+  std::vector<Mode> modes = {
+      {"no saving", &trainers.async_spare, false, "durable", {}, {}, {}, {}},
+      {"async save", &trainers.async_spare, true, "durable", {}, {}, {}, {}},
+      {"async, rank cores", &trainers.async_rank, true, "durable", {}, {}, {}, {}},
+      {"sync save", &trainers.sync, true, "durable", {}, {}, {}, {}},
+      {"memory tier", &trainers.memory, true, "memory", {}, {}, {}, {}}};
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t j = 0; j < modes.size(); ++j) window(ctx, modes[(j + round) % modes.size()], o);
   }
@@ -133,6 +139,15 @@ nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& train
                 "adds waiting for the previous save if it is still being written, and its "
                 "commit\n",
                 median(modes[1].stall) * 1e3, median(modes[2].stall) * 1e3);
+  ctx.print(buf);
+  const BuddyLink* hosts = trainers.memory.memory_checkpoint_writer()->buddy_link();
+  std::snprintf(buf, sizeof buf,
+                "# memory tier: %s, every shard also to a buddy rank on another host: %s; "
+                "save() and the wait for its snapshot take %.1f ms (rank 0, median)\n",
+                trainers.memory.memory_checkpoint_writer()->stats().empty()
+                    ? "?"
+                    : trainers.memory.memory_checkpoint_writer()->stats().back().dir.parent_path().c_str(),
+                hosts && hosts->hosts() > 1 ? "yes" : "no (one host)", median(modes[4].stall) * 1e3);
   ctx.print(buf);
   return out;
 }

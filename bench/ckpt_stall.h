@@ -1,7 +1,9 @@
 // The training stall of checkpointing, for `etr-bench ckpt` (bench/ckpt_bench.h): the
 // same model trained with no saving, with async saving every k steps (its writer on the
-// node's spare cores, etr-train's default, and on the rank's own cores) and with sync
-// saving every k steps, in rounds that rotate the order of the modes.
+// node's spare cores, etr-train's default, and on the rank's own cores), with sync
+// saving every k steps, and with the memory tier (checkpoint.memory_every: each rank's
+// shard into the host's tmpfs, async, with the buddy copy when there are several hosts)
+// every k steps, in rounds that rotate the order of the modes.
 //
 // Each window times `steps` optimizer steps in steady state: a saving mode starts one save
 // just before the clock starts and, as its last, one just before it stops, so the window
@@ -37,6 +39,7 @@ struct StallTrainers {
   train::Trainer& async_spare;  // async, checkpoint.writer_cpus = spare
   train::Trainer& async_rank;   // async, checkpoint.writer_cpus = rank
   train::Trainer& sync;
+  train::Trainer& memory;       // the memory tier (save_checkpoint("memory"))
 };
 
 // Collective. Prints the table on rank 0 and returns the figures.

@@ -1,5 +1,6 @@
 #include "checkpoint/agreement.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -61,6 +62,31 @@ bool all_true(const Group& group, bool flag) {
   MPI_CHECK(MPI_Iallreduce(&b->mine, &b->all, 1, MPI_INT, MPI_MIN, group.comm(), &request));
   detail::wait_agreement(group, "all_true", request, b);
   return b->all == 1;
+}
+
+std::string broadcast_bytes(const Group& group, const std::string& bytes, int root) {
+  const uint64_t length = broadcast<uint64_t>(group, bytes.size(), root);
+  auto text = std::make_shared<std::string>(group.rank() == root ? bytes : std::string(length, '\0'));
+  constexpr uint64_t kPiece = uint64_t{64} << 20;
+  for (uint64_t at = 0; at < length; at += kPiece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ibcast(text->data() + at, static_cast<int>(std::min(kPiece, length - at)),
+                         MPI_CHAR, root, group.comm(), &request));
+    detail::wait_agreement(group, "broadcast_bytes", request, text);
+  }
+  return std::move(*text);
+}
+
+std::vector<int64_t> all_min(const Group& group, const std::vector<int64_t>& values) {
+  struct Buffers {
+    std::vector<int64_t> mine, min;
+  };
+  auto b = std::make_shared<Buffers>(Buffers{values, values});
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallreduce(b->mine.data(), b->min.data(), static_cast<int>(values.size()),
+                           MPI_INT64_T, MPI_MIN, group.comm(), &request));
+  detail::wait_agreement(group, "all_min", request, b);
+  return std::move(b->min);
 }
 
 }  // namespace etr

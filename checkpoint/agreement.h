@@ -31,6 +31,13 @@ std::string first_error(const Group& group, const std::string& local);
 // Collective: true when `flag` is true on every rank.
 bool all_true(const Group& group, bool flag);
 
+// Collective: rank `root`'s `bytes` (any length), on every rank; sent in pieces of at
+// most 64 MiB (a file of the memory tier travels this way, checkpoint/memory_restore.h).
+std::string broadcast_bytes(const Group& group, const std::string& bytes, int root);
+
+// Collective: the element-wise minimum of every rank's `values` (all of one length).
+std::vector<int64_t> all_min(const Group& group, const std::vector<int64_t>& values);
+
 namespace detail {
 
 // Waits for `request`, the collective `op` on `group`, with the communicator timeout.

@@ -1,21 +1,19 @@
 #include "checkpoint/checkpoint_writer.h"
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <system_error>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/catalog.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/shard_sink.h"
+#include "checkpoint/snapshot_copy.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/memory_restore.h"
 #include "runtime/byte_progress.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
@@ -40,82 +38,6 @@ std::string partial_name(uint64_t step) {
   std::string name(".");
   name.append(step_dir_name(step)).append(".partial");
   return name;
-}
-
-// dst[0, n) = src[0, n) with non-temporal stores where the CPU has them: they bypass the
-// cache, so copying a snapshot does not evict the training thread's working set (the
-// writer may share its core). store_fence() orders them before what follows.
-void stream_copy(char* dst, const char* src, size_t n) {
-#if defined(__SSE2__)
-  size_t i = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  std::memcpy(dst, src, i);
-  for (; i + 64 <= n; i += 64) {
-    for (size_t k = 0; k < 64; k += 16) {
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + k),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + k)));
-    }
-  }
-  std::memcpy(dst + i, src + i, n - i);
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
-
-void store_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-// A checkpoint of NaN or infinite state is useless to resume from, so it is never
-// written: this finds the first non-finite f32 in the pieces of one shard file (its
-// states one after another, `state_bytes` each) as they go by.
-class FiniteCheck {
- public:
-  FiniteCheck(const ShardPlan& plan, int rank)
-      : states_(plan.states()),
-        state_bytes_(plan.file_bytes(rank) / std::max<size_t>(1, plan.states().size())) {}
-
-  void add(const void* data, size_t bytes) {
-    const auto* bits = static_cast<const uint32_t*>(data);
-    const size_t n = bytes / sizeof(float);
-    uint32_t bad = 0;  // one pass the compiler vectorizes; the position only when needed
-    for (size_t i = 0; i < n; ++i) bad |= (bits[i] & kExponent) == kExponent;
-    if (bad && error_.empty()) {
-      size_t i = 0;
-      while ((bits[i] & kExponent) != kExponent) ++i;
-      float x;
-      std::memcpy(&x, bits + i, sizeof x);
-      const uint64_t at = (seen_ + i * sizeof(float)) / sizeof(float);
-      const uint64_t per_state = std::max<uint64_t>(1, state_bytes_ / sizeof(float));
-      const size_t s = std::min<size_t>(at / per_state, states_.size() - 1);
-      error_ = "the state '" + states_[s] + "' holds " + (std::isnan(x) ? "NaN" : "an infinity") +
-               " (this rank's element " + std::to_string(at % per_state) +
-               " of it), and a checkpoint of non-finite state is never written";
-    }
-    seen_ += bytes;
-  }
-  // "" while every value was finite.
-  const std::string& error() const { return error_; }
-
- private:
-  static constexpr uint32_t kExponent = 0x7f800000u;  // all ones: NaN or infinity
-  const std::vector<std::string>& states_;
-  uint64_t state_bytes_;
-  uint64_t seen_ = 0;
-  std::string error_;
-};
-
-// The copy, in pieces small enough that the checksum and the finiteness check read the
-// source while it is still in the cache: one pass over memory for all three.
-void copy_and_hash(char* dst, const char* src, size_t n, Checksum& sum, FiniteCheck& finite) {
-  constexpr size_t kPiece = size_t{64} << 10;
-  for (size_t off = 0; off < n; off += kPiece) {
-    const size_t len = std::min(kPiece, n - off);
-    stream_copy(dst + off, src + off, len);
-    sum.update(src + off, len);
-    finite.add(src + off, len);
-  }
 }
 
 struct ShardInfo {
@@ -192,7 +114,17 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   const auto t0 = Clock::now();  // the stall includes completing the previous save
   if (pending_) commit();
   const uint64_t step = meta.step();
-  std::string err = group_.rank() == 0 ? prepare_directory(tier, step) : "";
+  if (tier.per_host && !async_) {
+    throw ConfigError("the " + tier.name + " tier is per host and needs an asynchronous writer");
+  }
+  if (tier.per_host && !buddy_) {
+    buddy_ = std::make_unique<BuddyLink>(group_);
+    if (group_.rank() == 0 && buddy_->hosts() < 2) {
+      log_.info("checkpoint: the ", tier.name, " tier has one host (", buddy_->host_name(0),
+                "): no buddy copies on another host; a lost host falls back to disk");
+    }
+  }
+  std::string err = dir_leader(tier) ? prepare_directory(tier, step) : "";
   err = first_error(group_, err);
   if (!err.empty()) {
     if (group_.rank() == 0) {
@@ -223,6 +155,7 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->t0 = t0;
   const fs::path file = p->partial / plan.file_name(group_.rank());
   Pending* raw = p.get();
+  if (tier.per_host) join_pruner();  // its recycled files are what the new save writes over
   if (async_) {
     p->plan = std::make_unique<ShardPlan>(plan);
     p->buffers = std::move(buffers);
@@ -240,7 +173,7 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   return stats_.back().ok;
 }
 
-// The writer thread of an async save: the snapshot, then the file.
+// The writer thread of an async save: the snapshot, then the file (and the buddy copies).
 void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   bind_this_thread(writer_cpus_);  // no-op without spare cores
   const std::string err = take_snapshot(p);
@@ -248,6 +181,10 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   p.copied.notify_all();
   if (!err.empty()) {  // failed like a write: the ranks agree on it at the commit
     p.error = err;
+    if (p.tier.per_host) {  // the buddy waits for its copy all the same
+      const std::vector<char> filler(p.plan->file_bytes(group_.rank()));
+      buddy_->exchange(filler, *p.plan, p.partial);
+    }
     p.done.store(true, std::memory_order_release);
     return;
   }
@@ -255,19 +192,28 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   // disk costs time (etr-bench ckpt). The checksum was taken during the copy.
   const auto w0 = Clock::now();
   try {
-    DurableFile out(file, /*direct_io=*/true);
+    std::optional<DurableFile> out;
+    if (p.tier.per_host) {  // tmpfs (no O_DIRECT), over a recycled file's pages
+      out.emplace(file, recycled_shard(p.tier.dir, file.filename().string()));
+    } else {
+      out.emplace(file, /*direct_io=*/true);
+    }
     ByteProgress progress = save_progress(p.step, p.snapshot.size());
     for (size_t off = 0; off < p.snapshot.size(); off += kShardStagingBytes) {
       const size_t n = std::min(kShardStagingBytes, p.snapshot.size() - off);
-      out.write(p.snapshot.data() + off, n);
+      out->write(p.snapshot.data() + off, n);
       progress.add(n);
     }
     progress.finish();
-    out.commit();
+    out->commit();
     p.info.bytes = p.snapshot.size();
     p.info.xxh3 = p.snapshot_xxh3;
   } catch (const std::exception& e) {
     p.error = e.what();
+  }
+  if (p.tier.per_host) {
+    const std::string buddy_error = buddy_->exchange(p.snapshot, *p.plan, p.partial);
+    if (p.error.empty()) p.error = buddy_error;
   }
   p.info.write_seconds = seconds_since(w0);
   p.done.store(true, std::memory_order_release);
@@ -389,6 +335,29 @@ std::string CheckpointWriter::publish(Pending& p) {
   return "";
 }
 
+// Who makes and commits a tier's directories: rank 0, or each host's leader (per host).
+bool CheckpointWriter::dir_leader(const CheckpointTier& tier) const {
+  return tier.per_host ? buddy_->host_leader() : group_.rank() == 0;
+}
+
+// A per-host tier: rank 0's manifest (with every file) to every rank, and each host's
+// leader publishes it in its host's directory. The error, "" when it worked.
+std::string CheckpointWriter::publish_per_host(Pending& p) {
+  try {
+    const std::string bytes =
+        broadcast_bytes(group_, group_.rank() == 0 ? p.manifest.SerializeAsString() : "", 0);
+    if (!buddy_->host_leader()) return "";
+    if (group_.rank() != 0 && !p.manifest.ParseFromString(bytes)) {
+      return "the manifest rank 0 sent does not parse";
+    }
+    return publish(p);
+  } catch (const CommError&) {
+    throw;  // a stopped peer: not a failed save but a failed job
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 void CheckpointWriter::commit() {
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p->thread.joinable()) p->thread.join();
@@ -408,8 +377,9 @@ void CheckpointWriter::commit() {
         f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
         f->set_writer_rank(r);
       }
-      local = publish(*p);
+      if (!p->tier.per_host) local = publish(*p);
     }
+    if (p->tier.per_host) local = publish_per_host(*p);
     err = first_error(group_, local);
   }
   s.total_seconds = seconds_since(p->t0);
@@ -419,9 +389,11 @@ void CheckpointWriter::commit() {
   }
   if (!err.empty()) {
     s.error = err;
-    if (group_.rank() == 0) {
+    if (dir_leader(p->tier)) {
       std::error_code ec;
       fs::remove_all(p->partial, ec);
+    }
+    if (group_.rank() == 0) {
       log_.error("checkpoint of step ", p->step, " to ", p->tier.dir.string(), " failed: ", err,
                  "; the previous checkpoints are untouched");
     }
@@ -430,7 +402,7 @@ void CheckpointWriter::commit() {
   }
   s.ok = true;
   s.dir = p->final_dir;
-  if (group_.rank() == 0) announce_and_prune(*p, s);
+  if (dir_leader(p->tier)) announce_and_prune(*p, s);
   stats_.push_back(s);
 }
 
@@ -442,12 +414,15 @@ void CheckpointWriter::announce_and_prune(const Pending& p, const SaveStats& s) 
                 s.write_seconds,
                 format_bytes(static_cast<double>(s.bytes) / std::max(s.write_seconds, 1e-9)).c_str(),
                 s.stall_seconds * 1e3);
-  log_.info("checkpoint ", p.final_dir.string(), " (", p.tier.name, ") saved: ", group_.size(),
-            " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ", timing);
+  if (group_.rank() == 0) {
+    log_.info("checkpoint ", p.final_dir.string(), " (", p.tier.name, ") saved: ", group_.size(),
+              " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ", timing);
+  }
   join_pruner();  // done in publish() already; assigning a running thread would terminate
   auto prune = [this, tier = p.tier] {
     try {
-      for (const fs::path& gone : prune_checkpoints(tier.dir, tier.keep)) {
+      for (const fs::path& gone : tier.per_host ? prune_memory_tier(tier.dir, tier.keep)
+                                                : prune_checkpoints(tier.dir, tier.keep)) {
         log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
       }
     } catch (const std::exception& e) {

@@ -15,6 +15,10 @@
 //      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
 //      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
 //      (in a thread of its own, beside training: flush() waits for it)
+//   per-host tier (the memory tier): the host leaders do rank 0's directory work in their
+//      hosts' directories; after its own shard the writer thread sends the snapshot to the
+//      buddy rank on the next host and writes the copies it receives (buddy_link.h); the
+//      manifest rank 0 builds is broadcast and every host leader commits it
 //   4. a failure on any rank (full disk, permissions, a NaN or an infinity in the state
 //      it packs: a checkpoint of non-finite state is never written) is agreed on: the
 //      partial directory is deleted, the error logged with its cause, and the previous
@@ -39,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/buddy_link.h"
 #include "checkpoint/manifest.pb.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/byte_progress.h"
@@ -51,8 +56,13 @@ namespace etr {
 
 struct CheckpointTier {
   std::filesystem::path dir;
-  std::string name;  // "durable", "fast"
+  std::string name;  // "durable", "fast", "memory"
   int keep = 0;      // newest complete checkpoints kept; < 1 keeps all
+  // The memory tier: `dir` is each host's own (a tmpfs), written by its ranks and holding
+  // their shards plus the buddy copies of another host's (checkpoint/buddy_link.h); each
+  // host's leader makes its directories and writes the manifest (every file listed) into
+  // it. Only an async writer saves to such a tier.
+  bool per_host = false;
 };
 
 struct SaveStats {
@@ -96,6 +106,8 @@ class CheckpointWriter {
   // checkpoints that retention dropped.
   void flush();
   bool pending() const { return pending_ != nullptr; }
+  // The hosts and buddies of a per-host tier (null until the first save to one).
+  const BuddyLink* buddy_link() const { return buddy_.get(); }
   // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
   const CpuList& writer_cpus() const { return writer_cpus_; }
 
@@ -106,6 +118,8 @@ class CheckpointWriter {
   struct Pending;
   void commit();
   std::string publish(Pending& p);
+  std::string publish_per_host(Pending& p);
+  bool dir_leader(const CheckpointTier& tier) const;
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
   std::string take_snapshot(Pending& p);
@@ -124,6 +138,7 @@ class CheckpointWriter {
   // O_DIRECT writes. Only the writer thread of the pending save touches it.
   std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};
   size_t snapshot_capacity_ = 0;
+  std::unique_ptr<BuddyLink> buddy_;  // per-host tiers: made at the first save to one
   CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
   // Rank 0: deletes the checkpoints that retention dropped, beside training.
   std::thread pruner_;

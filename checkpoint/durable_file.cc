@@ -46,6 +46,22 @@ DurableFile::DurableFile(std::filesystem::path path, bool direct_io)
   }
 }
 
+DurableFile::DurableFile(std::filesystem::path path, const std::filesystem::path& reuse)
+    : path_(std::move(path)), temp_path_(path_.string() + ".tmp." + std::to_string(::getpid())) {
+  if (!reuse.empty() && ::rename(reuse.c_str(), temp_path_.c_str()) == 0) {
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CLOEXEC);
+    truncate_at_commit_ = fd_ >= 0;
+  }
+  if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    int err = errno;
+    throw IoError("cannot create the temporary file " + in_quotes(temp_path_) + " for " +
+                  in_quotes(path_) + ": " + std::strerror(err) +
+                  "; check that the directory exists and is writable");
+  }
+  temp_exists_ = true;
+}
+
 DurableFile::~DurableFile() {
   discard();
 }
@@ -129,6 +145,9 @@ void DurableFile::commit() {
   if (fd_ < 0) {
     throw InvalidArgument("DurableFile for " + in_quotes(path_) +
                           " failed earlier and has nothing to commit; create a new one");
+  }
+  if (truncate_at_commit_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+    fail("truncate the reused file", errno);
   }
   while (::fsync(fd_) != 0) {
     if (errno != EINTR) fail("flush (fsync)", errno);

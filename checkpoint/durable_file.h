@@ -31,6 +31,10 @@ class DurableFile {
   // bytes are the same either way; a background writer spends far less CPU (no copy into
   // the page cache), which is what it shares with training.
   explicit DurableFile(std::filesystem::path path, bool direct_io = false);
+  // The same, writing over the pages of the file `reuse` (renamed to the temporary name;
+  // truncated to what was written at commit) when it exists: a tmpfs file written again
+  // this way costs no fresh pages (the memory tier recycles its pruned shards this way).
+  DurableFile(std::filesystem::path path, const std::filesystem::path& reuse);
   static constexpr size_t kDirectAlignment = 4096;
   ~DurableFile();
   DurableFile(const DurableFile&) = delete;
@@ -62,6 +66,7 @@ class DurableFile {
   bool temp_exists_ = false;  // this object created temp_path_ and has not renamed it
   bool direct_ = false;       // the descriptor has O_DIRECT
   bool committed_ = false;
+  bool truncate_at_commit_ = false;  // written over a reused file
 };
 
 // fsync a directory, so that renames and creations inside it survive a crash (file

@@ -5,11 +5,40 @@
 #include <vector>
 
 #include "checkpoint/agreement.h"
+#include "checkpoint/buddy_link.h"
+#include "checkpoint/catalog.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checksum.h"
+#include "checkpoint/memory_restore.h"
 #include "runtime/adamw.h"
 #include "runtime/error.h"
 
 namespace etr {
+namespace fs = std::filesystem;
+namespace {
+
+// checkpoint.memory_dir, or /dev/shm/etr-mem-<XXH3 of the absolute durable directory>: the
+// same path on every host and every launch of the job, another for another job.
+fs::path memory_tier_dir(const config::CheckpointConfig& c) {
+  if (!c.memory_dir().empty()) return c.memory_dir();
+  std::error_code ec;
+  fs::path durable = fs::absolute(c.dir(), ec).lexically_normal();
+  const std::string key = durable.string();
+  return fs::path("/dev/shm") / ("etr-mem-" + format_checksum(Checksum::of(key.data(), key.size())));
+}
+
+// The newest complete step in the disk tiers (0: none), by name: find_resumable verifies.
+uint64_t newest_on_disk(std::span<const fs::path> roots) {
+  uint64_t newest = 0;
+  for (const fs::path& root : roots) {
+    for (const CheckpointEntry& e : list_checkpoints(root)) {
+      if (e.has_manifest) newest = std::max(newest, e.step);
+    }
+  }
+  return newest;
+}
+
+}  // namespace
 
 CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGrid& grid,
                                      Logger& log, int64_t seq_len)
@@ -21,31 +50,80 @@ CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGri
     writer_ = std::make_unique<CheckpointWriter>(grid_.world_group(), c.async(), log_,
                                                  c.writer_cpus() == config::WRITER_CPUS_SPARE);
   }
+  if (c.memory_every() > 0) {
+    memory_ = CheckpointTier{memory_tier_dir(c), "memory", c.memory_keep(), /*per_host=*/true};
+    memory_writer_ = std::make_unique<CheckpointWriter>(
+        grid_.world_group(), /*async=*/true, log_, c.writer_cpus() == config::WRITER_CPUS_SPARE);
+  }
+}
+
+size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes) {
+  if (c.memory_every() <= 0) return 0;
+  const size_t saves = static_cast<size_t>(c.memory_keep()) + 1;
+  return shard_bytes * 2 * (1 + saves);  // (snapshot + files) x (own + buddy copy)
 }
 
 CheckpointCadence::~CheckpointCadence() = default;
 
-std::optional<std::filesystem::path> CheckpointCadence::find_resume() const {
+std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
   const auto& c = config_.checkpoint();
-  if (c.resume().empty()) return std::nullopt;
   const bool latest = c.resume() == "latest";
-  std::vector<std::filesystem::path> paths;
+  if (memory_writer_ && !(relaunch && latest)) clear_memory_tier_on_hosts();
+  if (c.resume().empty()) return std::nullopt;
+  std::vector<fs::path> paths;
   if (latest) {
     if (!c.dir().empty()) paths.emplace_back(c.dir());
     if (!c.fast_dir().empty()) paths.emplace_back(c.fast_dir());
   } else {
     std::error_code ec;
-    if (!std::filesystem::exists(c.resume(), ec)) {
+    if (!fs::exists(c.resume(), ec)) {
       throw ConfigError("cannot resume from " + c.resume() + ": no such file or directory");
     }
     paths.emplace_back(c.resume());
   }
+  if (memory_writer_ && relaunch && latest) {
+    if (auto found = find_in_memory(newest_on_disk(paths))) return found;
+    // Resuming from an older step: the copies it left would be replaced one by one (and
+    // kept aside) as the run passes their steps again.
+    clear_memory_tier_on_hosts();
+  }
   const auto found = find_resumable(paths, grid_.world_group(), log_);
-  if (found) return found;
+  if (found) {
+    const bool fast = !c.fast_dir().empty() && found->parent_path() == fs::path(c.fast_dir());
+    return ResumePoint{*found, fast ? "fast" : "durable"};
+  }
   std::string where;
   for (const auto& p : paths) where += (where.empty() ? "" : " and ") + p.string();
   if (!latest) throw CheckpointError("nothing in " + where + " is a usable checkpoint to resume from");
   if (grid_.rank() == 0) log_.info("no checkpoint to resume from in ", where, "; starting from step 0");
+  return std::nullopt;
+}
+
+// Collective: each host's leader empties the memory tier's directory on its host.
+void CheckpointCadence::clear_memory_tier_on_hosts(bool remove_dir) const {
+  const BuddyLink hosts(grid_.world_group());
+  if (hosts.host_leader()) {
+    clear_memory_tier(memory_.dir);
+    std::error_code ec;
+    if (remove_dir) fs::remove(memory_.dir, ec);  // only when nothing else is in it
+  }
+  all_true(grid_.world_group(), true);  // emptied everywhere before anyone saves
+}
+
+// Collective: the memory tier's newest complete copy when it is at least `disk_step`,
+// else nothing (the reason logged: the disk tiers are tried next).
+std::optional<ResumePoint> CheckpointCadence::find_in_memory(uint64_t disk_step) const {
+  std::string why;
+  std::optional<MemoryResume> m;
+  try {
+    m = find_memory_resumable(memory_.dir, grid_.world_group(), log_, why);
+  } catch (const CheckpointError& e) {
+    why = e.what();
+  }
+  if (m && m->step >= disk_step) return ResumePoint{m->dir, m->tier};
+  if (m) why = "its newest complete copy (step " + std::to_string(m->step) +
+               ") is older than the disk's (step " + std::to_string(disk_step) + ")";
+  if (grid_.rank() == 0) log_.info("checkpoint: not resuming from the memory tier: ", why, "; trying disk");
   return std::nullopt;
 }
 
@@ -145,6 +223,7 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
 
 bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta,
                              const ParamLayout& layout, std::span<const NamedState> states) {
+  if (tier == "memory" && memory_writer_) return memory_writer_->save(memory_, meta, layout, states);
   if (!writer_) throw ConfigError("no checkpoint directory is configured (checkpoint.dir)");
   const CheckpointTier& t = tier == "fast" ? fast_ : durable_;
   if (t.dir.empty()) throw ConfigError("the " + tier + " checkpoint tier has no directory");
@@ -154,25 +233,33 @@ bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta
 void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
                                 const BatchOrigin& origin, const ParamLayout& layout,
                                 const std::function<std::vector<NamedState>()>& states) {
-  if (!writer_) return;
-  writer_->poll();
+  if (memory_writer_) memory_writer_->poll();
+  if (writer_) writer_->poll();
   const auto& c = config_.checkpoint();
   std::string tier;
-  if (!c.dir().empty() && (last || (c.every() > 0 && step % c.every() == 0))) {
+  if (!writer_) {
+  } else if (!c.dir().empty() && (last || (c.every() > 0 && step % c.every() == 0))) {
     tier = "durable";
   } else if (!c.fast_dir().empty() && c.fast_every() > 0 && step % c.fast_every() == 0) {
     tier = "fast";
   }
-  if (tier.empty()) return;
-  writer_->wait_for_snapshot();  // `states` may reuse the buffers the last save reads
-  save(tier, manifest(position, origin), layout, states());
+  // The memory tier keeps its own cadence beside the disk's (the same step may go to both).
+  const bool memory = memory_writer_ && step % c.memory_every() == 0;
+  if (tier.empty() && !memory) return;
+  wait_for_snapshot();  // `states` may reuse the buffers the last saves read
+  const std::vector<NamedState> s = states();  // once: both saves read the same buffers
+  const ckpt::Manifest meta = manifest(position, origin);
+  if (memory) memory_writer_->save(memory_, meta, layout, s);
+  if (!tier.empty()) save(tier, meta, layout, s);
 }
 
 void CheckpointCadence::flush() {
+  if (memory_writer_) memory_writer_->flush();
   if (writer_) writer_->flush();
 }
 
 void CheckpointCadence::wait_for_snapshot() {
+  if (memory_writer_) memory_writer_->wait_for_snapshot();
   if (writer_) writer_->wait_for_snapshot();
 }
 
@@ -184,6 +271,12 @@ bool CheckpointCadence::saved(int64_t step) const {
   if (!writer_ || writer_->stats().empty()) return false;
   const SaveStats& last = writer_->stats().back();
   return last.ok && last.step == static_cast<uint64_t>(step);
+}
+
+void CheckpointCadence::release_memory_tier(int64_t last_step) {
+  if (!memory_writer_ || !saved(last_step)) return;
+  memory_writer_->flush();
+  clear_memory_tier_on_hosts(/*remove_dir=*/true);
 }
 
 }  // namespace etr

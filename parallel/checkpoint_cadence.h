@@ -4,6 +4,9 @@
 //
 //   checkpoint.dir, every, keep           the durable tier (always saved at the last step)
 //   checkpoint.fast_dir, fast_every, ...  the fast tier (e.g. /dev/shm), between those
+//   checkpoint.memory_every, memory_dir   the memory tier: each host's tmpfs, a copy on a
+//                                         buddy host (checkpoint/buddy_link.h), read back
+//                                         by a relaunch (checkpoint/memory_restore.h)
 //   checkpoint.resume                     "latest", a checkpoint, or a directory of them
 //
 // The metadata (manifest) records the data position, the schedule, the batch, the whole
@@ -41,12 +44,24 @@ struct BatchOrigin {
   uint64_t samples = 0;
 };
 
+// Where a run resumes from, and the tier that held it: "durable", "fast", "memory-local"
+// (the hosts' own in-memory copies) or "memory-buddy" (one from a buddy's copy).
+struct ResumePoint {
+  std::filesystem::path dir;
+  std::string tier;
+};
+
 // What a restore brought back besides the states.
 struct Restored {
   ckpt::Manifest manifest;
   uint64_t bytes = 0;    // read by this rank
   double seconds = 0;
 };
+
+// Host RAM a rank's memory tier holds at its peak (`shard_bytes`: the rank's shard of the
+// saved states): its snapshot and the buddy's copy it receives, and memory_keep + 1 saves
+// of both in the host's tmpfs; 0 when checkpoint.memory_every is 0.
+size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes);
 
 class CheckpointCadence {
  public:
@@ -58,10 +73,18 @@ class CheckpointCadence {
 
   // Null unless checkpoint.dir or checkpoint.fast_dir is set.
   CheckpointWriter* writer() const { return writer_.get(); }
+  // The memory tier's writer; null unless checkpoint.memory_every > 0.
+  CheckpointWriter* memory_writer() const { return memory_writer_.get(); }
+  // The memory tier's directory on every host ("" when off).
+  const std::filesystem::path& memory_dir() const { return memory_.dir; }
+
   // Collective: the checkpoint to resume from per checkpoint.resume (verified by
   // find_resumable), or nothing for a fresh start. Throws ConfigError / CheckpointError
-  // when an explicitly named checkpoint is missing or unusable.
-  std::optional<std::filesystem::path> find_resume() const;
+  // when an explicitly named checkpoint is missing or unusable. `relaunch` (etr-run's
+  // relaunch of this job): "latest" takes the memory tier's newest complete copy when it
+  // is not older than the disk's; otherwise the memory tier is emptied (a fresh start
+  // never resumes from an earlier run's copy).
+  std::optional<ResumePoint> find_resume(bool relaunch) const;
   // Collective: reads each state into the ranges its holder holds. Throws
   // CheckpointError naming `dir` when any rank fails, or when the checkpoint's
   // attachments are not this run's (set_attachments), name for name and byte for byte.
@@ -73,8 +96,8 @@ class CheckpointCadence {
   void set_batch_policy(const ckpt::BatchPolicy& b) { batch_policy_ = b; }
   // The program's files every manifest carries from now on (TrainProgram::attachments).
   void set_attachments(std::vector<ckpt::Attachment> a) { attachments_ = std::move(a); }
-  // Collective: saves `states` (of `layout`) to the "durable" or "fast" tier, async per
-  // checkpoint.async. Returns false when the save failed (logged; training may go on).
+  // Collective: saves `states` (of `layout`) to the "durable", "fast" or "memory" tier,
+  // async per checkpoint.async (the memory tier: always). Returns false when the save failed (logged; training may go on).
   bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
             std::span<const NamedState> states);
   // Collective, at every step boundary: commits a finished async save, and saves when
@@ -91,9 +114,15 @@ class CheckpointCadence {
   std::string resize_tier() const;
   // The last completed save was of `step` and succeeded.
   bool saved(int64_t step) const;
+  // Collective, at the end of a finished run (after flush()): when its last step is saved
+  // on disk, each host's leader empties and removes the memory tier's directory (its
+  // tmpfs pages are the host's RAM); otherwise the copies stay for a relaunch.
+  void release_memory_tier(int64_t last_step);
 
  private:
   void check_attachments(const ckpt::Manifest& m) const;
+  std::optional<ResumePoint> find_in_memory(uint64_t disk_step) const;
+  void clear_memory_tier_on_hosts(bool remove_dir = false) const;
 
   ckpt::BatchPolicy batch_policy_;
   std::vector<ckpt::Attachment> attachments_;
@@ -102,7 +131,8 @@ class CheckpointCadence {
   Logger& log_;
   int64_t seq_len_;
   std::unique_ptr<CheckpointWriter> writer_;
-  CheckpointTier durable_, fast_;
+  std::unique_ptr<CheckpointWriter> memory_writer_;  // its own thread and snapshot
+  CheckpointTier durable_, fast_, memory_;
 };
 
 }  // namespace etr

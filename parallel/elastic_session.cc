@@ -14,11 +14,12 @@ void ElasticSession::ready(uint64_t step, int64_t micro_batch) const {
   }
 }
 
-void ElasticSession::restored(uint64_t step, int saved_world, double seconds) {
+void ElasticSession::restored(uint64_t step, int saved_world, double seconds,
+                              const std::string& tier) {
   restore_seconds_ = seconds;
   if (reporter_ && leader()) {
     reporter_->event("restored step=" + std::to_string(step) + " world=" +
-                     std::to_string(saved_world));
+                     std::to_string(saved_world) + " tier=" + tier);
   }
 }
 

@@ -29,7 +29,8 @@ class ElasticSession {
   // `micro_batch`: the leader's, for etr-run's out-of-memory relaunches (it stops halving
   // at 1).
   void ready(uint64_t step, int64_t micro_batch) const;
-  void restored(uint64_t step, int saved_world, double seconds);
+  // `tier`: where the checkpoint was found (the `restored` event's tier=...).
+  void restored(uint64_t step, int saved_world, double seconds, const std::string& tier);
   // After step `step` (`first`: the first of this launch, which logs what the relaunch
   // cost).
   void after_step(int64_t step, bool first) const;

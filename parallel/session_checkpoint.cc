@@ -17,11 +17,14 @@ void TrainSession::flush_checkpoints() { checkpoints_->flush(); }
 
 void TrainSession::resume() {
   elastic_->at(RankStage::kRestore, position_.step);
-  if (const auto dir = checkpoints_->find_resume()) restore(*dir);
+  const ElasticLaunch* launch = elastic_->launch();
+  if (const auto point = checkpoints_->find_resume(launch && launch->restart > 0)) {
+    restore(point->dir, point->tier);
+  }
   elastic_->at(RankStage::kStart, position_.step);
 }
 
-void TrainSession::restore(const std::filesystem::path& dir) {
+void TrainSession::restore(const std::filesystem::path& dir, const std::string& tier) {
   const std::vector<HeldState> states = engine_->held_states();
   const Restored r = checkpoints_->restore(dir, states);
   engine_->restored();
@@ -36,13 +39,13 @@ void TrainSession::restore(const std::filesystem::path& dir) {
   position_.samples_seen = m.data().samples_seen();
   batch_->restore_policy(m);  // where the global batch started; an automatic one's state
   resumed_from_ = dir;
-  elastic_->restored(m.step(), m.layout().world_size(), r.seconds);
+  elastic_->restored(m.step(), m.layout().world_size(), r.seconds, tier);
   if (leader()) {
     log_.info("resumed from ", dir.string(), ": step ", m.step(), ", sample ",
               m.data().samples_seen(), "; saved by ", m.layout().world_size(),
               " rank(s), now ", grid_->size(), "; rank 0 read ",
               format_bytes(static_cast<double>(r.bytes)), " in ",
-              std::to_string(r.seconds).substr(0, 5), " s");
+              std::to_string(r.seconds).substr(0, 5), " s (the ", tier, " tier)");
   }
 }
 

@@ -55,7 +55,8 @@ void TrainSession::setup_batch() {
 
 void TrainSession::read_budget() {
   const MemoryBudget::Reading r = mem_.budget->read(alloc_.stats().reserved);
-  size_t bytes = r.bytes;
+  const size_t base = r.bytes > mem_.memory_tier ? r.bytes - mem_.memory_tier : 0;
+  size_t bytes = base;
   // During step s = position_.step + 1; a boundary cut is seen at the end of the step before.
   const int64_t now = static_cast<int64_t>(position_.step) + (faults_.budget_cut.boundary ? 2 : 1);
   const bool cut = faults_.budget_cut.step > 0 && now >= faults_.budget_cut.step;
@@ -70,7 +71,7 @@ void TrainSession::read_budget() {
     // default comes before it).
     const double moved = std::fabs(static_cast<double>(bytes) - static_cast<double>(mem_.logged_budget));
     if (mem_.budget_read && moved > 0.05 * static_cast<double>(mem_.logged_budget)) {
-      const bool was_cut = bytes < r.bytes;
+      const bool was_cut = bytes < base;
       log_.info("rank ", grid_->rank(), ": memory budget ",
                 format_bytes(static_cast<double>(mem_.logged_budget)), " -> ",
                 format_bytes(static_cast<double>(bytes)), " (",
@@ -96,6 +97,20 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
+  // The checkpoint memory tier's copies are host RAM (tmpfs pages count against the host's
+  // memory and its cgroup, not this process's resident set, so the budget's measure of
+  // what lies outside the allocator misses them): read_budget() takes them off the host
+  // budget, so the micro-batch the model picks leaves room for them (on a GPU the host's
+  // budget only; the model stays what the allocator holds).
+  const ShardPlan plan(model_.stack->layout(), grid_->size(), {"param", "adam.m", "adam.v"});
+  mem_.memory_tier = memory_tier_bytes(config_.checkpoint(), plan.file_bytes(grid_->rank()));
+  if (mem_.memory_tier > 0 && leader()) {
+    log_.info("memory: the checkpoint memory tier holds up to ",
+              format_bytes(static_cast<double>(mem_.memory_tier)),
+              " of host RAM per rank (snapshot, buddy copy, checkpoint.memory_keep + 1 saves of "
+              "both in tmpfs), taken off the host budget");
+  }
+  read_budget();
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {
     windows = [this, stage = m.stage](int64_t b) {

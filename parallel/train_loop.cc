@@ -89,6 +89,9 @@ RunSummary TrainSession::run() {
   elastic_->at(RankStage::kFinish, position_.step);
   flush_checkpoints();
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
+  if (!sum.resized && batch_->finished(position_.step)) {
+    checkpoints_->release_memory_tier(static_cast<int64_t>(position_.step));
+  }
   if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *

@@ -149,9 +149,11 @@ class TrainSession {
   void flush_checkpoints();
   // Collective: loads the engine's states, data position and schedule from the
   // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
-  void restore(const std::filesystem::path& dir);
+  // `tier`: where it was found ("durable", "fast", "memory-local", "memory-buddy").
+  void restore(const std::filesystem::path& dir, const std::string& tier = "durable");
   const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
   const CheckpointWriter* checkpoint_writer() const { return checkpoints_->writer(); }
+  const CheckpointWriter* memory_checkpoint_writer() const { return checkpoints_->memory_writer(); }
 
   const TrainConfig& config() const { return config_; }
   LayerStack<float>& stack() { return *model_.stack; }
@@ -313,6 +315,7 @@ class TrainSession {
     size_t outside_bytes = 0;
     bool outside_measured = false;
     bool activations_held = false;  // the stack's activations are taken for this step
+    size_t memory_tier = 0;  // host RAM of the checkpoint memory tier, off the host budget
     std::unique_ptr<MemoryBudget> budget;  // the host's (runtime/memory_budget.h)
   } mem_;
   // What the steps carry from one to the next (train_step.cc).

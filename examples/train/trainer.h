@@ -62,6 +62,7 @@ class Trainer {
   void restore(const std::filesystem::path& dir) { session_.restore(dir); }
   const std::optional<std::filesystem::path>& resumed_from() const { return session_.resumed_from(); }
   const CheckpointWriter* checkpoint_writer() const { return session_.checkpoint_writer(); }
+  const CheckpointWriter* memory_checkpoint_writer() const { return session_.memory_checkpoint_writer(); }
 
   GptView model() { return GptView(session_, gpt::GptConfig::from(session_.config().model())); }
   // The optimizer state this rank holds (all of it at ZeRO stage 0; see gather_state).

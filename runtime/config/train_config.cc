@@ -268,6 +268,15 @@ void validate_checkpoint(const config::CheckpointConfig& c) {
   require(c.resume() != "latest" || !c.dir().empty() || !c.fast_dir().empty(),
           "checkpoint.resume = latest but neither checkpoint.dir nor checkpoint.fast_dir is "
           "set; name the directory to resume from.");
+  require(c.memory_every() >= 0, "checkpoint.memory_every", c.memory_every(), "0 (off) or more");
+  require(c.memory_keep() >= 1, "checkpoint.memory_keep", c.memory_keep(), "1 or more");
+  require(c.memory_every() == 0 || !c.memory_dir().empty() || !c.dir().empty(),
+          "checkpoint.memory_every = " + text(c.memory_every()) +
+              " but neither checkpoint.memory_dir nor checkpoint.dir is set; the memory tier "
+              "falls back to (and names its default directory after) the durable tier.");
+  require(c.memory_dir().empty() || (c.memory_dir() != c.dir() && c.memory_dir() != c.fast_dir()),
+          "checkpoint.memory_dir is \"" + c.memory_dir() +
+              "\", the directory of another tier; the memory tier needs one of its own.");
   require(c.writer_cpus() != config::WRITER_CPUS_UNSPECIFIED,
           "checkpoint.writer_cpus is WRITER_CPUS_UNSPECIFIED; choose spare or rank.");
 }

@@ -3,7 +3,11 @@
 # namespace with its own address in the 198.18.0.0/15 benchmarking range and its own
 # hostname (a UTS namespace per command), joined by a bridge that lives in a namespace of
 # its own (nothing is added to the machine's own network), each link shaped with the tbf
-# qdisc in both directions. Needs root.
+# qdisc in both directions. Each host has its own /dev/shm: a tmpfs of its own (in
+# /run/etr-cluster/NAME/shm-hI) bound over /dev/shm in the private mount namespace that
+# `ip netns exec` gives each of its commands, so a host's memory (the checkpoint memory
+# tier, MPI's shared-memory files) is seen by its processes only, and `wipe I` loses it.
+# Needs root.
 #
 #   tests/cluster/sim_cluster.sh up H S [RATE [BURST [LATENCY]]]
 #                                H hosts of S slots (rate e.g. 2gbit); with
@@ -22,6 +26,8 @@
 #   tests/cluster/sim_cluster.sh cut I | heal I          host I's link down (a partition: its
 #                                                        processes live on) | up again
 #   tests/cluster/sim_cluster.sh kill I                  kill -9 every process on host I
+#   tests/cluster/sim_cluster.sh wipe I                  empty host I's /dev/shm (its memory,
+#                                                        as a host that lost power)
 #
 # ETR_CLUSTER_NAME (default etrc) names the namespaces, so two clusters can coexist; the
 # state (hostfile, settings) is in /run/etr-cluster/NAME.
@@ -52,6 +58,10 @@ down() {
     done
     umount "$state/cpu"
   fi
+  local shm
+  for shm in "$state"/shm-h*; do
+    if [ -d "$shm" ]; then umount "$shm" 2>/dev/null || umount -l "$shm" 2>/dev/null || true; fi
+  done
   rm -rf "$state"
 }
 
@@ -84,6 +94,8 @@ up() {
     ip netns exec "$name-h$i" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency "$latency"
     ip netns exec "$name-sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency "$latency"
     echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
+    mkdir -p "$state/shm-h$i"
+    mount -t tmpfs -o size=2g,mode=1777 "$name-shm-h$i" "$state/shm-h$i"
   done
   printf 'hosts=%s\nslots=%s\nrate=%s\nburst=%s\n' "$hosts" "$slots" "$rate" "$burst" >"$state/settings"
   [ "${ETR_CLUSTER_PIN:-0}" = 1 ] && echo pin=1 >>"$state/settings"
@@ -162,7 +174,8 @@ run_on() {
   shift
   ip netns list | grep -q "^$name-h$i\b" || die "no host $i (is the cluster up?)"
   enter_cgroup "$i"
-  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c 'hostname "$0"; exec "$@"' "h$i" "$@"
+  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c \
+    'mount --bind "$1" /dev/shm && hostname "$0" && shift && exec "$@"' "h$i" "$state/shm-h$i" "$@"
 }
 
 # rsh [ssh options] ADDRESS CMD...: as ssh would, the command is one string for a shell.
@@ -178,7 +191,8 @@ rsh() {
     exit 255
   fi
   enter_cgroup "$i"
-  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c "hostname h$i; $*"
+  exec $(pin "$i") ip netns exec "$name-h$i" unshare --uts /bin/sh -c \
+    "mount --bind $state/shm-h$i /dev/shm && hostname h$i; $*"
 }
 
 case "${1:-}" in
@@ -191,5 +205,6 @@ case "${1:-}" in
   cut) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 down ;;
   heal) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 up ;;
   kill) ns=$(host_ns "${2:-}"); ip netns pids "$ns" | xargs -r kill -KILL 2>/dev/null || true ;;
-  *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill ..." ;;
+  wipe) host_ns "${2:-}" >/dev/null; find "$state/shm-h$2" -mindepth 1 -delete ;;
+  *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill|wipe ..." ;;
 esac

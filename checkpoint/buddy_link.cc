@@ -1,0 +1,110 @@
+#include "checkpoint/buddy_link.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/durable_file.h"
+#include "checkpoint/memory_restore.h"
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+#include "runtime/mpi_wait.h"
+
+namespace etr {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kPiece = size_t{64} << 20;  // bytes a message (MPI counts are int)
+
+std::array<char, 64> this_host_name() {
+  std::array<char, 64> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) std::strcpy(name.data(), "?");
+  name.back() = '\0';
+  return name;
+}
+
+// Posts the messages of `bytes`: one a piece of at most kPiece (tag = its number), at
+// least one.
+void post(std::vector<MPI_Request>& requests, char* bytes, size_t size, int peer, MPI_Comm comm,
+          bool send) {
+  const size_t pieces = std::max<size_t>(1, (size + kPiece - 1) / kPiece);
+  for (size_t k = 0; k < pieces; ++k) {
+    const size_t at = k * kPiece;
+    const int n = static_cast<int>(std::min(kPiece, size - std::min(size, at)));
+    const int tag = static_cast<int>(k);
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (send) {
+      MPI_CHECK(MPI_Isend(bytes + std::min(size, at), n, MPI_BYTE, peer, tag, comm, &r));
+    } else {
+      MPI_CHECK(MPI_Irecv(bytes + std::min(size, at), n, MPI_BYTE, peer, tag, comm, &r));
+    }
+    requests.push_back(r);
+  }
+}
+
+}  // namespace
+
+BuddyLink::BuddyLink(const Group& group) : comm_(group.dup(group.name() + ".buddy")) {
+  const std::vector<std::array<char, 64>> names = all_gather(comm_, this_host_name());
+  std::map<std::string, int> number;
+  std::vector<std::vector<int>> ranks;  // [host]: its ranks, ascending
+  for (int r = 0; r < comm_.size(); ++r) {
+    const std::string name(names[static_cast<size_t>(r)].data());
+    auto [it, fresh] = number.emplace(name, static_cast<int>(host_names_.size()));
+    if (fresh) {
+      host_names_.push_back(name);
+      ranks.emplace_back();
+    }
+    host_of_.push_back(it->second);
+    ranks[static_cast<size_t>(it->second)].push_back(r);
+  }
+  auto buddy_of = [&](int r) {
+    const int h = host_of_[static_cast<size_t>(r)];
+    const auto& mine = ranks[static_cast<size_t>(h)];
+    const int i = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
+    const auto& next = ranks[static_cast<size_t>((h + 1) % hosts())];
+    return next[static_cast<size_t>(i) % next.size()];
+  };
+  const int me = comm_.rank();
+  leader_ = ranks[static_cast<size_t>(host_of(me))].front() == me;
+  if (hosts() < 2) return;
+  buddy_ = buddy_of(me);
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (buddy_of(r) == me) senders_.push_back(r);
+  }
+  received_.resize(senders_.size());
+}
+
+std::string BuddyLink::exchange(std::span<const char> mine, const ShardPlan& plan,
+                                const fs::path& dir) {
+  if (buddy_ < 0) return "";
+  std::vector<MPI_Request> requests;
+  try {
+    for (size_t i = 0; i < senders_.size(); ++i) {
+      received_[i].resize(plan.file_bytes(senders_[i]));
+      post(requests, received_[i].data(), received_[i].size(), senders_[i], comm_.comm(), false);
+    }
+    post(requests, const_cast<char*>(mine.data()), mine.size(), buddy_, comm_.comm(), true);
+    const std::string what = "the memory tier's copy to and from the buddy ranks";
+    for (MPI_Request& r : requests) wait_with_timeout(r, what.c_str());
+    for (size_t i = 0; i < senders_.size(); ++i) {
+      const std::string name = plan.file_name(senders_[i]);
+      DurableFile out(dir / name, recycled_shard(dir.parent_path(), name));
+      out.write(received_[i].data(), received_[i].size());
+      out.commit();
+      write_file_durably(dir / (name + kBuddyMarkerSuffix), nullptr, 0);
+    }
+  } catch (const std::exception& e) {
+    // A request still active after a timeout keeps its buffer: received_ lives as long as
+    // the writer, and a later save resizes it only after its own waits.
+    return std::string("the buddy copy failed: ") + e.what();
+  }
+  return "";
+}
+
+}  // namespace etr
