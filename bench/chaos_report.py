@@ -79,7 +79,7 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
             recover = (nxt["first_ms"] - ms) / 1000 if nxt and nxt["first_ms"] else float("nan")
             lost = max(0, l["exit"][2] - nxt["restored"]) if nxt and nxt["restored"] is not None else 0
             lost_total += lost
-            tier = nxt["tier"] if nxt else "-"
+            tier = (nxt["tier"] if nxt else None) or "-"
             row = f"{detect:9.2f} {recover:10.2f} {lost:11d} {tier:>14}"
             break
         if row is None:

@@ -8,8 +8,9 @@
 #   sigstop    SIGSTOP of a random rank (found by its silent heartbeat)
 #   partition  host 2 or 3 cut off for 20 s (its link down; the scheduler's list drops
 #              it meanwhile, as a scheduler that lost contact would), then back
-#   host       host 2 or 3 lost (every process on it killed, its link down, dropped from
-#              the list) and back 20 s later
+#   host       host 2 or 3 lost (every process on it killed, its memory (/dev/shm: the
+#              checkpoint memory tier) wiped, its link down, dropped from the list) and
+#              back 20 s later
 # and prints a row per fault (class, detection: from the fault to the end of the launch it
 # broke; recovery: to the next launch's first step; steps lost; the tier the relaunch
 # restored from), the goodput kept (steps done against the fault-free run's in the same
@@ -137,7 +138,7 @@ while [ $(($(date +%s) - begin)) -lt "$seconds" ]; do
       [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $((t - begin)) s: no fault)"; continue; }
       cls=$([ "$kind" = 2 ] && echo partition || echo host)
       echo "$(now_ms) $cls h$target" >>"$work/faults"
-      [ "$kind" = 3 ] && "$sim" kill "$target"
+      if [ "$kind" = 3 ]; then "$sim" kill "$target"; "$sim" wipe "$target"; fi
       "$sim" cut "$target"
       printf -v "$b" %d $((t + 20))
       up=(1)
