@@ -37,7 +37,7 @@ TEST(SettingsRegistry, EveryVariableSetsADistinctFieldThatHasADefault) {
     EXPECT_TRUE(paths.insert(std::string(s.path)).second) << s.path;
     EXPECT_EQ(find_env_setting(s.env), &s);
   }
-  EXPECT_EQ(env_settings().size(), 10u);
+  EXPECT_EQ(env_settings().size(), 12u);
   config::TrainConfig c;
   apply_field_defaults(c);
   EXPECT_NO_THROW(validate_env_settings(c));  // the defaults are valid
@@ -90,7 +90,8 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   config::TrainConfig c = parse_config(
       "comm { timeout_s: 2.5 allreduce_algo: \"rd\" allreduce_small_bytes: \"4KiB\" "
       "ring_chunk_bytes: \"1MiB\" ring_depth: 6 inline_bytes: \"0\" spin_polls: 7 "
-      "yield_polls: 0 max_idle_sleep_us: 300 device_backend: \"staged\" }");
+      "yield_polls: 0 max_idle_sleep_us: 300 device_backend: \"staged\" "
+      "learned_timeout_multiple: 4 learned_timeout_floor_s: 1.5 }");
   const CommOptions o = CommOptions::from_config(c.comm());
   EXPECT_EQ(o.timeout.count(), 2500);
   EXPECT_EQ(o.allreduce_algo, AllreduceAlgo::kRecursiveDoubling);
@@ -102,6 +103,8 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   EXPECT_EQ(o.yield_polls, 0);
   EXPECT_EQ(o.max_idle_sleep.count(), 300);
   EXPECT_EQ(o.device_backend, "staged");
+  EXPECT_EQ(o.learned_timeout_multiple, 4);
+  EXPECT_EQ(o.learned_timeout_floor.count(), 1500);
   // The defaults leave the choices to etr (-1).
   config::TrainConfig d;
   apply_field_defaults(d);
@@ -111,6 +114,8 @@ TEST(SettingsRegistry, CommOptionsCarryEveryField) {
   EXPECT_LT(od.max_idle_sleep.count(), 0);
   EXPECT_EQ(od.timeout.count(), 300'000);
   EXPECT_EQ(od.device_backend, "auto");
+  EXPECT_EQ(od.learned_timeout_multiple, 10);
+  EXPECT_EQ(od.learned_timeout_floor.count(), 30'000);
 }
 
 }  // namespace
