@@ -79,25 +79,28 @@ std::optional<Stuck> ProgressWatch::observe(const std::vector<HeartbeatWatch::Po
     top_step_ = top;
     last_step_ = now;
   }
+  // The limit; its explanation is written only when a stall is reported.
   const double floor = std::chrono::duration<double>(limits_.floor).count();
   const double step = recent_step_seconds();
-  double limit = std::max(floor, limits_.multiple * step);
-  std::string why = limits_.multiple * step > floor
-                        ? secs(limit) + ", --stuck-after " + number(limits_.multiple) +
-                              " x the recent step time of " + secs(step)
-                        : secs(limit) + ", --stuck-floor";
-  if (slow || steps_seen_ == 0) {
-    limit = std::chrono::duration<double>(limits_.allowance).count();
-    why = secs(limit) + ", --stuck-allowance for " +
-          (steps_seen_ == 0 ? std::string("a launch's first step") : "start-up, restores, evaluation and saves");
-  }
+  const bool allowance = slow || steps_seen_ == 0;
+  const double limit = allowance ? std::chrono::duration<double>(limits_.allowance).count()
+                                 : std::max(floor, limits_.multiple * step);
   const double stalled = std::chrono::duration<double>(now - last_change_).count();
   if (reported_ || stalled <= limit) return std::nullopt;
   reported_ = true;
   Stuck s = where(ranks);
   s.stalled_seconds = stalled;
   s.limit_seconds = limit;
-  s.limit_why = why;
+  if (allowance) {
+    s.limit_why = secs(limit) + ", --stuck-allowance for " +
+                  (steps_seen_ == 0 ? std::string("a launch's first step")
+                                    : "start-up, restores, evaluation and saves");
+  } else if (limits_.multiple * step > floor) {
+    s.limit_why = secs(limit) + ", --stuck-after " + number(limits_.multiple) +
+                  " x the recent step time of " + secs(step);
+  } else {
+    s.limit_why = secs(limit) + ", --stuck-floor";
+  }
   return s;
 }
 

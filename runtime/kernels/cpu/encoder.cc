@@ -40,30 +40,42 @@ void encoder_forward(Real* out, const int32_t* tokens, const Real* wte, const Re
   });
 }
 
+// dwte rows [v0, v1) += the gradient of every position holding one of those tokens, in
+// position order (so a split into row ranges sums each row alike).
+template <typename Real>
+void add_token_rows(Real* dwte, const Real* dout, const int32_t* tokens, int64_t BT, int64_t C,
+                    int64_t v0, int64_t v1) {
+  for (int64_t bt = 0; bt < BT; ++bt) {
+    const int64_t token = tokens[bt];
+    if (token < v0 || token >= v1) continue;
+    Real* __restrict we = dwte + token * C;
+    const Real* __restrict d = dout + bt * C;
+    for (int64_t c = 0; c < C; ++c) we[c] += d[c];
+  }
+}
+
+// dwpe rows [t0, t1) += the gradient at those positions, summed over b in order.
+template <typename Real>
+void add_position_rows(Real* dwpe, const Real* dout, int64_t B, int64_t T, int64_t C, int64_t t0,
+                       int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    Real* __restrict pe = dwpe + t * C;
+    for (int64_t b = 0; b < B; ++b) {
+      const Real* __restrict d = dout + (b * T + t) * C;
+      for (int64_t c = 0; c < C; ++c) pe[c] += d[c];
+    }
+  }
+}
+
 template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int64_t B,
                       int64_t T, int64_t C, int64_t V) {
   check_tokens(tokens, B, T, C, V);
   const int p = detail::threads_for(B * T * C, detail::kMinElementsPerThread);
   detail::parallel_team(p, [&](int i, int team) {
-    // dwte: this thread's vocabulary rows [v0, v1), from every position in order.
-    const int64_t v0 = V * i / team, v1 = V * (i + 1) / team;
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      const int64_t token = tokens[bt];
-      if (token < v0 || token >= v1) continue;
-      Real* __restrict we = dwte + token * C;
-      const Real* __restrict d = dout + bt * C;
-      for (int64_t c = 0; c < C; ++c) we[c] += d[c];
-    }
-    // dwpe: this thread's positions [t0, t1), summed over b in order.
-    const int64_t t0 = T * i / team, t1 = T * (i + 1) / team;
-    for (int64_t t = t0; t < t1; ++t) {
-      Real* __restrict pe = dwpe + t * C;
-      for (int64_t b = 0; b < B; ++b) {
-        const Real* __restrict d = dout + (b * T + t) * C;
-        for (int64_t c = 0; c < C; ++c) pe[c] += d[c];
-      }
-    }
+    // This thread's vocabulary rows and positions.
+    add_token_rows(dwte, dout, tokens, B * T, C, V * i / team, V * (i + 1) / team);
+    add_position_rows(dwpe, dout, B, T, C, T * i / team, T * (i + 1) / team);
   });
 }
 
@@ -71,24 +83,8 @@ template <typename Real>
 void encoder_backward_rows(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens,
                            int64_t B, int64_t T, int64_t C, int64_t V, int64_t r0, int64_t r1) {
   check_tokens(tokens, B, T, C, V);
-  if (dwte != nullptr) {
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      const int64_t token = tokens[bt];
-      if (token < r0 || token >= r1) continue;
-      Real* __restrict we = dwte + token * C;
-      const Real* __restrict d = dout + bt * C;
-      for (int64_t c = 0; c < C; ++c) we[c] += d[c];
-    }
-  }
-  if (dwpe != nullptr) {
-    for (int64_t t = r0; t < std::min(r1, T); ++t) {
-      Real* __restrict pe = dwpe + t * C;
-      for (int64_t b = 0; b < B; ++b) {
-        const Real* __restrict d = dout + (b * T + t) * C;
-        for (int64_t c = 0; c < C; ++c) pe[c] += d[c];
-      }
-    }
-  }
+  if (dwte != nullptr) add_token_rows(dwte, dout, tokens, B * T, C, r0, r1);
+  if (dwpe != nullptr) add_position_rows(dwpe, dout, B, T, C, r0, std::min(r1, T));
 }
 
 #define ETR_INSTANTIATE(Real)                                                                   \
