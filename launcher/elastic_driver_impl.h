@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -65,6 +66,9 @@ struct LaunchResult {
   std::string program_error;  // mpirun could not start the program (MpirunOutput)
   int micro_batch = 0;  // the job's micro_batch=B event field (oom_watch.h), 0: none
   OomEvidence oom;      // the OOM kill count around the launch, mpirun's SIGKILL reports
+  // The probe of a host whose ranks all fell silent, started when etr-run ended the launch
+  // (runs while mpirun is ended): the hosts of it the launch agent could not reach.
+  std::shared_future<std::vector<std::string>> silent_probe;
 };
 
 // A job's "error rank=R own=0|1 [peer=P] [final=1]" event: the first rank that named
@@ -130,8 +134,12 @@ class Driver {
   void prepare_run_dir();
   // --launch-agent (else ssh) through etr-run's launch shim.
   std::string shim_agent() const;
-  // After a launch that ended in timeouts only, the remote hosts the agent cannot reach.
-  void probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const;
+  // After a launch that ended in timeouts only, the remote hosts the agent cannot reach;
+  // after a silent host, whether the agent still reaches it (r.silent_probe's answer).
+  void probe_hosts(FailureEvidence& e, const LaunchResult& r,
+                   const std::vector<HostSlots>& assigned) const;
+  // The words that run a command on a host the way mpirun reaches it (host_probe.h).
+  std::vector<std::string> probe_agent() const;
 
   const RunOptions& o_;
   HostHealth health_;

@@ -47,7 +47,13 @@ Blame unreachable_host(const FailureEvidence& e, const std::vector<HostSlots>& a
 // What made etr-run end the launch itself (heartbeats, the progress watchdog), if anything.
 Blame etr_run_decision(const FailureEvidence& e, const std::vector<HostSlots>& assigned) {
   Blame b;
-  if (!e.silent_host.empty()) {
+  if (!e.silent_host.empty() && e.silent_host_answers) {
+    b.kind = Blame::Kind::kRank;
+    b.rank = e.silent_rank;
+    b.host = e.silent_host;
+    b.why = "rank " + std::to_string(b.rank) + " on " + b.host + " sent no heartbeat for " +
+            e.silent_for + ", but its host answers (a frozen process, not a lost machine)";
+  } else if (!e.silent_host.empty()) {
     b.kind = Blame::Kind::kUnreachableHost;
     b.host = e.silent_host;
     b.why = "host " + b.host + " is unreachable: none of its ranks sent a heartbeat for " + e.silent_for;

@@ -19,6 +19,10 @@ struct FailureEvidence {
   // A host every rank of which fell silent at once (a partition, a frozen machine): etr-run
   // ended the launch; "sent no heartbeat for 5.1 s" says how long.
   std::string silent_host, silent_for;
+  // The launch agent still reached that host after its ranks fell silent (host_probe.h):
+  // its processes froze (SIGSTOP, a hung driver), not the machine or its link, so the
+  // first silent rank (silent_rank) is blamed and the host is kept.
+  bool silent_host_answers = false;
   // The progress watchdog ended the launch (progress_watch.h): its sentence, and the one
   // rank behind all others (-1: none).
   std::string stuck;
@@ -52,7 +56,7 @@ std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
 // The cause, in this order: what made etr-run end the launch itself (it acts only before
 // any other failure is heard of, so what follows is its consequence): a host whose every
-// rank fell silent, a rank whose heartbeat fell silent (etr-run killed it, so it is named
+// rank fell silent (the first of them when the host still answers the launch agent), a rank whose heartbeat fell silent (etr-run killed it, so it is named
 // before mpirun's killed rank), the progress watchdog's stall (its one rank behind all
 // others, else nobody); then a lost host; a rank's own error; a rank killed by a signal; a
 // host etr-run could not reach; unless a probe reached every host, a host that ranks on

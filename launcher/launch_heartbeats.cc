@@ -1,14 +1,30 @@
 // etr-run: what the ranks' heartbeats say during a launch (elastic_driver_impl.h): a
 // silent rank on this machine is killed (mpirun then ends the job as after a kill -9); the
-// silent ranks of other machines, gathered for kSilentGather, end the launch at once and
-// blame their host when every one of its ranks fell silent (a partition, a frozen
-// machine), else the first of them; the progress watchdog (progress_watch.h) ends a launch
-// whose ranks live but stand still.
+// silent ranks of other machines, gathered for kSilentGather (or until all of one host's
+// are), end the launch at once and blame their host when every one of its ranks fell
+// silent (a partition, a frozen machine), else the first of them; the progress watchdog
+// (progress_watch.h) ends a launch whose ranks live but stand still.
 #include <map>
 
 #include "launcher/elastic_driver_impl.h"
+#include "launcher/host_probe.h"
 
 namespace etr::launcher {
+
+namespace {
+
+// The first host (in launch order) every one of whose ranks is among w.remote_silent.
+const HostSlots* silent_host(const Watch& w, const std::vector<HostSlots>& assigned) {
+  std::map<std::string, int> silent_on;  // host (as etr-run launched it) -> its silent ranks
+  for (const auto& s : w.remote_silent) ++silent_on[host_of_rank(assigned, s.rank)];
+  for (const HostSlots& h : assigned) {
+    const auto it = silent_on.find(h.host);
+    if (it != silent_on.end() && it->second >= h.slots) return &h;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
   // Once the job has failed otherwise (an error, a lost daemon), its ranks end without a
@@ -25,30 +41,38 @@ void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostS
     return;
   }
   if (!w.remote_silent.empty()) {
-    if (Clock::now() - w.remote_silent_at >= kSilentGather) remote_silence(w, r, assigned);
+    // A host all of whose ranks are silent cannot get more so: no need to wait.
+    if (Clock::now() - w.remote_silent_at >= kSilentGather || silent_host(w, assigned)) {
+      remote_silence(w, r, assigned);
+    }
     return;
   }
   watch_progress(w, r);
 }
 
 void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
-  std::map<std::string, int> silent_on;  // host (as etr-run launched it) -> its silent ranks
   for (const auto& s : w.remote_silent) {
-    ++silent_on[host_of_rank(assigned, s.rank)];
     events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
   }
   const HeartbeatWatch::Silent& first = w.remote_silent.front();
   const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
-  for (const HostSlots& h : assigned) {
-    const auto it = silent_on.find(h.host);
-    if (it == silent_on.end() || it->second < h.slots) continue;
-    r.evidence.silent_host = h.host;
+  if (const HostSlots* h = silent_host(w, assigned)) {
+    r.evidence.silent_host = h->host;
+    for (const auto& s : w.remote_silent) {  // blamed instead when the host still answers
+      if (host_of_rank(assigned, s.rank) == h->host) {
+        r.evidence.silent_rank = s.rank;
+        break;
+      }
+    }
+    // Asked while mpirun is ended: a partition or a lost machine does not answer, a host
+    // whose rank froze (SIGSTOP, a hung driver) does, and is kept.
+    r.silent_probe = std::async(std::launch::async, unreachable_hosts, probe_agent(),
+                                std::vector<std::string>{h->host}, kSilentProbeDeadline)
+                         .share();
     r.evidence.silent_for = seconds(first.seconds) + " (--heartbeat-timeout " + timeout + ")";
-    say("none of the ", h.slots, " rank(s) on ", h.host, " sent a heartbeat for ", seconds(first.seconds),
+    say("none of the ", h->slots, " rank(s) on ", h->host, " sent a heartbeat for ", seconds(first.seconds),
         " (--heartbeat-timeout ", timeout, "): the host is cut off or frozen; ending the launch");
-    break;
-  }
-  if (r.evidence.silent_host.empty()) {
+  } else {
     r.evidence.silent_rank = first.rank;
     say("rank ", first.rank, " (on ", first.host, ", another machine) sent no heartbeat for ",
         seconds(first.seconds), " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");

@@ -8,7 +8,22 @@
 
 namespace etr::launcher {
 
-void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assigned) const {
+std::vector<std::string> Driver::probe_agent() const {
+  // A job step's agent: srun runs `true` on the node (in a step of its own).
+  return o_.use_srun() ? std::vector<std::string>{o_.srun, "--overlap", "--quiet", "--nodes=1",
+                                                  "--ntasks=1", "--nodelist"}
+                       : launch_agent_words(o_.launch_agent);
+}
+
+void Driver::probe_hosts(FailureEvidence& e, const LaunchResult& r,
+                         const std::vector<HostSlots>& assigned) const {
+  if (!e.silent_host.empty() && r.silent_probe.valid()) {
+    e.silent_host_answers = r.silent_probe.get().empty();
+    if (e.silent_host_answers) {
+      say("host ", e.silent_host, " still answers the launch agent: its rank froze, the host is kept");
+    }
+    return;
+  }
   const std::vector<std::string> remote = remote_hosts(assigned);
   if (!e.nothing_named()) return;
   if (network_.local || remote.empty()) {  // one machine: a wait says nothing of a host
@@ -17,12 +32,7 @@ void Driver::probe_hosts(FailureEvidence& e, const std::vector<HostSlots>& assig
   }
   say("no rank or host is named as the cause: checking that the launch agent reaches ",
       remote.size(), " host(s) (", seconds(kProbeDeadline.count() / 1000.0), " at most)");
-  // A job step's agent: srun runs `true` on the node (in a step of its own).
-  const std::vector<std::string> agent =
-      o_.use_srun() ? std::vector<std::string>{o_.srun, "--overlap", "--quiet", "--nodes=1",
-                                               "--ntasks=1", "--nodelist"}
-                    : launch_agent_words(o_.launch_agent);
-  e.unreachable = unreachable_hosts(agent, remote, kProbeDeadline);
+  e.unreachable = unreachable_hosts(probe_agent(), remote, kProbeDeadline);
   e.probed = true;
 }
 
@@ -88,7 +98,7 @@ bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& 
                            int64_t last_step) {
   ++failures_;
   FailureEvidence evidence = r.evidence;
-  probe_hosts(evidence, assigned);
+  probe_hosts(evidence, r, assigned);
   const Blame b = blame(evidence, assigned);
   const std::string& who = b.why;
   if (b.whole_host()) {

@@ -32,7 +32,10 @@ void pump(Watch& w, int stop_signal) {
     w.reaped = true;
     w.reaped_at = Watch::Clock::now();
   }
-  if (w.reaped && !w.eof && Watch::Clock::now() - w.reaped_at > kDrainAfterExit) {
+  // After etr-run killed mpirun itself, what still holds the pipe (a launch agent's
+  // connection to a host cut off) has nothing left to say that matters.
+  const auto drain = w.stuck_signals == 2 ? kDrainAfterKill : kDrainAfterExit;
+  if (w.reaped && !w.eof && Watch::Clock::now() - w.reaped_at > drain) {
     std::fprintf(stderr, "etr-run: mpirun has exited, but processes it left behind still hold "
                          "its output open: no longer reading it\n");
     w.eof = true;
@@ -61,7 +64,7 @@ void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_erro
     }
     kill(w.pid, SIGTERM);
     w.stuck_signals = 1;
-  } else if (w.stuck_signals == 1 && late >= std::chrono::seconds(2)) {
+  } else if (w.stuck_signals == 1 && late >= (decided ? kDecidedKillAfter : kStuckKillAfter)) {
     kill(w.pid, SIGKILL);
     w.stuck_signals = 2;
     if (heartbeats) {

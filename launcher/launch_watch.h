@@ -44,6 +44,8 @@ inline constexpr std::chrono::milliseconds kSilentGather{600};
 // How long etr-run keeps reading the job's stderr after mpirun has exited: a daemon that
 // mpirun left behind (on a host it could not reach) may hold the pipe open for good.
 inline constexpr std::chrono::seconds kDrainAfterExit{2};
+// ... and after etr-run itself killed mpirun (end_stuck_mpirun): the job is over.
+inline constexpr std::chrono::milliseconds kDrainAfterKill{300};
 
 // Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits (and
 // stops reading kDrainAfterExit later), and forwards a stop signal (`stop_signal` != 0)
@@ -54,10 +56,15 @@ void pump(Watch& w, int stop_signal);
 // etr-run ends it: mpirun cannot reach the daemon of a host cut off by a partition to
 // kill its ranks, and waits for it for as long as TCP does.
 inline constexpr std::chrono::seconds kStuckMpirunGrace{10};
+// SIGTERM to SIGKILL: mpirun's own teardown waits on the daemon it cannot reach; when
+// etr-run decided (a silent host, a stuck job) no rank has anything left to save (the
+// newest checkpoint is what the next launch restores), so it gets half a second.
+inline constexpr std::chrono::seconds kStuckKillAfter{2};
+inline constexpr std::chrono::milliseconds kDecidedKillAfter{500};
 
 // Once `first_error` (a time point, epoch: none) is kStuckMpirunGrace past and mpirun
-// still runs (says so on stderr), or once w.end_at is reached: SIGTERM, and SIGKILL 2 s
-// later, after which the launch's ranks on this machine that have not said goodbye
+// still runs (says so on stderr), or once w.end_at is reached: SIGTERM, and SIGKILL
+// kStuckKillAfter (kDecidedKillAfter) later, after which the launch's ranks on this machine that have not said goodbye
 // (`heartbeats`, may be null) are killed too: mpirun killed cannot end them.
 void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error,
                       const HeartbeatWatch* heartbeats);

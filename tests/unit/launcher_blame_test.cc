@@ -73,6 +73,23 @@ TEST(Blame, EtrRunsOwnDecisionComesFirst) {
   EXPECT_EQ(b.why, "the job was stuck: no rank's step or stage changed for 12.00 s");
 }
 
+// A host whose ranks all fell silent but which still answers the launch agent: a frozen
+// process (SIGSTOP), not a partition: its rank is blamed and the host kept.
+TEST(Blame, ASilentHostThatAnswersBlamesItsRank) {
+  FailureEvidence e;
+  e.silent_host = "hB";
+  e.silent_for = "5.02 s";
+  e.silent_rank = 2;
+  e.silent_host_answers = true;
+  const Blame b = blame(e, kTwoByTwo);
+  EXPECT_EQ(b.kind, Blame::Kind::kRank);
+  EXPECT_EQ(b.rank, 2);
+  EXPECT_EQ(b.host, "hB");
+  EXPECT_FALSE(b.whole_host());
+  EXPECT_EQ(b.why, "rank 2 on hB sent no heartbeat for 5.02 s, but its host answers (a frozen "
+                   "process, not a lost machine)");
+}
+
 TEST(Blame, OwnErrorThenKilledRank) {
   FailureEvidence e;
   e.killed_rank = 3;
