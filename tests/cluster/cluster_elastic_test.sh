@@ -16,7 +16,11 @@
 #     final parameters within 1e-3 of the reference's;
 #  b2. the same with the heartbeats off: the collectives' timeout (ETR_COMM_TIMEOUT_S=3)
 #     ends the job with a message naming the peer it waited on, etr-run ends the mpirun
-#     that cannot reach host 3, finds it unreachable and relaunches without it.
+#     that cannot reach host 3, finds it unreachable and relaunches without it;
+#  c. host 3's rank frozen (SIGSTOP): its heartbeats fall silent as in b, but the host
+#     still answers the launch agent: the rank is blamed, the host kept, the next launch
+#     runs on all 3 hosts within 10 s of the stop; final parameters equal the reference's
+#     (the same world size).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
@@ -129,4 +133,24 @@ expect b2 "host 198.18.0.3 is unreachable: the launch agent cannot reach it" "th
 expect b2 "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1 (after a failure, relaunch 1)" "not relaunched without host 3"
 grep -q "launch 3" "$work/b2.out" && { cat "$work/b2.out"; fail "b2: launched onto the unreachable host again"; }
 same_params b2 1e-3
+"$sim" kill 3
+"$sim" heal 3
+
+echo "== c. host 3's rank frozen (SIGSTOP): the host still answers"
+extra=()
+start c 1 2 3
+wait_step c 30
+stop_ms=$(date +%s%3N)
+for p in $(ip netns pids "$ETR_CLUSTER_NAME-h3"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && kill -STOP "$p"
+done
+finish c
+expect c "host 198.18.0.3 still answers the launch agent: its rank froze, the host is kept" "the frozen rank's host was not probed"
+expect c "rank 2 on 198.18.0.3 sent no heartbeat for [0-9.]* s (--heartbeat-timeout 5.00 s), but its host answers" "the frozen rank was not blamed"
+expect c "launch 2: 3 rank(s) on 198.18.0.1:1,198.18.0.2:1,198.18.0.3:1 (after a failure, relaunch 1)" "not relaunched on all 3 hosts"
+first_ms=$(awk '$2 == "first-step" {t = $1} END {print t}' "$work/c.run/events")
+took=$((first_ms - stop_ms))
+echo "c: SIGSTOP on host 3 -> the next launch's first step (3 hosts) in $took ms (bar: 10 s)"
+[ "$took" -lt 10000 ] || { cat "$work/c.out"; fail "c: $took ms from the stop to the next launch's first step"; }
+same_params c 0
 echo "PASS"
