@@ -5,14 +5,23 @@
       a row per fault: its class and target, detection (the fault to the end of the
       launch it broke), recovery (to the next launch's first step), steps lost (the
       broken launch's last step less the step the next one restored), the tier restored
-      from; then the goodput kept.
+      from; then the goodput kept, and the ceiling: the goodput a runtime would keep that
+      lost no time to detection, relaunch or recomputation, only the hosts that the faults
+      take away (a partition or a lost host: HOST_AWAY_S, by run_chaos.sh), with the work
+      split as etr splits it (each of k ranks runs at most ceil(B/k) of the global batch B
+      the output names, so a step takes that long).
   chaos_report.py --segments EVENTS FINAL
       the launches to replay: "NP FROM TO" lines, each launch's world size from the step
       it restored to the step the next one restored, the last to FINAL.
 
 FAULTS lines: "<unix ms> <class> <target>"; EVENTS lines: "<unix ms> <name> k=v...".
 """
+import math
+import re
 import sys
+
+HOSTS = 3          # run_chaos.sh: 3 hosts of 1 slot
+HOST_AWAY_S = 20   # run_chaos.sh: a partition or a lost host is back 20 s later
 
 
 def read_events(path):
@@ -59,6 +68,23 @@ def segments(events_path, final):
             print(l["np"], start, end)
 
 
+def ceiling(faults, begin_ms, seconds, global_batch):
+    """The fraction of the fault-free steps a runtime with no overhead would do."""
+    away = [(ms, ms + HOST_AWAY_S * 1000) for ms, cls, _ in faults if cls in ("partition", "host")]
+    full = math.ceil(global_batch / HOSTS)
+    dt, done = 100, 0.0
+    for t in range(begin_ms, begin_ms + seconds * 1000, dt):
+        up = HOSTS - sum(1 for a, b in away if a <= t < b)
+        done += full / math.ceil(global_batch / up) if up > 0 else 0.0
+    return done * dt / (seconds * 1000)
+
+
+def global_batch_of(output_path):
+    with open(output_path, errors="replace") as f:
+        m = re.search(r"of the global batch (\d+)", f.read())
+    return int(m.group(1)) if m else None
+
+
 def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds):
     faults = []
     with open(faults_path) as f:
@@ -91,6 +117,12 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
           f"steps lost in all: {lost_total}")
     print(f"steps in {seconds} s: fault-free {ff_steps}, with faults {chaos_steps}: "
           f"goodput kept {kept * 100:.1f} %")
+    batch = global_batch_of(output_path)
+    if runs and batch:
+        c = ceiling(faults, runs[0]["ms"], seconds, batch)
+        print(f"ceiling (no time lost to detection, relaunch or recomputation; {HOSTS} hosts, "
+              f"each partition or lost host away {HOST_AWAY_S} s, global batch {batch}): "
+              f"{c * 100:.1f} %; kept of the ceiling: {kept / c * 100:.1f} %")
 
 
 if __name__ == "__main__":
