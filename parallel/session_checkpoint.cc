@@ -20,7 +20,10 @@ void TrainSession::resume() {
   const ElasticLaunch* launch = elastic_->launch();
   if (const auto point = checkpoints_->find_resume(launch && launch->restart > 0)) {
     restore(point->dir, point->tier);
+  } else if (init_deferred_) {
+    engine_->initialize_parameters(model_.init);
   }
+  init_deferred_ = false;
   elastic_->at(RankStage::kStart, position_.step);
 }
 

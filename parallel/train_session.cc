@@ -106,7 +106,8 @@ void TrainSession::build(const TrainProgram& program, const Group& group) {
     } else {
       engine_ = make_engine(*model_.stack);
     }
-    engine_->initialize_parameters(model_.init);
+    init_deferred_ = !config_.checkpoint().resume().empty();
+    if (!init_deferred_) engine_->initialize_parameters(model_.init);
   }
   data_ = program.data(ctx);
   if (data_->seq_len() != T) {

@@ -343,6 +343,10 @@ class TrainSession {
   std::vector<double> stage_activation_bytes_;  // a pipeline: planned per stage
   FaultInjection faults_;  // the tests' hooks (parallel/fault_injection.h)
   std::optional<std::filesystem::path> resumed_from_;
+  // The initial parameters wait for resume(): a restore overwrites them, so a relaunch
+  // neither draws them nor broadcasts them (one data-parallel engine; a pipeline's chunks
+  // borrow tensors at initialisation, so it initialises in build()).
+  bool init_deferred_ = false;
   std::unique_ptr<BatchPeers> peers_;          // the grid, for the batch decisions
   std::unique_ptr<BatchController> batch_;     // the plan and the policies that change it
   // A micro-batch's forward and backward, through dev_.graphs where it may be captured.
