@@ -34,7 +34,7 @@ namespace {
 struct Flags {
   std::string hosts, hostfile, script;
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
-  double heartbeat_timeout_s = 5;
+  double heartbeat_timeout_s = 3;
   double stuck_after = 10, stuck_floor_s = 10, stuck_allowance_s = 300;
   bool cooldown_given = false;
 };
@@ -71,7 +71,8 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "datagram every 250 ms from a thread of its own) may be silent before etr-run "
                  "declares it failed and relaunches the job: a stopped or frozen worker (a rank "
                  "on this machine is killed; when every rank of another host is silent, the host "
-                 "is excluded as unreachable; 0: off, and the progress watchdog with it; default 5)");
+                 "is excluded as unreachable unless it still answers the launch agent (a frozen "
+                 "rank); 0: off, and the progress watchdog with it; default 3)");
   app.add_option("--stuck-after", f.stuck_after, "The progress watchdog: a job none of whose ranks "
                  "changed step or stage (the heartbeats carry both) for this many times its recent "
                  "step time, and at least --stuck-floor, is declared stuck, ended and relaunched, "

@@ -29,7 +29,7 @@ struct RunOptions {
   std::chrono::milliseconds blacklist_cooldown = std::chrono::minutes(10);
   // A rank whose heartbeat (runtime/heartbeat.h) is silent this long is declared failed
   // (0: no heartbeats).
-  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(3);
   // The progress watchdog (progress_watch.h; needs the heartbeats): --stuck-after,
   // --stuck-floor, --stuck-allowance.
   ProgressLimits progress;
