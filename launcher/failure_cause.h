@@ -56,9 +56,10 @@ std::string host_of_rank(const std::vector<HostSlots>& assigned, int rank);
 
 // The cause, in this order: what made etr-run end the launch itself (it acts only before
 // any other failure is heard of, so what follows is its consequence): a host whose every
-// rank fell silent (the first of them when the host still answers the launch agent), a rank whose heartbeat fell silent (etr-run killed it, so it is named
-// before mpirun's killed rank), the progress watchdog's stall (its one rank behind all
-// others, else nobody); then a lost host; a rank's own error; a rank killed by a signal; a
+// rank fell silent (the first of them when the host still answers the launch agent), a
+// rank whose heartbeat fell silent (etr-run killed it, so it is named before mpirun's
+// killed rank), the progress watchdog's stall (its one rank behind all others, else
+// nobody); then a lost host; a rank's own error; a rank killed by a signal; a
 // host etr-run could not reach; unless a probe reached every host, a host that ranks on
 // other hosts timed out waiting on (the one named from the most other
 // hosts; on a tie, the one named from etr-run's own host, the side of the partition that
