@@ -42,7 +42,10 @@ echo "== reference: an uninterrupted 2-rank etr-mpirun run"
   --set checkpoint.dir="$work/ref.ck" >"$work/ref.out" 2>&1 || { cat "$work/ref.out"; fail "reference run failed"; }
 
 echo "== sbatch examples/slurm/elastic.sbatch; host 2 fails at step 30, then returns"
-ETR_BUILD=$build ETR_CKPT_DIR=$work/el.ck ETR_COMM_TIMEOUT_S=3 \
+# Rank 0 runs 60 times slower (ETR_SLOW_RANK: a sleep after each micro-batch, the sums
+# unchanged): etr-run's heartbeats find host 2 gone in seconds, and the job must still run
+# when Slurm marks the node not responding and when it returns, to grow back onto it.
+ETR_BUILD=$build ETR_CKPT_DIR=$work/el.ck ETR_COMM_TIMEOUT_S=3 ETR_SLOW_RANK=0:60 \
   ETR_RUN_ARGS="--run-dir $work/run --discovery-interval 0.2" \
   "$slurm" run sbatch --wait --chdir="$root" --output="$out" "$root/examples/slurm/elastic.sbatch" "${job[@]}" &
 pid=$!
@@ -54,6 +57,10 @@ echo "host 2 killed at step $killed_at"
 wait_for 60 "'not responding' for h2 in sinfo" h2_failed
 "$slurm" run sinfo -N
 wait_for 60 "a step on h1 alone" grep -q "rank(s) on h1:1 (after a failure" "$out"
+# The node stays out a few seconds (etr-run's discovery, every 0.2 s, sees it gone: the
+# heartbeats excluded h2 before Slurm noticed, and a host is let back in once discovery
+# has dropped it and lists it again).
+sleep 3
 "$slurm" start 2
 wait_for 60 "h2 back in service" eval '! h2_failed'
 "$slurm" run sinfo -N
