@@ -198,6 +198,7 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
 void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np,
                              LaunchResult& r) {
   if (g_stop_signal || w.reaped) w.discovery.reset();  // ends a script still running
+  if (!w.reaped && !g_stop_signal && o_.hosts->dynamic()) reprobe_unreachable();
   if (!w.reaped && !g_stop_signal && o_.hosts->dynamic() && !r.resize_requested && !w.discovery &&
       Clock::now() >= w.next_discovery) {
     try {

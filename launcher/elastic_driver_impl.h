@@ -140,6 +140,13 @@ class Driver {
                    const std::vector<HostSlots>& assigned) const;
   // The words that run a command on a host the way mpirun reaches it (host_probe.h).
   std::vector<std::string> probe_agent() const;
+  // While a launch runs: every kReprobeInterval, the hosts excluded as unreachable are
+  // asked again (in the background); one that answers is admitted, so the discovery that
+  // still lists it (a partition shorter than the scheduler's notice) grows the job back.
+  void reprobe_unreachable();
+  std::shared_future<std::vector<std::string>> reprobe_;  // the hosts that did not answer
+  std::vector<std::string> reprobed_;                      // the hosts asked
+  Clock::time_point next_reprobe_{};
 
   const RunOptions& o_;
   HostHealth health_;

@@ -19,6 +19,8 @@ inline constexpr std::chrono::milliseconds kProbeDeadline{10'000};
 // ... when a host fell silent and the launch is ended anyway: whether it still answers at
 // all (a frozen rank) or not (a partition, a lost machine); a slow answer counts as none.
 inline constexpr std::chrono::milliseconds kSilentProbeDeadline{1'500};
+// How often hosts excluded as unreachable are asked again (with kSilentProbeDeadline).
+inline constexpr std::chrono::seconds kReprobeInterval{5};
 
 // The hosts of `assigned` that are not this machine (is_local_host), in order.
 std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned);

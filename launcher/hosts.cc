@@ -102,11 +102,25 @@ bool HostHealth::record_failure(const std::string& host, Clock::time_point now) 
   return false;
 }
 
-void HostHealth::exclude_now(const std::string& host, Clock::time_point now) {
+void HostHealth::exclude_now(const std::string& host, Clock::time_point now, bool unreachable) {
   State& s = state_[host];
   s.excluded = true;
   s.absent = false;
+  s.unreachable = unreachable;
   s.excluded_until = now + cooldown_;
+}
+
+std::vector<std::string> HostHealth::unreachable_excluded(Clock::time_point now) const {
+  std::vector<std::string> out;
+  for (const auto& [name, s] : state_) {
+    if (s.excluded && s.unreachable && now < s.excluded_until) out.push_back(name);
+  }
+  return out;
+}
+
+void HostHealth::readmit(const std::string& host) {
+  auto it = state_.find(host);
+  if (it != state_.end()) it->second = State{};
 }
 
 bool HostHealth::excluded(const std::string& host, Clock::time_point now) const {

@@ -70,8 +70,14 @@ class HostHealth {
       : blacklist_after_(blacklist_after), cooldown_(cooldown) {}
   // Counts a failure of `host`; true when it is now excluded.
   bool record_failure(const std::string& host, Clock::time_point now = Clock::now());
-  // Excludes `host` for the cool-down at once (it was lost, or is unreachable).
-  void exclude_now(const std::string& host, Clock::time_point now = Clock::now());
+  // Excludes `host` for the cool-down at once (it was lost, or is unreachable:
+  // `unreachable`, then unreachable_excluded() names it until it is admitted again).
+  void exclude_now(const std::string& host, Clock::time_point now = Clock::now(),
+                   bool unreachable = false);
+  // The hosts excluded because etr-run could not reach them, still within their cool-down.
+  std::vector<std::string> unreachable_excluded(Clock::time_point now = Clock::now()) const;
+  // `host` answers again (a partition healed): admitted with its failure count reset.
+  void readmit(const std::string& host);
   bool excluded(const std::string& host, Clock::time_point now = Clock::now()) const;
   int failures(const std::string& host) const;
   // `hosts` without the excluded ones. A host whose cool-down is over, or that was
@@ -86,6 +92,7 @@ class HostHealth {
     Clock::time_point excluded_until{};
     bool excluded = false;
     bool absent = false;  // missing from a discovery since it was excluded
+    bool unreachable = false;  // excluded because etr-run could not reach it
   };
   int blacklist_after_;
   std::chrono::milliseconds cooldown_;

@@ -1,5 +1,6 @@
 // etr-run: what a finished launch means (elastic_driver_impl.h): done, resized, stopped,
 // out of memory, or failed (whom to blame, which host to exclude, whether to give up).
+#include <algorithm>
 #include <cstdlib>
 
 #include "launcher/elastic_driver_impl.h"
@@ -13,6 +14,27 @@ std::vector<std::string> Driver::probe_agent() const {
   return o_.use_srun() ? std::vector<std::string>{o_.srun, "--overlap", "--quiet", "--nodes=1",
                                                   "--ntasks=1", "--nodelist"}
                        : launch_agent_words(o_.launch_agent);
+}
+
+void Driver::reprobe_unreachable() {
+  using namespace std::chrono_literals;
+  if (reprobe_.valid() && reprobe_.wait_for(0s) == std::future_status::ready) {
+    const std::vector<std::string> silent = reprobe_.get();
+    for (const std::string& host : reprobed_) {
+      if (std::find(silent.begin(), silent.end(), host) != silent.end()) continue;
+      health_.readmit(host);
+      say("host ", host, " answers the launch agent again: no longer excluded");
+      events_out_->event("readmit host=" + host);
+    }
+    reprobe_ = {};
+  }
+  if (reprobe_.valid() || Clock::now() < next_reprobe_) return;
+  next_reprobe_ = Clock::now() + kReprobeInterval;
+  reprobed_ = health_.unreachable_excluded();
+  if (reprobed_.empty()) return;
+  reprobe_ = std::async(std::launch::async, unreachable_hosts, probe_agent(), reprobed_,
+                        kSilentProbeDeadline)
+                 .share();
 }
 
 void Driver::probe_hosts(FailureEvidence& e, const LaunchResult& r,
@@ -102,7 +124,7 @@ bool Driver::after_failure(const LaunchResult& r, const std::vector<HostSlots>& 
   const Blame b = blame(evidence, assigned);
   const std::string& who = b.why;
   if (b.whole_host()) {
-    health_.exclude_now(b.host);
+    health_.exclude_now(b.host, HostHealth::Clock::now(), b.kind == Blame::Kind::kUnreachableHost);
     say(b.why, ": excluded until discovery drops and lists it again, or for ",
         seconds(static_cast<double>(o_.blacklist_cooldown.count()) / 1000));
     events_out_->event("exclude host=" + b.host + " reason=" +

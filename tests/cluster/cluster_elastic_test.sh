@@ -20,7 +20,12 @@
 #  c. host 3's rank frozen (SIGSTOP): its heartbeats fall silent as in b, but the host
 #     still answers the launch agent: the rank is blamed, the host kept, the next launch
 #     runs on all 3 hosts within 10 s of the stop; final parameters equal the reference's
-#     (the same world size).
+#     (the same world size);
+#  d. host 3 cut off for a few seconds while discovery keeps listing it (a partition shorter
+#     than the scheduler's notice): excluded as unreachable, asked again in the background
+#     every 5 s, admitted once it answers, and the job grows back onto it; final
+#     parameters within 1e-3 of the reference's (rank 0 slowed, ETR_SLOW_RANK, so that the
+#     job outlasts the partition).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
@@ -153,4 +158,23 @@ took=$((first_ms - stop_ms))
 echo "c: SIGSTOP on host 3 -> the next launch's first step (3 hosts) in $took ms (bar: 10 s)"
 [ "$took" -lt 10000 ] || { cat "$work/c.out"; fail "c: $took ms from the stop to the next launch's first step"; }
 same_params c 0
+
+echo "== d. host 3 cut off for a few seconds, listed throughout: readmitted, grown back"
+export ETR_SLOW_RANK=0:30
+start d 1 2 3
+wait_step d 30
+"$sim" cut 3
+i=0
+until grep -q "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.2:1" "$work/d.out"; do
+  sleep 0.1
+  i=$((i + 1))
+  [ "$i" -lt 600 ] || { cat "$work/d.out"; fail "d: not relaunched without host 3 within 60 s"; }
+done
+sleep 2
+"$sim" heal 3
+finish d
+unset ETR_SLOW_RANK
+expect d "host 198.18.0.3 answers the launch agent again: no longer excluded" "the healed host was not readmitted"
+expect d "launch 3: 3 rank(s) on 198.18.0.1:1,198.18.0.2:1,198.18.0.3:1 (after a resize" "did not grow back onto host 3"
+same_params d 1e-3
 echo "PASS"

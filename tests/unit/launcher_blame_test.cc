@@ -181,6 +181,23 @@ TEST(HostHealth, AnExcludedHostNeverDroppedStaysOutUntilTheCooldownEnds) {
   EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(61)).size(), 2u);
 }
 
+// An unreachable host (a partition) is named for the re-probe until it is admitted again;
+// a lost one is not (its daemon died: reaching the machine says nothing of that).
+TEST(HostHealth, AnUnreachableHostIsAskedAgainAndReadmitted) {
+  HostHealth health(3, std::chrono::seconds(60));
+  const auto t0 = HostHealth::Clock::now();
+  health.exclude_now("hB", t0, /*unreachable=*/true);
+  health.exclude_now("hC", t0);
+  EXPECT_EQ(health.unreachable_excluded(t0 + std::chrono::seconds(1)), std::vector<std::string>{"hB"});
+  EXPECT_TRUE(health.unreachable_excluded(t0 + std::chrono::seconds(61)).empty());  // cool-down over
+  EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(2)).size(), 1u);
+  health.readmit("hB");
+  EXPECT_FALSE(health.excluded("hB", t0 + std::chrono::seconds(3)));
+  EXPECT_TRUE(health.unreachable_excluded(t0 + std::chrono::seconds(3)).empty());
+  EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(3)).size(), 2u);
+  EXPECT_TRUE(health.excluded("hC", t0 + std::chrono::seconds(3)));
+}
+
 TEST(MpirunOutput, ALostDaemonNamesItsHost) {
   const std::string frame =
       "--------------------------------------------------------------------------\n"
