@@ -67,7 +67,7 @@ struct LaunchResult {
   int micro_batch = 0;  // the job's micro_batch=B event field (oom_watch.h), 0: none
   OomEvidence oom;      // the OOM kill count around the launch, mpirun's SIGKILL reports
   // The probe of a host whose ranks all fell silent, started when etr-run ended the launch
-  // (runs while mpirun is ended): the hosts of it the launch agent could not reach.
+  // (runs while mpirun is ended): the host when it still answers the launch agent.
   std::shared_future<std::vector<std::string>> silent_probe;
 };
 
@@ -119,7 +119,9 @@ class Driver {
   void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);
   // Silent ranks and the progress watchdog (launch_heartbeats.cc).
   void watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned);
-  void remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned);
+  // `silent`: the host every rank of which is silent (silent_host), else null.
+  void remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned,
+                      const HostSlots* silent);
   void watch_progress(Watch& w, LaunchResult& r);
   // After a launch that did not complete: the exit status to end with, or nullopt to
   // relaunch (env, counts updated).
@@ -144,8 +146,7 @@ class Driver {
   // asked again (in the background); one that answers is admitted, so the discovery that
   // still lists it (a partition shorter than the scheduler's notice) grows the job back.
   void reprobe_unreachable();
-  std::shared_future<std::vector<std::string>> reprobe_;  // the hosts that did not answer
-  std::vector<std::string> reprobed_;                      // the hosts asked
+  std::shared_future<std::vector<std::string>> reprobe_;  // the hosts that answered
   Clock::time_point next_reprobe_{};
 
   const RunOptions& o_;

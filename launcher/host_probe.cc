@@ -36,6 +36,55 @@ pid_t start_probe(const std::vector<std::string>& agent, const std::string& host
   _exit(127);
 }
 
+enum class Probe { kReached, kNotReached, kNotStarted };
+
+// Runs the probes of `hosts` at once, each within `deadline`.
+std::vector<Probe> probe_all(const std::vector<std::string>& agent,
+                             const std::vector<std::string>& hosts,
+                             std::chrono::milliseconds deadline) {
+  std::vector<pid_t> pids;
+  std::vector<Probe> out(hosts.size(), Probe::kNotReached);
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    pids.push_back(agent.empty() ? -1 : start_probe(agent, hosts[i]));
+    if (pids.back() <= 0) out[i] = Probe::kNotStarted;
+  }
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  size_t running = 0;
+  do {
+    running = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (pids[i] <= 0) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        out[i] = ok ? Probe::kReached : Probe::kNotReached;
+        kill(-pids[i], SIGKILL);  // whatever it left behind
+        pids[i] = -1;
+      } else {
+        ++running;
+      }
+    }
+    if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (running > 0 && std::chrono::steady_clock::now() < end);
+  for (pid_t pid : pids) {
+    if (pid > 0) {  // past the deadline: not reached
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> hosts_with(const std::vector<std::string>& hosts,
+                                    const std::vector<Probe>& probes, Probe want) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (probes[i] == want) out.push_back(hosts[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned) {
@@ -49,39 +98,14 @@ std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned) {
 std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent,
                                            const std::vector<std::string>& hosts,
                                            std::chrono::milliseconds deadline) {
-  std::vector<pid_t> pids;
-  std::vector<int> ok(hosts.size(), 0);  // 1: reached (or not probed: unknown), 0: not
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    pids.push_back(agent.empty() ? -1 : start_probe(agent, hosts[i]));
-    if (pids.back() <= 0) ok[i] = 1;  // a probe that did not start says nothing of the host
-  }
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  size_t running = 0;
-  do {
-    running = 0;
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (pids[i] <= 0) continue;
-      int status = 0;
-      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        ok[i] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        kill(-pids[i], SIGKILL);  // whatever it left behind
-        pids[i] = -1;
-      } else {
-        ++running;
-      }
-    }
-    if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (running > 0 && std::chrono::steady_clock::now() < end);
-  std::vector<std::string> out;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (pids[i] > 0) {  // past the deadline
-      kill(-pids[i], SIGKILL);
-      kill(pids[i], SIGKILL);
-      waitpid(pids[i], nullptr, 0);
-    }
-    if (!ok[i]) out.push_back(hosts[i]);
-  }
-  return out;
+  // A probe that did not start says nothing of its host.
+  return hosts_with(hosts, probe_all(agent, hosts, deadline), Probe::kNotReached);
+}
+
+std::vector<std::string> answering_hosts(const std::vector<std::string>& agent,
+                                         const std::vector<std::string>& hosts,
+                                         std::chrono::milliseconds deadline) {
+  return hosts_with(hosts, probe_all(agent, hosts, deadline), Probe::kReached);
 }
 
 }  // namespace etr::launcher

@@ -26,9 +26,15 @@ inline constexpr std::chrono::seconds kReprobeInterval{5};
 std::vector<std::string> remote_hosts(const std::vector<HostSlots>& assigned);
 
 // The hosts of `hosts` (names as given to mpirun) on which `agent` (its words) could not
-// run `true` within `deadline`, in the order given.
+// run `true` within `deadline`, in the order given (a probe that could not be started
+// names no host: it says nothing of it).
 std::vector<std::string> unreachable_hosts(const std::vector<std::string>& agent,
                                            const std::vector<std::string>& hosts,
                                            std::chrono::milliseconds deadline);
+// ... and those on which it did run `true` within `deadline` (a probe that could not be
+// started names no host: no answer is no proof).
+std::vector<std::string> answering_hosts(const std::vector<std::string>& agent,
+                                         const std::vector<std::string>& hosts,
+                                         std::chrono::milliseconds deadline);
 
 }  // namespace etr::launcher

@@ -42,21 +42,23 @@ void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostS
   }
   if (!w.remote_silent.empty()) {
     // A host all of whose ranks are silent cannot get more so: no need to wait.
-    if (Clock::now() - w.remote_silent_at >= kSilentGather || silent_host(w, assigned)) {
-      remote_silence(w, r, assigned);
+    const HostSlots* host = silent_host(w, assigned);
+    if (host || Clock::now() - w.remote_silent_at >= kSilentGather) {
+      remote_silence(w, r, assigned, host);
     }
     return;
   }
   watch_progress(w, r);
 }
 
-void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
+void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned,
+                            const HostSlots* h) {
   for (const auto& s : w.remote_silent) {
     events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
   }
   const HeartbeatWatch::Silent& first = w.remote_silent.front();
   const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
-  if (const HostSlots* h = silent_host(w, assigned)) {
+  if (h) {
     r.evidence.silent_host = h->host;
     for (const auto& s : w.remote_silent) {  // blamed instead when the host still answers
       if (host_of_rank(assigned, s.rank) == h->host) {
@@ -66,7 +68,7 @@ void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlo
     }
     // Asked while mpirun is ended: a partition or a lost machine does not answer, a host
     // whose rank froze (SIGSTOP, a hung driver) does, and is kept.
-    r.silent_probe = std::async(std::launch::async, unreachable_hosts, probe_agent(),
+    r.silent_probe = std::async(std::launch::async, answering_hosts, probe_agent(),
                                 std::vector<std::string>{h->host}, kSilentProbeDeadline)
                          .share();
     r.evidence.silent_for = seconds(first.seconds) + " (--heartbeat-timeout " + timeout + ")";

@@ -1,6 +1,5 @@
 // etr-run: what a finished launch means (elastic_driver_impl.h): done, resized, stopped,
 // out of memory, or failed (whom to blame, which host to exclude, whether to give up).
-#include <algorithm>
 #include <cstdlib>
 
 #include "launcher/elastic_driver_impl.h"
@@ -19,9 +18,7 @@ std::vector<std::string> Driver::probe_agent() const {
 void Driver::reprobe_unreachable() {
   using namespace std::chrono_literals;
   if (reprobe_.valid() && reprobe_.wait_for(0s) == std::future_status::ready) {
-    const std::vector<std::string> silent = reprobe_.get();
-    for (const std::string& host : reprobed_) {
-      if (std::find(silent.begin(), silent.end(), host) != silent.end()) continue;
+    for (const std::string& host : reprobe_.get()) {
       health_.readmit(host);
       say("host ", host, " answers the launch agent again: no longer excluded");
       events_out_->event("readmit host=" + host);
@@ -30,9 +27,9 @@ void Driver::reprobe_unreachable() {
   }
   if (reprobe_.valid() || Clock::now() < next_reprobe_) return;
   next_reprobe_ = Clock::now() + kReprobeInterval;
-  reprobed_ = health_.unreachable_excluded();
-  if (reprobed_.empty()) return;
-  reprobe_ = std::async(std::launch::async, unreachable_hosts, probe_agent(), reprobed_,
+  const std::vector<std::string> excluded = health_.unreachable_excluded();
+  if (excluded.empty()) return;
+  reprobe_ = std::async(std::launch::async, answering_hosts, probe_agent(), excluded,
                         kSilentProbeDeadline)
                  .share();
 }
@@ -40,7 +37,7 @@ void Driver::reprobe_unreachable() {
 void Driver::probe_hosts(FailureEvidence& e, const LaunchResult& r,
                          const std::vector<HostSlots>& assigned) const {
   if (!e.silent_host.empty() && r.silent_probe.valid()) {
-    e.silent_host_answers = r.silent_probe.get().empty();
+    e.silent_host_answers = !r.silent_probe.get().empty();
     if (e.silent_host_answers) {
       say("host ", e.silent_host, " still answers the launch agent: its rank froze, the host is kept");
     }

@@ -1,6 +1,7 @@
 // Tests of whom etr-run blames for a failed launch (launcher/failure_cause.h) and
 // of a lost host's exclusion and return (HostHealth::exclude_now and usable()), and the
-// launch shim's report of a daemon that died (launch_shim.h), run as a real process.
+// launch shim's report of a daemon that died (launch_shim.h), run as a real process, and
+// the host probe (host_probe.h) through a stand-in launch agent.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "launcher/failure_cause.h"
+#include "launcher/host_probe.h"
 #include "launcher/hosts.h"
 #include "launcher/launch_shim.h"
 #include "launcher/mpirun_output.h"
@@ -196,6 +198,23 @@ TEST(HostHealth, AnUnreachableHostIsAskedAgainAndReadmitted) {
   EXPECT_TRUE(health.unreachable_excluded(t0 + std::chrono::seconds(3)).empty());
   EXPECT_EQ(health.usable(kTwoByTwo, t0 + std::chrono::seconds(3)).size(), 2u);
   EXPECT_TRUE(health.excluded("hC", t0 + std::chrono::seconds(3)));
+}
+
+// The agent runs `AGENT HOST true`: with `sh -c SCRIPT`, the host is $0. "up" answers,
+// "down" fails, "cut" does not answer within the deadline (a partition).
+TEST(HostProbe, AnsweringAndUnreachableHosts) {
+  const std::vector<std::string> agent = {
+      "/bin/sh", "-c", "case \"$0\" in up) exit 0 ;; cut) sleep 30 ;; *) exit 1 ;; esac"};
+  const std::vector<std::string> hosts = {"up", "down", "cut"};
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(answering_hosts(agent, hosts, std::chrono::milliseconds(500)),
+            std::vector<std::string>{"up"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "the deadline holds";
+  EXPECT_EQ(unreachable_hosts(agent, hosts, std::chrono::milliseconds(500)),
+            (std::vector<std::string>{"down", "cut"}));
+  // A probe that cannot be started says nothing: no host answers, none is unreachable.
+  EXPECT_TRUE(answering_hosts({}, hosts, std::chrono::milliseconds(100)).empty());
+  EXPECT_TRUE(unreachable_hosts({}, hosts, std::chrono::milliseconds(100)).empty());
 }
 
 TEST(MpirunOutput, ALostDaemonNamesItsHost) {
