@@ -457,6 +457,11 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
       ->capture_default_str();
   cmd->add_option("--every", args->stall.every, "Save every this many steps in training")
       ->capture_default_str();
+  cmd->add_option("--max-stall", args->stall.max_stall,
+                  "The bounded memory tier's checkpoint.memory_max_stall: its saves as sparse "
+                  "as keeps their measured cost within this fraction of a step")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0001, 0.9));
   add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     const CkptStallOptions& s = args->stall;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/table.h"
+#include "parallel/memory_cadence.h"
 
 namespace etr::bench {
 namespace {
@@ -17,12 +18,31 @@ struct Mode {
   train::Trainer* trainer;
   bool saves;
   const char* tier;  // what save_checkpoint() is given
+  MemoryCadence* cadence = nullptr;  // the bounded mode: saves when due, not every k
+  int64_t step = 0;                  // its steps so far (the cadence's step numbers)
+  size_t seen = 0;                   // its writer's saves the cadence has seen
+  std::vector<int> saves_in;     // per round: saves in the window
   std::vector<double> seconds;   // per round: the timed window, the slowest rank's
   std::vector<double> cpu;       // per round: the process's CPU time in it (all threads)
   std::vector<double> in_save;   // every timed save() call, the slowest rank's
   std::vector<double> stall;     // every save: the writer's stall (rank 0's): save() and
                                  // waiting for the snapshot copy
 };
+
+// The bounded mode, after each step: a newly committed save's cost to training (as
+// CheckpointCadence measures it) and the step time, the largest over the ranks, to its
+// cadence. Collective: saves commit on every rank at the same step.
+void observe_saves(const BenchContext& ctx, Mode& m, const CheckpointWriter& writer) {
+  if (writer.stats().size() == m.seen) return;
+  m.seen = writer.stats().size();
+  const SaveStats& s = writer.stats().back();
+  double v[2] = {s.stall_seconds + s.commit_seconds +
+                     (writer.writer_cpus().empty() ? s.writer_cpu_seconds : 0.0),
+                 m.cadence->step_seconds()};
+  ctx.max_over_ranks(v, 2);
+  const std::string change = m.cadence->observe(v[0], v[1]);
+  if (!change.empty()) ctx.print("# bounded memory tier: " + change + "\n");
+}
 
 // One timed window of `o.steps` steps of mode `m` (see ckpt_stall.h for the steady state).
 void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
@@ -33,17 +53,28 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
   if (m.saves) {
     t.train_step();  // untimed: this step's save must not be the previous window's last one
     t.save_checkpoint(m.tier);
+    if (m.cadence) m.cadence->saved(++m.step);
   }
+  m.seen = writer.stats().size();  // (the bounded mode shares the memory tier's trainer)
   std::vector<double> in_save;
   ctx.sleeping_barrier();
   const double cpu0 = process_cpu_seconds();
   const auto t0 = Clock::now();
+  int saves = 0;
   for (int i = 1; i <= o.steps; ++i) {
+    const auto s0 = Clock::now();
     t.train_step();
-    if (m.saves && i % o.every == 0) {
-      const auto s0 = Clock::now();
+    ++m.step;
+    if (m.saves && (m.cadence ? m.cadence->due(m.step) : i % o.every == 0)) {
+      const auto c0 = Clock::now();
       t.save_checkpoint(m.tier);
-      in_save.push_back(seconds_since(s0));
+      in_save.push_back(seconds_since(c0));
+      ++saves;
+      if (m.cadence) m.cadence->saved(m.step);
+    }
+    if (m.cadence) {
+      m.cadence->step_ended(seconds_since(s0));
+      observe_saves(ctx, m, writer);
     }
   }
   ctx.sleeping_barrier();
@@ -51,9 +82,10 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
   ctx.max_over_ranks(times, 2);
   m.seconds.push_back(times[0]);
   m.cpu.push_back(times[1]);
+  m.saves_in.push_back(saves);
   if (!m.saves) return;
   t.flush_checkpoints();
-  ctx.max_over_ranks(in_save.data(), static_cast<int>(in_save.size()));
+  if (!in_save.empty()) ctx.max_over_ranks(in_save.data(), static_cast<int>(in_save.size()));
   m.in_save.insert(m.in_save.end(), in_save.begin(), in_save.end());
   const std::vector<SaveStats>& stats = writer.stats();
   for (size_t i = first; i < stats.size(); ++i) {
@@ -62,11 +94,62 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
   }
 }
 
+// The table, one row a mode, and its JSON.
+nlohmann::json print_rows(const BenchContext& ctx, const std::vector<Mode>& modes,
+                          const CkptStallOptions& o) {
+  Table t;
+  t.add_column("mode                      ", 26).add_column("ranks", 5).add_column("ms/step best", 12);
+  t.add_column("ms/step median", 14).add_column("CPU ms/step", 11).add_column("ms in save()", 12);
+  t.add_column("saves", 5).add_column("stall/save ms", 13).add_column("% of a step", 11);
+  t.add_column("stall/step", 10);
+  ctx.print(t.header());
+  const double step_ms = median(modes[0].seconds) / o.steps * 1e3;
+  nlohmann::json out = nlohmann::json::array();
+  for (const Mode& m : modes) {
+    std::vector<double> stall_ms, step_stall_ms, saves;  // per round
+    for (size_t r = 0; r < m.seconds.size(); ++r) {
+      const double extra = (m.seconds[r] - modes[0].seconds[r]) * 1e3;
+      saves.push_back(m.saves_in[r]);
+      stall_ms.push_back(m.saves_in[r] > 0 ? extra / m.saves_in[r] : 0.0);
+      step_stall_ms.push_back(extra / o.steps);
+    }
+    const double stall = median(stall_ms);
+    std::vector<double> per_step = m.seconds;
+    for (double& s : per_step) s = s / o.steps * 1e3;
+    char name[64];
+    if (!m.saves) {
+      std::snprintf(name, sizeof name, "%s", m.name);
+    } else if (m.cadence) {
+      std::snprintf(name, sizeof name, "%s %g%%", m.name, 100 * o.max_stall);
+    } else {
+      std::snprintf(name, sizeof name, "%s every %d", m.name, o.every);
+    }
+    ctx.print(t.row({cell("%-26s", name), cell("%d", ctx.size()),
+                     cell("%.1f", *std::min_element(per_step.begin(), per_step.end())),
+                     cell("%.1f", median(per_step)), cell("%.1f", median(m.cpu) / o.steps * 1e3),
+                     m.saves ? cell("%.1f", median(m.in_save) * 1e3) : "-",
+                     m.saves ? cell("%.1f", median(saves)) : "-", m.saves ? cell("%.1f", stall) : "-",
+                     m.saves ? cell("%.1f%%", 100 * stall / step_ms) : "-",
+                     m.saves ? cell("%.2f%%", 100 * median(step_stall_ms) / step_ms) : "-"}));
+    out.push_back({{"mode", name},
+                   {"ranks", ctx.size()},
+                   {"round_seconds", m.seconds},
+                   {"round_cpu_seconds", m.cpu},
+                   {"steps", o.steps},
+                   {"saves_per_round", m.saves_in},
+                   {"stall_ms_per_save", m.saves ? stall : 0.0},
+                   {"stall_ms_per_step", m.saves ? median(step_stall_ms) : 0.0},
+                   {"in_save_seconds", m.in_save},
+                   {"writer_stall_seconds", m.stall}});
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& trainers,
                              const TrainConfig& config, const CkptStallOptions& o) {
-  const int saves = o.steps / o.every;
+  const int saves = o.steps / o.every;  // a window's, but in the bounded mode
   char buf[1024];
   std::snprintf(
       buf, sizeof buf,
@@ -90,49 +173,27 @@ nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& train
        {&trainers.async_spare, &trainers.async_rank, &trainers.sync, &trainers.memory}) {
     for (int i = 0; i < o.warmup; ++i) t->train_step();
   }
-  const std::string every = std::to_string(o.every);
-  std::vector<Mode> modes = {
-      {"no saving", &trainers.async_spare, false, "durable", {}, {}, {}, {}},
-      {"async save", &trainers.async_spare, true, "durable", {}, {}, {}, {}},
-      {"async, rank cores", &trainers.async_rank, true, "durable", {}, {}, {}, {}},
-      {"sync save", &trainers.sync, true, "durable", {}, {}, {}, {}},
-      {"memory tier", &trainers.memory, true, "memory", {}, {}, {}, {}}};
+  MemoryCadence bounded(1, o.max_stall);
+  auto mode = [](const char* name, train::Trainer& t, bool saves, const char* tier,
+                 MemoryCadence* cadence = nullptr) {
+    Mode m{};
+    m.name = name;
+    m.trainer = &t;
+    m.saves = saves;
+    m.tier = tier;
+    m.cadence = cadence;
+    return m;
+  };
+  std::vector<Mode> modes = {mode("no saving", trainers.async_spare, false, "durable"),
+                             mode("async save", trainers.async_spare, true, "durable"),
+                             mode("async, rank cores", trainers.async_rank, true, "durable"),
+                             mode("sync save", trainers.sync, true, "durable"),
+                             mode("memory tier", trainers.memory, true, "memory"),
+                             mode("memory tier, bounded", trainers.memory, true, "memory", &bounded)};
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t j = 0; j < modes.size(); ++j) window(ctx, modes[(j + round) % modes.size()], o);
   }
-
-  Table t;
-  t.add_column("mode                      ", 26).add_column("ranks", 5).add_column("ms/step best", 12);
-  t.add_column("ms/step median", 14).add_column("CPU ms/step", 11).add_column("ms in save()", 12);
-  t.add_column("stall/save ms", 13).add_column("% of a step", 11);
-  ctx.print(t.header());
-  const double step_ms = median(modes[0].seconds) / o.steps * 1e3;
-  nlohmann::json out = nlohmann::json::array();
-  for (const Mode& m : modes) {
-    std::vector<double> stall_ms;  // per round
-    for (size_t r = 0; r < m.seconds.size(); ++r) {
-      stall_ms.push_back((m.seconds[r] - modes[0].seconds[r]) / saves * 1e3);
-    }
-    const double stall = median(stall_ms);
-    std::vector<double> per_step = m.seconds;
-    for (double& s : per_step) s = s / o.steps * 1e3;
-    const std::string name = m.saves ? std::string(m.name) + " every " + every : m.name;
-    ctx.print(t.row({cell("%-26s", name.c_str()), cell("%d", ctx.size()),
-                     cell("%.1f", *std::min_element(per_step.begin(), per_step.end())),
-                     cell("%.1f", median(per_step)), cell("%.1f", median(m.cpu) / o.steps * 1e3),
-                     m.saves ? cell("%.1f", median(m.in_save) * 1e3) : "-",
-                     m.saves ? cell("%.1f", stall) : "-",
-                     m.saves ? cell("%.1f%%", 100 * stall / step_ms) : "-"}));
-    out.push_back({{"mode", name},
-                   {"ranks", ctx.size()},
-                   {"round_seconds", m.seconds},
-                   {"round_cpu_seconds", m.cpu},
-                   {"steps", o.steps},
-                   {"saves", m.saves ? saves : 0},
-                   {"stall_ms_per_save", m.saves ? stall : 0.0},
-                   {"in_save_seconds", m.in_save},
-                   {"writer_stall_seconds", m.stall}});
-  }
+  nlohmann::json out = print_rows(ctx, modes, o);
   std::snprintf(buf, sizeof buf,
                 "# async: save() and the optimizer's wait for the snapshot copy take %.1f ms "
                 "(%.1f ms with the writer on the rank's cores; rank 0, medians); ms in save() "
@@ -148,6 +209,13 @@ nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& train
                     ? "?"
                     : trainers.memory.memory_checkpoint_writer()->stats().back().dir.parent_path().c_str(),
                 hosts && hosts->hosts() > 1 ? "yes" : "no (one host)", median(modes[4].stall) * 1e3);
+  ctx.print(buf);
+  std::snprintf(buf, sizeof buf,
+                "# memory tier, bounded: checkpoint.memory_max_stall = %g, every 1 step at least; "
+                "it ended saving every %lld step(s) (a save's measured cost %.1f ms, the step "
+                "%.1f ms); stall/step = (window - no-saving window) / steps\n",
+                o.max_stall, static_cast<long long>(bounded.interval()), bounded.cost_seconds() * 1e3,
+                bounded.step_seconds() * 1e3);
   ctx.print(buf);
   return out;
 }

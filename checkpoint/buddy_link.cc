@@ -80,31 +80,45 @@ BuddyLink::BuddyLink(const Group& group) : comm_(group.dup(group.name() + ".budd
   received_.resize(senders_.size());
 }
 
+BuddyLink::~BuddyLink() = default;
+
 std::string BuddyLink::exchange(std::span<const char> mine, const ShardPlan& plan,
                                 const fs::path& dir) {
   if (buddy_ < 0) return "";
   std::vector<MPI_Request> requests;
+  std::string error;
   try {
+    incoming_.clear();  // the previous save's files (unmapped; committed or removed)
     for (size_t i = 0; i < senders_.size(); ++i) {
-      received_[i].resize(plan.file_bytes(senders_[i]));
-      post(requests, received_[i].data(), received_[i].size(), senders_[i], comm_.comm(), false);
+      const std::string name = plan.file_name(senders_[i]);
+      const size_t size = plan.file_bytes(senders_[i]);
+      std::span<char> into;
+      try {  // received straight into the file in the tmpfs (over a recycled file's pages)
+        auto file = std::make_unique<DurableFile>(dir / name, recycled_shard(dir.parent_path(), name));
+        into = file->map(size);
+        incoming_.push_back(std::move(file));
+      } catch (const IoError& e) {  // the sender is not kept waiting: taken all the same
+        if (error.empty()) error = e.what();
+        incoming_.push_back(nullptr);
+        received_[i].resize(size);
+        into = received_[i];
+      }
+      post(requests, into.data(), size, senders_[i], comm_.comm(), false);
     }
     post(requests, const_cast<char*>(mine.data()), mine.size(), buddy_, comm_.comm(), true);
     const std::string what = "the memory tier's copy to and from the buddy ranks";
     for (MPI_Request& r : requests) wait_with_timeout(r, what.c_str());
     for (size_t i = 0; i < senders_.size(); ++i) {
-      const std::string name = plan.file_name(senders_[i]);
-      DurableFile out(dir / name, recycled_shard(dir.parent_path(), name));
-      out.write(received_[i].data(), received_[i].size());
-      out.commit();
-      write_file_durably(dir / (name + kBuddyMarkerSuffix), nullptr, 0);
+      if (!incoming_[i]) continue;
+      incoming_[i]->commit();
+      write_file_durably(dir / (plan.file_name(senders_[i]) + kBuddyMarkerSuffix), nullptr, 0);
     }
   } catch (const std::exception& e) {
-    // A request still active after a timeout keeps its buffer: received_ lives as long as
-    // the writer, and a later save resizes it only after its own waits.
+    // A request still active after a timeout keeps its buffer: incoming_ and received_ live
+    // as long as the writer, and a later save replaces them only after its own waits.
     return std::string("the buddy copy failed: ") + e.what();
   }
-  return "";
+  return error.empty() ? "" : "the buddy copy failed: " + error;
 }
 
 }  // namespace etr

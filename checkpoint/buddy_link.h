@@ -19,10 +19,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "checkpoint/durable_file.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/group.h"
 
@@ -35,6 +37,7 @@ class BuddyLink {
  public:
   // Collective over `group`; duplicates its communicator for the shards' messages.
   explicit BuddyLink(const Group& group);
+  ~BuddyLink();
 
   int hosts() const { return static_cast<int>(host_names_.size()); }
   // Rank r's host, 0..hosts()-1.
@@ -58,7 +61,10 @@ class BuddyLink {
   bool leader_ = false;
   int buddy_ = -1;
   std::vector<int> senders_;
-  std::vector<std::vector<char>> received_;  // [senders]: kept between saves
+  // [senders]: the files being received into (mapped), kept until the next exchange; a
+  // sender whose file cannot be made is received into received_ (and dropped).
+  std::vector<std::unique_ptr<DurableFile>> incoming_;
+  std::vector<std::vector<char>> received_;
 };
 
 }  // namespace etr

@@ -6,6 +6,8 @@
 #include <optional>
 #include <system_error>
 
+#include <time.h>
+
 #include "checkpoint/agreement.h"
 #include "checkpoint/catalog.h"
 #include "checkpoint/checksum.h"
@@ -23,6 +25,12 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -67,6 +75,7 @@ struct CheckpointWriter::Pending {
   ShardInfo info{0, 0, 0};
   Clock::time_point t0;
   double stall = 0;  // save() and wait_for_snapshot()
+  double writer_cpu = 0;  // the writer thread's CPU seconds
 };
 
 CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus)
@@ -176,47 +185,81 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
 // The writer thread of an async save: the snapshot, then the file (and the buddy copies).
 void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   bind_this_thread(writer_cpus_);  // no-op without spare cores
-  const std::string err = take_snapshot(p);
+  const auto w0 = Clock::now();
+  const double cpu0 = thread_cpu_seconds();
+  if (p.tier.per_host) {
+    write_to_memory(p, file);
+  } else {
+    write_to_disk(p, file);
+  }
+  p.info.write_seconds = seconds_since(w0);
+  p.writer_cpu = thread_cpu_seconds() - cpu0;
+  p.done.store(true, std::memory_order_release);
+}
+
+void CheckpointWriter::snapshot_taken(Pending& p) {
   p.copied.store(true, std::memory_order_release);
   p.copied.notify_all();
+}
+
+// The snapshot into snapshot_, then written around the page cache: the copy into it would
+// cost a shared core more CPU than the disk costs time (etr-bench ckpt).
+void CheckpointWriter::write_to_disk(Pending& p, const fs::path& file) {
+  std::string err = reserve_snapshot(p.plan->file_bytes(group_.rank()));
+  if (err.empty()) err = take_snapshot(p, snapshot_.get());
+  snapshot_taken(p);
   if (!err.empty()) {  // failed like a write: the ranks agree on it at the commit
     p.error = err;
-    if (p.tier.per_host) {  // the buddy waits for its copy all the same
-      const std::vector<char> filler(p.plan->file_bytes(group_.rank()));
-      buddy_->exchange(filler, *p.plan, p.partial);
-    }
-    p.done.store(true, std::memory_order_release);
     return;
   }
-  // Around the page cache: the copy into it would cost a shared core more CPU than the
-  // disk costs time (etr-bench ckpt). The checksum was taken during the copy.
-  const auto w0 = Clock::now();
   try {
-    std::optional<DurableFile> out;
-    if (p.tier.per_host) {  // tmpfs (no O_DIRECT), over a recycled file's pages
-      out.emplace(file, recycled_shard(p.tier.dir, file.filename().string()));
-    } else {
-      out.emplace(file, /*direct_io=*/true);
-    }
+    DurableFile out(file, /*direct_io=*/true);
     ByteProgress progress = save_progress(p.step, p.snapshot.size());
     for (size_t off = 0; off < p.snapshot.size(); off += kShardStagingBytes) {
       const size_t n = std::min(kShardStagingBytes, p.snapshot.size() - off);
-      out->write(p.snapshot.data() + off, n);
+      out.write(p.snapshot.data() + off, n);
       progress.add(n);
     }
     progress.finish();
-    out->commit();
+    out.commit();
     p.info.bytes = p.snapshot.size();
     p.info.xxh3 = p.snapshot_xxh3;
   } catch (const std::exception& e) {
     p.error = e.what();
   }
-  if (p.tier.per_host) {
-    const std::string buddy_error = buddy_->exchange(p.snapshot, *p.plan, p.partial);
-    if (p.error.empty()) p.error = buddy_error;
+}
+
+// The memory tier: the snapshot is copied straight into this rank's file in the tmpfs
+// (mapped over a recycled file's pages), which then goes to the buddy: one pass over the
+// state, no staging buffer and no second copy through write().
+void CheckpointWriter::write_to_memory(Pending& p, const fs::path& file) {
+  std::optional<DurableFile> out;
+  std::span<char> mapped;
+  try {
+    out.emplace(file, recycled_shard(p.tier.dir, file.filename().string()));
+    mapped = out->map(p.plan->file_bytes(group_.rank()));
+  } catch (const std::exception& e) {
+    p.error = e.what();
   }
-  p.info.write_seconds = seconds_since(w0);
-  p.done.store(true, std::memory_order_release);
+  if (p.error.empty()) p.error = take_snapshot(p, mapped.data());
+  snapshot_taken(p);
+  if (p.error.empty()) {
+    try {
+      out->commit();  // the mapping stays valid for the buddy's copy
+      p.info.bytes = p.snapshot.size();
+      p.info.xxh3 = p.snapshot_xxh3;
+    } catch (const std::exception& e) {
+      p.error = e.what();
+    }
+  }
+  std::vector<char> filler;  // the buddy waits for its copy all the same
+  if (p.snapshot.size() != p.plan->file_bytes(group_.rank())) {
+    filler.resize(p.plan->file_bytes(group_.rank()));
+    p.snapshot = filler;
+  }
+  const std::string buddy_error = buddy_->exchange(p.snapshot, *p.plan, p.partial);
+  if (p.error.empty()) p.error = buddy_error;
+  p.snapshot = {};
 }
 
 // Lines on how far rank 0's shard write is, when it takes long (the other ranks: none).
@@ -253,35 +296,39 @@ void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
   p.done.store(true, std::memory_order_release);
 }
 
-// The writer thread: this rank's shard contents into snapshot_ ("" or why not).
-std::string CheckpointWriter::take_snapshot(Pending& p) {
-  // One buffer for every save, faulted in once: a fresh one per save spends most of the
-  // copy in page faults and zeroing (etr-bench ckpt: 75-89 ms against 13 ms for 130 MB).
-  const size_t need = p.plan->file_bytes(group_.rank());
-  if (snapshot_capacity_ < need) {
-    constexpr size_t kAlign = DurableFile::kDirectAlignment;
-    const size_t capacity = (need + kAlign - 1) / kAlign * kAlign;
-    snapshot_.reset(static_cast<char*>(std::aligned_alloc(kAlign, capacity)));
-    snapshot_capacity_ = snapshot_ ? capacity : 0;
-    if (!snapshot_) {
-      return "no host memory for the " + format_bytes(static_cast<double>(capacity)) +
-             " snapshot of an asynchronous save";
-    }
-    std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
+// The buffer of disk saves' snapshots: one for every save, faulted in once (a fresh one per
+// save spends most of the copy in page faults and zeroing: etr-bench ckpt, 75-89 ms
+// against 13 ms for 130 MB). "" or why not.
+std::string CheckpointWriter::reserve_snapshot(size_t need) {
+  if (snapshot_capacity_ >= need) return "";
+  constexpr size_t kAlign = DurableFile::kDirectAlignment;
+  const size_t capacity = (need + kAlign - 1) / kAlign * kAlign;
+  snapshot_.reset(static_cast<char*>(std::aligned_alloc(kAlign, capacity)));
+  snapshot_capacity_ = snapshot_ ? capacity : 0;
+  if (!snapshot_) {
+    return "no host memory for the " + format_bytes(static_cast<double>(capacity)) +
+           " snapshot of an asynchronous save";
   }
+  std::memset(snapshot_.get(), 0, capacity);  // fault the pages in now, once
+  return "";
+}
+
+// The writer thread: this rank's shard contents into `dest` (its file's size), with the
+// checksum and the finiteness check on the way; "" or why not.
+std::string CheckpointWriter::take_snapshot(Pending& p, char* dest) {
   size_t at = 0;
   Checksum sum;
   FiniteCheck finite(*p.plan, group_.rank());
   p.plan->pack(
       group_.rank(), p.buffers,
       [&](const void* data, size_t size) {
-        copy_and_hash(snapshot_.get() + at, static_cast<const char*>(data), size, sum, finite);
+        copy_and_hash(dest + at, static_cast<const char*>(data), size, sum, finite);
         at += size;
       },
       p.begins);
   store_fence();
   if (!finite.error().empty()) return finite.error();
-  p.snapshot = std::span<const char>(snapshot_.get(), at);
+  p.snapshot = std::span<const char>(dest, at);
   p.snapshot_xxh3 = sum.digest();
   return "";
 }
@@ -359,12 +406,14 @@ std::string CheckpointWriter::publish_per_host(Pending& p) {
 }
 
 void CheckpointWriter::commit() {
+  const auto c0 = Clock::now();
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p->thread.joinable()) p->thread.join();
   SaveStats s;
   s.step = p->step;
   s.tier = p->tier.name;
   s.stall_seconds = p->stall;
+  s.writer_cpu_seconds = p->writer_cpu;
   std::string err = first_error(group_, p->error);
   const std::vector<ShardInfo> infos = all_gather(group_, p->info);
   if (err.empty()) {
@@ -383,6 +432,7 @@ void CheckpointWriter::commit() {
     err = first_error(group_, local);
   }
   s.total_seconds = seconds_since(p->t0);
+  s.commit_seconds = seconds_since(c0);
   for (const ShardInfo& i : infos) {
     s.bytes += i.bytes;
     s.write_seconds = std::max(s.write_seconds, i.write_seconds);

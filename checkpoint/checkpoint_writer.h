@@ -16,8 +16,9 @@
 //      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
 //      (in a thread of its own, beside training: flush() waits for it)
 //   per-host tier (the memory tier): the host leaders do rank 0's directory work in their
-//      hosts' directories; after its own shard the writer thread sends the snapshot to the
-//      buddy rank on the next host and writes the copies it receives (buddy_link.h); the
+//      hosts' directories; the writer thread copies the snapshot straight into the rank's
+//      file there (mapped: no staging buffer, no second copy), sends it to the buddy rank
+//      on the next host and receives the copies into their files (buddy_link.h); the
 //      manifest rank 0 builds is broadcast and every host leader commits it
 //   4. a failure on any rank (full disk, permissions, a NaN or an infinity in the state
 //      it packs: a checkpoint of non-finite state is never written) is agreed on: the
@@ -76,6 +77,8 @@ struct SaveStats {
                               // wait_for_snapshot())
   double write_seconds = 0;   // slowest rank's shard write, fsync included
   double total_seconds = 0;   // save() to manifest committed
+  double commit_seconds = 0;  // the caller's time in the commit (this rank's)
+  double writer_cpu_seconds = 0;  // async: this rank's writer thread's CPU time
 };
 
 class CheckpointWriter {
@@ -122,8 +125,12 @@ class CheckpointWriter {
   bool dir_leader(const CheckpointTier& tier) const;
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
-  std::string take_snapshot(Pending& p);
+  std::string reserve_snapshot(size_t need);
+  std::string take_snapshot(Pending& p, char* dest);
+  static void snapshot_taken(Pending& p);
   void write_in_background(Pending& p, const std::filesystem::path& file);
+  void write_to_disk(Pending& p, const std::filesystem::path& file);
+  void write_to_memory(Pending& p, const std::filesystem::path& file);
   void write_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
                  const std::filesystem::path& file);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
@@ -133,7 +140,7 @@ class CheckpointWriter {
   bool async_;
   Logger& log_;
   std::unique_ptr<Pending> pending_;
-  // async: this rank's shard contents, kept between saves (host memory of 1/N of the
+  // async disk saves: this rank's shard contents, kept between saves (host memory of 1/N of the
   // saved state) so that the copy does not fault in fresh pages every time; aligned for
   // O_DIRECT writes. Only the writer thread of the pending save touches it.
   std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};

@@ -3,6 +3,7 @@
 #include "checkpoint/durable_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ std::filesystem::path directory_of(const std::filesystem::path& p) {
 
 DurableFile::DurableFile(std::filesystem::path path, bool direct_io)
     : path_(std::move(path)), temp_path_(path_.string() + ".tmp." + std::to_string(::getpid())) {
-  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
   if (direct_io) {
     fd_ = ::open(temp_path_.c_str(), flags | O_DIRECT, 0644);
     direct_ = fd_ >= 0;
@@ -49,10 +50,10 @@ DurableFile::DurableFile(std::filesystem::path path, bool direct_io)
 DurableFile::DurableFile(std::filesystem::path path, const std::filesystem::path& reuse)
     : path_(std::move(path)), temp_path_(path_.string() + ".tmp." + std::to_string(::getpid())) {
   if (!reuse.empty() && ::rename(reuse.c_str(), temp_path_.c_str()) == 0) {
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CLOEXEC);
+    fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CLOEXEC);  // (read too: map() needs it)
     truncate_at_commit_ = fd_ >= 0;
   }
-  if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fd_ = ::open(temp_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     int err = errno;
     throw IoError("cannot create the temporary file " + in_quotes(temp_path_) + " for " +
@@ -63,7 +64,25 @@ DurableFile::DurableFile(std::filesystem::path path, const std::filesystem::path
 }
 
 DurableFile::~DurableFile() {
+  if (!mapped_.empty()) ::munmap(mapped_.data(), mapped_.size());
   discard();
+}
+
+std::span<char> DurableFile::map(size_t size) {
+  if (committed_ || fd_ < 0 || written_ != 0 || !mapped_.empty()) {
+    throw InvalidArgument("DurableFile::map for " + in_quotes(path_) +
+                          " needs a new file that nothing was written to");
+  }
+  if (size == 0) return {};
+  if (direct_) stop_direct();
+  // Allocated before any store: a full tmpfs fails here, not with SIGBUS in the copy.
+  if (int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0) fail("allocate", err);
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("size", errno);
+  void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+  if (at == MAP_FAILED) fail("map", errno);
+  mapped_ = std::span<char>(static_cast<char*>(at), size);
+  written_ = size;
+  return mapped_;
 }
 
 void DurableFile::fail(const std::string& what, int error_number) {

@@ -44,6 +44,12 @@ class DurableFile {
   void write(const void* data, size_t size);
   // Appends the pieces in order with writev (one system call for many small pieces).
   void write(std::span<const iovec> pieces);
+  // Instead of write(): the whole file as `size` writable bytes of memory, mapped
+  // MAP_SHARED and faulted in at once (the memory tier copies its snapshot straight into
+  // its tmpfs file this way, with no second copy through write()). The space is
+  // allocated first, so a full file system is an IoError here rather than a SIGBUS on
+  // a store. The mapping stays valid after commit(), until this object is destroyed.
+  std::span<char> map(size_t size);
   // fsync the file, rename it over path(), fsync the directory. When only the last step
   // fails the new file is in place but may not survive a crash; it still throws.
   void commit();
@@ -67,6 +73,7 @@ class DurableFile {
   bool direct_ = false;       // the descriptor has O_DIRECT
   bool committed_ = false;
   bool truncate_at_commit_ = false;  // written over a reused file
+  std::span<char> mapped_;            // map(): unmapped by the destructor
 };
 
 // fsync a directory, so that renames and creations inside it survive a crash (file

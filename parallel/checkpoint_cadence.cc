@@ -1,5 +1,6 @@
 #include "parallel/checkpoint_cadence.h"
 
+#include <array>
 #include <chrono>
 #include <system_error>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
 #include "checkpoint/memory_restore.h"
+#include "parallel/memory_cadence.h"
 #include "runtime/adamw.h"
 #include "runtime/error.h"
 
@@ -54,13 +56,14 @@ CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGri
     memory_ = CheckpointTier{memory_tier_dir(c), "memory", c.memory_keep(), /*per_host=*/true};
     memory_writer_ = std::make_unique<CheckpointWriter>(
         grid_.world_group(), /*async=*/true, log_, c.writer_cpus() == config::WRITER_CPUS_SPARE);
+    memory_cadence_ = std::make_unique<MemoryCadence>(c.memory_every(), c.memory_max_stall());
   }
 }
 
 size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes) {
   if (c.memory_every() <= 0) return 0;
   const size_t saves = static_cast<size_t>(c.memory_keep()) + 1;
-  return shard_bytes * 2 * (1 + saves);  // (snapshot + files) x (own + buddy copy)
+  return shard_bytes * 2 * saves;  // files x (own + buddy copy): copied and received in place
 }
 
 CheckpointCadence::~CheckpointCadence() = default;
@@ -233,7 +236,16 @@ bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta
 void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
                                 const BatchOrigin& origin, const ParamLayout& layout,
                                 const std::function<std::vector<NamedState>()>& states) {
-  if (memory_writer_) memory_writer_->poll();
+  if (memory_writer_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (step_clock_started_) {
+      memory_cadence_->step_ended(std::chrono::duration<double>(now - last_step_end_).count());
+    }
+    last_step_end_ = now;
+    step_clock_started_ = true;
+    memory_writer_->poll();
+    observe_memory_saves();
+  }
   if (writer_) writer_->poll();
   const auto& c = config_.checkpoint();
   std::string tier;
@@ -244,13 +256,35 @@ void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& pos
     tier = "fast";
   }
   // The memory tier keeps its own cadence beside the disk's (the same step may go to both).
-  const bool memory = memory_writer_ && step % c.memory_every() == 0;
+  const bool memory = memory_writer_ && memory_cadence_->due(step);
   if (tier.empty() && !memory) return;
   wait_for_snapshot();  // `states` may reuse the buffers the last saves read
   const std::vector<NamedState> s = states();  // once: both saves read the same buffers
   const ckpt::Manifest meta = manifest(position, origin);
-  if (memory) memory_writer_->save(memory_, meta, layout, s);
+  if (memory) {
+    memory_writer_->save(memory_, meta, layout, s);
+    memory_cadence_->saved(step);
+  }
   if (!tier.empty()) save(tier, meta, layout, s);
+}
+
+// Collective (the memory tier's commits are): each committed memory save's cost to
+// training, the largest over the ranks, to the cadence, which may change its interval.
+void CheckpointCadence::observe_memory_saves() {
+  const std::vector<SaveStats>& stats = memory_writer_->stats();
+  if (!memory_cadence_->adaptive() || stats.size() == memory_saves_seen_) return;
+  memory_saves_seen_ = stats.size();
+  const SaveStats& s = stats.back();
+  const bool shares_cores = memory_writer_->writer_cpus().empty();
+  const std::array<double, 2> local = {
+      s.stall_seconds + s.commit_seconds + (shares_cores ? s.writer_cpu_seconds : 0.0),
+      memory_cadence_->step_seconds()};
+  std::array<double, 2> agreed = {0, 0};  // the largest of each: the same on every rank
+  for (const auto& r : all_gather(grid_.world_group(), local)) {
+    agreed = {std::max(agreed[0], r[0]), std::max(agreed[1], r[1])};
+  }
+  const std::string change = memory_cadence_->observe(agreed[0], agreed[1]);
+  if (!change.empty() && grid_.rank() == 0) log_.info("checkpoint: ", change);
 }
 
 void CheckpointCadence::flush() {

@@ -15,6 +15,7 @@
 // world size, into exactly the ranges this rank holds (FlatState::held()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -29,6 +30,7 @@
 #include "checkpoint/manifest.pb.h"
 #include "parallel/data_source.h"
 #include "parallel/engine.h"
+#include "parallel/memory_cadence.h"
 #include "parallel/process_grid.h"
 #include "runtime/config/train_config.h"
 #include "runtime/flat_state.h"
@@ -59,8 +61,9 @@ struct Restored {
 };
 
 // Host RAM a rank's memory tier holds at its peak (`shard_bytes`: the rank's shard of the
-// saved states): its snapshot and the buddy's copy it receives, and memory_keep + 1 saves
-// of both in the host's tmpfs; 0 when checkpoint.memory_every is 0.
+// saved states): memory_keep + 1 saves of its shard and of the buddy's copy it receives,
+// in the host's tmpfs (copied and received there in place: no staging buffers); 0 when
+// checkpoint.memory_every is 0.
 size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes);
 
 class CheckpointCadence {
@@ -123,6 +126,7 @@ class CheckpointCadence {
   void check_attachments(const ckpt::Manifest& m) const;
   std::optional<ResumePoint> find_in_memory(uint64_t disk_step) const;
   void clear_memory_tier_on_hosts(bool remove_dir = false) const;
+  void observe_memory_saves();
 
   ckpt::BatchPolicy batch_policy_;
   std::vector<ckpt::Attachment> attachments_;
@@ -133,6 +137,10 @@ class CheckpointCadence {
   std::unique_ptr<CheckpointWriter> writer_;
   std::unique_ptr<CheckpointWriter> memory_writer_;  // its own thread and snapshot
   CheckpointTier durable_, fast_, memory_;
+  std::unique_ptr<MemoryCadence> memory_cadence_;  // with memory_writer_
+  size_t memory_saves_seen_ = 0;
+  std::chrono::steady_clock::time_point last_step_end_;
+  bool step_clock_started_ = false;
 };
 
 }  // namespace etr

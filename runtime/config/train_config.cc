@@ -270,6 +270,8 @@ void validate_checkpoint(const config::CheckpointConfig& c) {
           "set; name the directory to resume from.");
   require(c.memory_every() >= 0, "checkpoint.memory_every", c.memory_every(), "0 (off) or more");
   require(c.memory_keep() >= 1, "checkpoint.memory_keep", c.memory_keep(), "1 or more");
+  require(c.memory_max_stall() >= 0 && c.memory_max_stall() < 1, "checkpoint.memory_max_stall",
+          c.memory_max_stall(), "a fraction in [0, 1) (0.01 = 1 % of a step; 0 = no bound)");
   require(c.memory_every() == 0 || !c.memory_dir().empty() || !c.dir().empty(),
           "checkpoint.memory_every = " + text(c.memory_every()) +
               " but neither checkpoint.memory_dir nor checkpoint.dir is set; the memory tier "

@@ -5,6 +5,7 @@
 // a directory in the way), not simulated.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -306,6 +308,56 @@ TEST_F(CheckpointIo, FailedWriteLeavesThePreviousFileIntact) {
   EXPECT_TRUE(contains(what, std::strerror(EFBIG))) << what;
   EXPECT_EQ(read_all(p), old_data);
   EXPECT_EQ(listing(), std::vector<std::string>{"shard.bin"});
+}
+
+// map(): the file as memory, over a reused file's pages (the same inode, truncated to the
+// new size at commit); the mapping outlives the commit.
+TEST_F(CheckpointIo, MapWritesOverAReusedFileInPlace) {
+  const fs::path old_file = dir_ / "recycled.bin";
+  write_file_durably(old_file, random_bytes(200 << 10, 50).data(), 200 << 10);
+  struct stat before{};
+  ASSERT_EQ(::stat(old_file.c_str(), &before), 0);
+  const fs::path p = dir_ / "shard.bin";
+  const std::vector<char> data = random_bytes(100 << 10, 51);
+  std::span<char> mapped;
+  {
+    DurableFile f(p, old_file);
+    mapped = f.map(data.size());
+    ASSERT_EQ(mapped.size(), data.size());
+    std::memcpy(mapped.data(), data.data(), data.size());
+    f.commit();
+    EXPECT_EQ(std::vector<char>(mapped.begin(), mapped.end()), data);  // still mapped
+    struct stat after{};
+    ASSERT_EQ(::stat(p.c_str(), &after), 0);
+    EXPECT_EQ(after.st_ino, before.st_ino);
+  }
+  EXPECT_EQ(read_all(p), data);
+  EXPECT_EQ(listing(), std::vector<std::string>{"shard.bin"});
+  DurableFile g(dir_ / "other.bin");
+  g.write("x", 1);
+  EXPECT_THROW(g.map(10), InvalidArgument);  // only a file nothing was written to
+}
+
+// The space is allocated before the first store: past the file size limit (as on a full
+// tmpfs) map() is an IoError, not a SIGBUS, and nothing is left behind.
+TEST_F(CheckpointIo, MapBeyondTheSpaceIsIoError) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 64 << 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string what;
+  try {
+    DurableFile f(dir_ / "shard.bin", fs::path());
+    f.map(1 << 20);
+  } catch (const IoError& e) {
+    what = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(contains(what, std::strerror(EFBIG))) << what;
+  EXPECT_TRUE(listing().empty());
 }
 
 // rename() fails when a non-empty directory has the target's name; the directory stays
