@@ -17,7 +17,10 @@
 #  d. a memory directory that cannot be made (under a regular file): every memory save
 #     fails with a sentence, training completes, the final parameters are equal; with
 #     runtime.memory_budget=64MiB the memory tier's 2.76 MiB per rank (a 723 KB shard x 2 x
-#     (1 + memory_keep)) comes off the budget: 61.24 MiB.
+#     (1 + memory_keep)) comes off the budget: 61.24 MiB;
+#  e. checkpoint.memory_max_stall = 0.001: a save costs far more than 0.1 % of this tiny
+#     model's step, so the interval grows (logged) and the run saves to memory a few times
+#     instead of every step; the final parameters are equal.
 # Usage: memtier_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE ETR_MPIRUN
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4 mpirun=$5
@@ -123,4 +126,15 @@ touch "$work/file"
 expect d "memory plan: .* of the budget 61.24 MiB" "$work/d.out" "the memory tier was not taken off the budget"
 expect d "not saved: cannot create the checkpoint directory $work/file/mem" "$work/d.out" "no sentence on the bad memory directory"
 same_params d
+
+echo "== e. the memory tier bounded to 0.1 % of a step: its saves spread out, training unchanged"
+"$mpirun" -np 2 "${job[@]}" "${memory[@]}" --set checkpoint.memory_max_stall=0.001 \
+  --set checkpoint.dir="$work/e.ck" >"$work/e.out" 2>&1 || { cat "$work/e.out"; fail "e: the run failed"; }
+expect e "a save costs training .* the memory tier now saves every [0-9]* step(s)" "$work/e.out" \
+  "the bound did not change the interval"
+saves=$(grep -c "(memory) saved" "$work/e.out")
+[ "$saves" -ge 1 ] && [ "$saves" -le $((steps / 4)) ] ||
+  { cat "$work/e.out"; fail "e: $saves memory saves in $steps steps (bounded: at least 1, at most $((steps / 4)))"; }
+echo "e: $saves memory saves in $steps steps"
+same_params e
 echo "PASS"
