@@ -95,7 +95,7 @@ std::string BuddyLink::exchange(std::span<const char> mine, const ShardPlan& pla
       std::span<char> into;
       try {  // received straight into the file in the tmpfs (over a recycled file's pages)
         auto file = std::make_unique<DurableFile>(dir / name, recycled_shard(dir.parent_path(), name));
-        into = file->map(size);
+        into = file->map(size, &mappings_);
         incoming_.push_back(std::move(file));
       } catch (const IoError& e) {  // the sender is not kept waiting: taken all the same
         if (error.empty()) error = e.what();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/durable_file.h"
+#include "checkpoint/mapping_cache.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/group.h"
 
@@ -65,6 +66,7 @@ class BuddyLink {
   // sender whose file cannot be made is received into received_ (and dropped).
   std::vector<std::unique_ptr<DurableFile>> incoming_;
   std::vector<std::vector<char>> received_;
+  MappingCache mappings_;  // the received files, mapped between saves
 };
 
 }  // namespace etr

@@ -230,14 +230,14 @@ void CheckpointWriter::write_to_disk(Pending& p, const fs::path& file) {
 }
 
 // The memory tier: the snapshot is copied straight into this rank's file in the tmpfs
-// (mapped over a recycled file's pages), which then goes to the buddy: one pass over the
-// state, no staging buffer and no second copy through write().
+// (mapped over a recycled file's pages, the mapping kept between saves), which then goes
+// to the buddy: one pass over the state, no staging buffer, no second copy via write().
 void CheckpointWriter::write_to_memory(Pending& p, const fs::path& file) {
   std::optional<DurableFile> out;
   std::span<char> mapped;
   try {
     out.emplace(file, recycled_shard(p.tier.dir, file.filename().string()));
-    mapped = out->map(p.plan->file_bytes(group_.rank()));
+    mapped = out->map(p.plan->file_bytes(group_.rank()), &mappings_);
   } catch (const std::exception& e) {
     p.error = e.what();
   }

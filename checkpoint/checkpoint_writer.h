@@ -46,6 +46,7 @@
 
 #include "checkpoint/buddy_link.h"
 #include "checkpoint/manifest.pb.h"
+#include "checkpoint/mapping_cache.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/byte_progress.h"
 #include "runtime/cpu_affinity.h"
@@ -146,6 +147,7 @@ class CheckpointWriter {
   std::unique_ptr<char, void (*)(void*)> snapshot_{nullptr, std::free};
   size_t snapshot_capacity_ = 0;
   std::unique_ptr<BuddyLink> buddy_;  // per-host tiers: made at the first save to one
+  MappingCache mappings_;  // per-host tiers: this rank's files, mapped between saves
   CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
   // Rank 0: deletes the checkpoints that retention dropped, beside training.
   std::thread pruner_;

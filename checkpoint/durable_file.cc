@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/mapping_cache.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -64,11 +65,11 @@ DurableFile::DurableFile(std::filesystem::path path, const std::filesystem::path
 }
 
 DurableFile::~DurableFile() {
-  if (!mapped_.empty()) ::munmap(mapped_.data(), mapped_.size());
+  if (owns_mapping_) ::munmap(mapped_.data(), mapped_.size());
   discard();
 }
 
-std::span<char> DurableFile::map(size_t size) {
+std::span<char> DurableFile::map(size_t size, MappingCache* cache) {
   if (committed_ || fd_ < 0 || written_ != 0 || !mapped_.empty()) {
     throw InvalidArgument("DurableFile::map for " + in_quotes(path_) +
                           " needs a new file that nothing was written to");
@@ -76,11 +77,17 @@ std::span<char> DurableFile::map(size_t size) {
   if (size == 0) return {};
   if (direct_) stop_direct();
   // Allocated before any store: a full tmpfs fails here, not with SIGBUS in the copy.
-  if (int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0) fail("allocate", err);
+  if (int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0) fail("reserve space for", err);
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("size", errno);
-  void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
-  if (at == MAP_FAILED) fail("map", errno);
-  mapped_ = std::span<char>(static_cast<char*>(at), size);
+  if (cache) {
+    mapped_ = cache->map(fd_, size);
+    if (mapped_.empty()) fail("map", errno);
+  } else {
+    void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_, 0);
+    if (at == MAP_FAILED) fail("map", errno);
+    mapped_ = std::span<char>(static_cast<char*>(at), size);
+    owns_mapping_ = true;
+  }
   written_ = size;
   return mapped_;
 }

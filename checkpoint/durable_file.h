@@ -22,6 +22,8 @@
 
 namespace etr {
 
+class MappingCache;
+
 class DurableFile {
  public:
   // Creates (or truncates) the temporary file beside `path`; the directory must exist.
@@ -48,8 +50,10 @@ class DurableFile {
   // MAP_SHARED and faulted in at once (the memory tier copies its snapshot straight into
   // its tmpfs file this way, with no second copy through write()). The space is
   // allocated first, so a full file system is an IoError here rather than a SIGBUS on
-  // a store. The mapping stays valid after commit(), until this object is destroyed.
-  std::span<char> map(size_t size);
+  // a store. The mapping stays valid after commit(), until this object is destroyed;
+  // with `cache`, it is the cache's (kept for the next save over the same file, and valid
+  // as long as the cache keeps it: until the cache's next map()).
+  std::span<char> map(size_t size, MappingCache* cache = nullptr);
   // fsync the file, rename it over path(), fsync the directory. When only the last step
   // fails the new file is in place but may not survive a crash; it still throws.
   void commit();
@@ -73,7 +77,8 @@ class DurableFile {
   bool direct_ = false;       // the descriptor has O_DIRECT
   bool committed_ = false;
   bool truncate_at_commit_ = false;  // written over a reused file
-  std::span<char> mapped_;            // map(): unmapped by the destructor
+  std::span<char> mapped_;            // map()
+  bool owns_mapping_ = false;         // unmapped by the destructor (no cache)
 };
 
 // fsync a directory, so that renames and creations inside it survive a crash (file

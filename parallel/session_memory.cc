@@ -107,8 +107,8 @@ void TrainSession::setup_memory() {
   if (mem_.memory_tier > 0 && leader()) {
     log_.info("memory: the checkpoint memory tier holds up to ",
               format_bytes(static_cast<double>(mem_.memory_tier)),
-              " of host RAM per rank (snapshot, buddy copy, checkpoint.memory_keep + 1 saves of "
-              "both in tmpfs), taken off the host budget");
+              " of host RAM per rank (checkpoint.memory_keep + 1 saves of its shard and of the "
+              "buddy copy it receives, in tmpfs), taken off the host budget");
   }
   read_budget();
   MemoryModel::VariableParts windows;

@@ -20,14 +20,18 @@
 #     (1 + memory_keep)) comes off the budget: 61.24 MiB;
 #  e. checkpoint.memory_max_stall = 0.001: a save costs far more than 0.1 % of this tiny
 #     model's step, so the interval grows (logged) and the run saves to memory a few times
-#     instead of every step; the final parameters are equal.
+#     instead of every step; the final parameters are equal;
+#  f. a tmpfs too small for the shards: every memory save fails with the sentence (the
+#     space is reserved before the copy, so no SIGBUS), training completes, equal.
 # Usage: memtier_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE ETR_MPIRUN
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4 mpirun=$5
 work=$(mktemp -d)
 mem=/dev/shm/etr-memtier-test-$$
 pid=
+mounted=
 cleanup() {
+  [ -z "$mounted" ] || umount "$mounted"
   if [ -n "$pid" ]; then pkill -KILL -P "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; fi
   [ -n "${KEEP:-}" ] || rm -rf "$work" "$mem"
 }
@@ -137,4 +141,20 @@ saves=$(grep -c "(memory) saved" "$work/e.out")
   { cat "$work/e.out"; fail "e: $saves memory saves in $steps steps (bounded: at least 1, at most $((steps / 4)))"; }
 echo "e: $saves memory saves in $steps steps"
 same_params e
+
+echo "== f. a full tmpfs (1 MiB, for 2 shards of 723 KB)"
+if [ "$(id -u)" != 0 ]; then
+  echo "f: skipped: mounting a tmpfs needs root"
+  echo "PASS"
+  exit 0
+fi
+small="$work/small"
+mkdir -p "$small"
+mount -t tmpfs -o size=1m tmpfs "$small" || fail "f: cannot mount a tmpfs"
+mounted=$small
+"$mpirun" -np 2 "${job[@]}" --set checkpoint.memory_every=1 --set checkpoint.memory_dir="$small/mem" \
+  --set checkpoint.dir="$work/f.ck" >"$work/f.out" 2>&1 || { cat "$work/f.out"; fail "f: the run failed"; }
+expect f "failed: cannot reserve space for .*No space left on device" "$work/f.out" \
+  "no sentence on the full tmpfs"
+same_params f
 echo "PASS"

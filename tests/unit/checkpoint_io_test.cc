@@ -27,6 +27,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/durable_file.h"
+#include "checkpoint/mapping_cache.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -336,6 +337,49 @@ TEST_F(CheckpointIo, MapWritesOverAReusedFileInPlace) {
   DurableFile g(dir_ / "other.bin");
   g.write("x", 1);
   EXPECT_THROW(g.map(10), InvalidArgument);  // only a file nothing was written to
+}
+
+// Through a MappingCache, a recycled file mapped again is the same mapping (no fresh page
+// tables); a deleted file's mapping is dropped at the next map(); another size remaps.
+TEST_F(CheckpointIo, MapThroughACacheReusesTheMappingOfTheSameFile) {
+  constexpr size_t kSize = 64 << 10;
+  write_file_durably(dir_ / "recycled", random_bytes(kSize, 52).data(), kSize);
+  MappingCache cache;
+  const std::vector<char> first = random_bytes(kSize, 53), second = random_bytes(kSize, 54);
+  char* at = nullptr;
+  {
+    DurableFile f(dir_ / "a.bin", dir_ / "recycled");
+    std::span<char> m = f.map(kSize, &cache);
+    std::memcpy(m.data(), first.data(), kSize);
+    f.commit();
+    at = m.data();
+  }
+  EXPECT_EQ(read_all(dir_ / "a.bin"), first);
+  fs::rename(dir_ / "a.bin", dir_ / "recycled");  // what the memory tier's retention does
+  {
+    DurableFile f(dir_ / "b.bin", dir_ / "recycled");
+    std::span<char> m = f.map(kSize, &cache);
+    EXPECT_EQ(m.data(), at);
+    EXPECT_EQ(cache.hits(), 1u);
+    std::memcpy(m.data(), second.data(), kSize);
+    f.commit();
+  }
+  EXPECT_EQ(read_all(dir_ / "b.bin"), second);
+  fs::remove(dir_ / "b.bin");  // its pages are held by the cache's mapping only
+  {
+    DurableFile f(dir_ / "c.bin", fs::path());
+    f.map(kSize / 2, &cache);
+    f.commit();
+  }
+  EXPECT_EQ(cache.size(), 1u);  // b.bin's mapping dropped, c.bin's kept
+  fs::rename(dir_ / "c.bin", dir_ / "recycled");
+  {
+    DurableFile f(dir_ / "d.bin", dir_ / "recycled");
+    EXPECT_EQ(f.map(kSize, &cache).size(), kSize);  // the same file at another size
+    f.commit();
+  }
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(fs::file_size(dir_ / "d.bin"), kSize);
 }
 
 // The space is allocated before the first store: past the file size limit (as on a full
