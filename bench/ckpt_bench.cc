@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -462,6 +463,22 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
                   "as keeps their measured cost within this fraction of a step")
       ->capture_default_str()
       ->check(CLI::Range(0.0001, 0.9));
+  cmd->add_option("--modes", args->stall.modes,
+                  "Training modes timed beside no saving: all, or a comma-separated list of "
+                  "async, async-rank, sync, memory, bounded")
+      ->capture_default_str()
+      ->check([](const std::string& v) -> std::string {
+        if (v == "all") return "";
+        std::stringstream list(v);
+        for (std::string key; std::getline(list, key, ',');) {
+          if (key != "async" && key != "async-rank" && key != "sync" && key != "memory" &&
+              key != "bounded") {
+            return "unknown mode '" + key + "'; use all, or some of async, async-rank, sync, "
+                   "memory, bounded";
+          }
+        }
+        return "";
+      });
   add_training_config_options(cmd, args->config, args->overrides, args->json);
   list.push_back({cmd, [args](BenchContext& ctx) {
                     const CkptStallOptions& s = args->stall;

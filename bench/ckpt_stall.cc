@@ -1,7 +1,9 @@
 #include "bench/ckpt_stall.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Mode {
+  const char* key;   // --modes
   const char* name;
   train::Trainer* trainer;
   bool saves;
@@ -145,6 +148,82 @@ nlohmann::json print_rows(const BenchContext& ctx, const std::vector<Mode>& mode
   return out;
 }
 
+Mode make_mode(const char* key, const char* name, train::Trainer& t, bool saves,
+               const char* tier, MemoryCadence* cadence = nullptr) {
+  Mode m{};
+  m.key = key;
+  m.name = name;
+  m.trainer = &t;
+  m.saves = saves;
+  m.tier = tier;
+  m.cadence = cadence;
+  return m;
+}
+
+// "no saving" first (the baseline), then the modes `keys` names (comma-separated; "all").
+std::vector<Mode> selected_modes(const StallTrainers& t, MemoryCadence& bounded,
+                                 const std::string& keys) {
+  std::vector<Mode> all = {
+      make_mode("none", "no saving", t.async_spare, false, "durable"),
+      make_mode("async", "async save", t.async_spare, true, "durable"),
+      make_mode("async-rank", "async, rank cores", t.async_rank, true, "durable"),
+      make_mode("sync", "sync save", t.sync, true, "durable"),
+      make_mode("memory", "memory tier", t.memory, true, "memory"),
+      make_mode("bounded", "memory tier, bounded", t.memory, true, "memory", &bounded)};
+  if (keys == "all") return all;
+  std::vector<std::string> wanted;
+  std::stringstream list(keys);
+  for (std::string key; std::getline(list, key, ',');) wanted.push_back(key);
+  std::vector<Mode> modes = {all[0]};
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (std::find(wanted.begin(), wanted.end(), all[i].key) != wanted.end()) modes.push_back(all[i]);
+  }
+  return modes;
+}
+
+const Mode* find_mode(const std::vector<Mode>& modes, const char* key) {
+  for (const Mode& m : modes) {
+    if (std::string(m.key) == key) return &m;
+  }
+  return nullptr;
+}
+
+// The lines under the table, for the modes that ran.
+void print_notes(const BenchContext& ctx, const std::vector<Mode>& modes,
+                 const StallTrainers& trainers, const CkptStallOptions& o) {
+  char buf[1024];
+  const Mode* async = find_mode(modes, "async");
+  const Mode* async_rank = find_mode(modes, "async-rank");
+  if (async && async_rank) {
+    std::snprintf(buf, sizeof buf,
+                  "# async: save() and the optimizer's wait for the snapshot copy take %.1f ms "
+                  "(%.1f ms with the writer on the rank's cores; rank 0, medians); ms in save() "
+                  "adds waiting for the previous save if it is still being written, and its "
+                  "commit\n",
+                  median(async->stall) * 1e3, median(async_rank->stall) * 1e3);
+    ctx.print(buf);
+  }
+  const CheckpointWriter& writer = *trainers.memory.memory_checkpoint_writer();
+  if (const Mode* memory = find_mode(modes, "memory")) {
+    const BuddyLink* hosts = writer.buddy_link();
+    std::snprintf(buf, sizeof buf,
+                  "# memory tier: %s, every shard also to a buddy rank on another host: %s; "
+                  "save() and the wait for its snapshot take %.1f ms (rank 0, median)\n",
+                  writer.stats().empty() ? "?" : writer.stats().back().dir.parent_path().c_str(),
+                  hosts && hosts->hosts() > 1 ? "yes" : "no (one host)", median(memory->stall) * 1e3);
+    ctx.print(buf);
+  }
+  if (const Mode* b = find_mode(modes, "bounded")) {
+    std::snprintf(buf, sizeof buf,
+                  "# memory tier, bounded: checkpoint.memory_max_stall = %g, every 1 step at "
+                  "least; it ended saving every %lld step(s) (a save's measured cost %.1f ms, the "
+                  "step %.1f ms); stall/step = (window - no-saving window) / steps\n",
+                  o.max_stall, static_cast<long long>(b->cadence->interval()),
+                  b->cadence->cost_seconds() * 1e3, b->cadence->step_seconds() * 1e3);
+    ctx.print(buf);
+  }
+}
+
 }  // namespace
 
 nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& trainers,
@@ -174,49 +253,12 @@ nlohmann::json measure_stall(const BenchContext& ctx, const StallTrainers& train
     for (int i = 0; i < o.warmup; ++i) t->train_step();
   }
   MemoryCadence bounded(1, o.max_stall);
-  auto mode = [](const char* name, train::Trainer& t, bool saves, const char* tier,
-                 MemoryCadence* cadence = nullptr) {
-    Mode m{};
-    m.name = name;
-    m.trainer = &t;
-    m.saves = saves;
-    m.tier = tier;
-    m.cadence = cadence;
-    return m;
-  };
-  std::vector<Mode> modes = {mode("no saving", trainers.async_spare, false, "durable"),
-                             mode("async save", trainers.async_spare, true, "durable"),
-                             mode("async, rank cores", trainers.async_rank, true, "durable"),
-                             mode("sync save", trainers.sync, true, "durable"),
-                             mode("memory tier", trainers.memory, true, "memory"),
-                             mode("memory tier, bounded", trainers.memory, true, "memory", &bounded)};
+  std::vector<Mode> modes = selected_modes(trainers, bounded, o.modes);
   for (int round = 0; round < o.rounds; ++round) {
     for (size_t j = 0; j < modes.size(); ++j) window(ctx, modes[(j + round) % modes.size()], o);
   }
   nlohmann::json out = print_rows(ctx, modes, o);
-  std::snprintf(buf, sizeof buf,
-                "# async: save() and the optimizer's wait for the snapshot copy take %.1f ms "
-                "(%.1f ms with the writer on the rank's cores; rank 0, medians); ms in save() "
-                "adds waiting for the previous save if it is still being written, and its "
-                "commit\n",
-                median(modes[1].stall) * 1e3, median(modes[2].stall) * 1e3);
-  ctx.print(buf);
-  const BuddyLink* hosts = trainers.memory.memory_checkpoint_writer()->buddy_link();
-  std::snprintf(buf, sizeof buf,
-                "# memory tier: %s, every shard also to a buddy rank on another host: %s; "
-                "save() and the wait for its snapshot take %.1f ms (rank 0, median)\n",
-                trainers.memory.memory_checkpoint_writer()->stats().empty()
-                    ? "?"
-                    : trainers.memory.memory_checkpoint_writer()->stats().back().dir.parent_path().c_str(),
-                hosts && hosts->hosts() > 1 ? "yes" : "no (one host)", median(modes[4].stall) * 1e3);
-  ctx.print(buf);
-  std::snprintf(buf, sizeof buf,
-                "# memory tier, bounded: checkpoint.memory_max_stall = %g, every 1 step at least; "
-                "it ended saving every %lld step(s) (a save's measured cost %.1f ms, the step "
-                "%.1f ms); stall/step = (window - no-saving window) / steps\n",
-                o.max_stall, static_cast<long long>(bounded.interval()), bounded.cost_seconds() * 1e3,
-                bounded.step_seconds() * 1e3);
-  ctx.print(buf);
+  print_notes(ctx, modes, trainers, o);
   return out;
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "bench/bench_context.h"
 #include "examples/train/trainer.h"
@@ -36,6 +37,9 @@ struct CkptStallOptions {
   int warmup = 2;  // untimed steps of each trainer first
   int every = 1;   // k: a save after every k-th step
   double max_stall = 0.01;  // the bounded memory-tier mode's checkpoint.memory_max_stall
+  // The modes beside no saving: "all", or some of async, async-rank, sync, memory, bounded
+  // (comma-separated)
+  std::string modes = "all";
 };
 
 // The same model (`config`) with three checkpoint writers; the no-saving mode trains
