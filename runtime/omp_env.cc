@@ -34,8 +34,14 @@ void ensure_omp_spin_limit(char** argv) {
     }
   }
   if (!changed) return;
-  execv("/proc/self/exe", argv);
-  // exec failed (no /proc): run on with the libraries' defaults, which are only slower.
+  // By the executable's own path, not /proc/self/exe: the process keeps its name (ps, top
+  // and pkill see etr-train, not "exe").
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;  // no /proc: run on with the libraries' defaults, only slower
+  self[n] = '\0';
+  execv(self, argv);
+  // exec failed: run on with the libraries' defaults, which are only slower.
 }
 
 }  // namespace etr

@@ -26,6 +26,7 @@
 #   tests/cluster/sim_cluster.sh cut I | heal I          host I's link down (a partition: its
 #                                                        processes live on) | up again
 #   tests/cluster/sim_cluster.sh kill I                  kill -9 every process on host I
+#   tests/cluster/sim_cluster.sh pids I                  the processes of host I, one a line
 #   tests/cluster/sim_cluster.sh wipe I                  empty host I's /dev/shm (its memory,
 #                                                        as a host that lost power)
 #
@@ -205,6 +206,7 @@ case "${1:-}" in
   cut) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 down ;;
   heal) ns=$(host_ns "${2:-}"); ip -n "$ns" link set eth0 up ;;
   kill) ns=$(host_ns "${2:-}"); ip netns pids "$ns" | xargs -r kill -KILL 2>/dev/null || true ;;
+  pids) ns=$(host_ns "${2:-}"); ip netns pids "$ns" ;;
   wipe) host_ns "${2:-}" >/dev/null; find "$state/shm-h$2" -mindepth 1 -delete ;;
-  *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill|wipe ..." ;;
+  *) die "usage: $0 up|down|exec|rsh|hostfile|check|cut|heal|kill|pids|wipe ..." ;;
 esac
