@@ -38,10 +38,7 @@ struct Mode {
 void observe_saves(const BenchContext& ctx, Mode& m, const CheckpointWriter& writer) {
   if (writer.stats().size() == m.seen) return;
   m.seen = writer.stats().size();
-  const SaveStats& s = writer.stats().back();
-  double v[2] = {s.stall_seconds + s.commit_seconds +
-                     (writer.writer_cpus().empty() ? s.writer_cpu_seconds : 0.0),
-                 m.cadence->step_seconds()};
+  double v[2] = {writer.training_cost(writer.stats().back()), m.cadence->step_seconds()};
   ctx.max_over_ranks(v, 2);
   const std::string change = m.cadence->observe(v[0], v[1]);
   if (!change.empty()) ctx.print("# bounded memory tier: " + change + "\n");

@@ -114,6 +114,12 @@ class CheckpointWriter {
   const BuddyLink* buddy_link() const { return buddy_.get(); }
   // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
   const CpuList& writer_cpus() const { return writer_cpus_; }
+  // What save `s` took from this rank's training: the caller's wait in save() and for the
+  // snapshot, its commit, and the writer thread's CPU time when the writer runs on the
+  // rank's own cores (checkpoint.memory_max_stall weighs it against the step time).
+  double training_cost(const SaveStats& s) const {
+    return s.stall_seconds + s.commit_seconds + (writer_cpus_.empty() ? s.writer_cpu_seconds : 0.0);
+  }
 
   // Every completed save (failed ones too), oldest first.
   const std::vector<SaveStats>& stats() const { return stats_; }

@@ -3,8 +3,8 @@
 #include "checkpoint/durable_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -77,7 +77,8 @@ std::span<char> DurableFile::map(size_t size, MappingCache* cache) {
   if (size == 0) return {};
   if (direct_) stop_direct();
   // Allocated before any store: a full tmpfs fails here, not with SIGBUS in the copy.
-  if (int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0) fail("reserve space for", err);
+  if (int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(size)); err != 0)
+    fail("reserve space for", err);
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail("size", errno);
   if (cache) {
     mapped_ = cache->map(fd_, size);
@@ -94,8 +95,8 @@ std::span<char> DurableFile::map(size_t size, MappingCache* cache) {
 
 void DurableFile::fail(const std::string& what, int error_number) {
   discard();
-  throw IoError("cannot " + what + " " + in_quotes(path_) + " (temporary file " + in_quotes(temp_path_) +
-                "): " + std::strerror(error_number) +
+  throw IoError("cannot " + what + " " + in_quotes(path_) + " (temporary file " +
+                in_quotes(temp_path_) + "): " + std::strerror(error_number) +
                 "; check free space, quotas and file size limits of the file system");
 }
 

@@ -23,14 +23,14 @@ void MappingCache::drop(size_t i) {
 // A mapping of a deleted file is all that holds its pages: let them go.
 void MappingCache::drop_unlinked() {
   for (size_t i = entries_.size(); i-- > 0;) {
-    struct stat st{};
+    struct stat st {};
     if (::fstat(entries_[i].fd, &st) != 0 || st.st_nlink == 0) drop(i);
   }
 }
 
 std::span<char> MappingCache::map(int fd, size_t size) {
   drop_unlinked();
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) return {};
   ++clock_;
   for (size_t i = 0; i < entries_.size(); ++i) {

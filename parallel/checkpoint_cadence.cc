@@ -238,11 +238,10 @@ void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& pos
                                 const std::function<std::vector<NamedState>()>& states) {
   if (memory_writer_) {
     const auto now = std::chrono::steady_clock::now();
-    if (step_clock_started_) {
+    if (last_step_end_ != std::chrono::steady_clock::time_point{}) {
       memory_cadence_->step_ended(std::chrono::duration<double>(now - last_step_end_).count());
     }
     last_step_end_ = now;
-    step_clock_started_ = true;
     memory_writer_->poll();
     observe_memory_saves();
   }
@@ -274,11 +273,8 @@ void CheckpointCadence::observe_memory_saves() {
   const std::vector<SaveStats>& stats = memory_writer_->stats();
   if (!memory_cadence_->adaptive() || stats.size() == memory_saves_seen_) return;
   memory_saves_seen_ = stats.size();
-  const SaveStats& s = stats.back();
-  const bool shares_cores = memory_writer_->writer_cpus().empty();
-  const std::array<double, 2> local = {
-      s.stall_seconds + s.commit_seconds + (shares_cores ? s.writer_cpu_seconds : 0.0),
-      memory_cadence_->step_seconds()};
+  const std::array<double, 2> local = {memory_writer_->training_cost(stats.back()),
+                                       memory_cadence_->step_seconds()};
   std::array<double, 2> agreed = {0, 0};  // the largest of each: the same on every rank
   for (const auto& r : all_gather(grid_.world_group(), local)) {
     agreed = {std::max(agreed[0], r[0]), std::max(agreed[1], r[1])};

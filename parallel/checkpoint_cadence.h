@@ -139,8 +139,7 @@ class CheckpointCadence {
   CheckpointTier durable_, fast_, memory_;
   std::unique_ptr<MemoryCadence> memory_cadence_;  // with memory_writer_
   size_t memory_saves_seen_ = 0;
-  std::chrono::steady_clock::time_point last_step_end_;
-  bool step_clock_started_ = false;
+  std::chrono::steady_clock::time_point last_step_end_;  // {}: no step boundary yet
 };
 
 }  // namespace etr

@@ -28,7 +28,9 @@ void push_recent(std::deque<double>& v, double x, size_t keep) {
 }  // namespace
 
 MemoryCadence::MemoryCadence(int64_t every, double max_stall)
-    : every_(std::max<int64_t>(1, every)), max_stall_(std::max(0.0, max_stall)), interval_(every_) {}
+    : every_(std::max<int64_t>(1, every)),
+      max_stall_(std::max(0.0, max_stall)),
+      interval_(every_) {}
 
 bool MemoryCadence::due(int64_t step) const {
   return step % interval_ == 0 || step - last_ >= interval_;
@@ -38,8 +40,12 @@ void MemoryCadence::step_ended(double seconds) {
   if (adaptive() && seconds > 0) push_recent(steps_, seconds, kRecentSteps);
 }
 
-double MemoryCadence::step_seconds() const { return median_of(steps_); }
-double MemoryCadence::cost_seconds() const { return median_of(costs_); }
+double MemoryCadence::step_seconds() const {
+  return median_of(steps_);
+}
+double MemoryCadence::cost_seconds() const {
+  return median_of(costs_);
+}
 
 std::string MemoryCadence::observe(double cost_seconds, double step_seconds) {
   if (!adaptive() || !(step_seconds > 0)) return "";
@@ -56,11 +62,12 @@ std::string MemoryCadence::observe(double cost_seconds, double step_seconds) {
   if (next == interval_) return "";
   interval_ = next;
   char line[320];
-  std::snprintf(line, sizeof line,
-                "a save costs training %.1f ms, %.2f %% of a %.1f ms step (checkpoint.memory_max_stall "
-                "%.2f %%): the memory tier now saves every %lld step(s), so a failure loses at most %lld",
-                cost * 1e3, 100 * cost / step_seconds, step_seconds * 1e3, 100 * max_stall_,
-                static_cast<long long>(interval_), static_cast<long long>(interval_));
+  std::snprintf(
+      line, sizeof line,
+      "a save costs training %.1f ms, %.2f %% of a %.1f ms step (checkpoint.memory_max_stall "
+      "%.2f %%): the memory tier now saves every %lld step(s), so a failure loses at most %lld",
+      cost * 1e3, 100 * cost / step_seconds, step_seconds * 1e3, 100 * max_stall_,
+      static_cast<long long>(interval_), static_cast<long long>(interval_));
   return line;
 }
 

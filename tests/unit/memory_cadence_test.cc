@@ -33,7 +33,8 @@ TEST(MemoryCadence, ACostlySaveSpreadsTheSavesWithinTheBound) {
   MemoryCadence c(1, 0.01);  // 1 % of a 100 ms step: 1 ms a step
   for (int i = 0; i < 9; ++i) c.step_ended(0.100);
   EXPECT_EQ(c.interval(), 1);
-  const std::string line = c.observe(0.0035, c.step_seconds());  // 3.5 ms: every 4 steps (0.875 ms a step)
+  const std::string line =
+      c.observe(0.0035, c.step_seconds());  // 3.5 ms: every 4 steps (0.875 ms a step)
   EXPECT_EQ(c.interval(), 4);
   EXPECT_NE(line.find("every 4 step(s)"), std::string::npos) << line;
   EXPECT_NE(line.find("3.5 ms, 3.50 %"), std::string::npos) << line;
@@ -77,7 +78,7 @@ TEST(MemoryCadence, DueAtOnceWhenAnIntervalHasPassedSinceTheLastSave) {
   MemoryCadence c(5, 0.0);
   c.saved(1000);  // a resume at step 1000
   EXPECT_FALSE(c.due(1004));
-  EXPECT_TRUE(c.due(1005));   // a multiple
+  EXPECT_TRUE(c.due(1005));  // a multiple
   c.saved(1005);
   MemoryCadence d(5, 0.0);  // never saved: step 1003 is 1003 steps after "step 0"
   EXPECT_TRUE(d.due(1003));
