@@ -41,13 +41,24 @@ std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vect
   return shares;
 }
 
-ShareBalancer::ShareBalancer(int ranks, double hysteresis, double smoothing, int warmup)
-    : hysteresis_(hysteresis), smoothing_(smoothing), warmup_(warmup),
-      rates_(static_cast<size_t>(std::max(ranks, 1)), 0.0) {
-  if (ranks < 1 || !(hysteresis >= 0) || !(smoothing >= 0 && smoothing < 1) || warmup < 0) {
-    throw InvalidArgument("a share balancer needs ranks >= 1, hysteresis >= 0, smoothing in [0, 1)");
+ShareBalancer::ShareBalancer(int ranks, double hysteresis, int window, int warmup)
+    : hysteresis_(hysteresis), window_(window), warmup_(warmup),
+      recent_(static_cast<size_t>(std::max(ranks, 1))), rates_(recent_.size(), 0.0) {
+  if (ranks < 1 || !(hysteresis >= 0) || window < 1 || warmup < 0) {
+    throw InvalidArgument("a share balancer needs ranks >= 1, hysteresis >= 0, a window of 1 step or more");
   }
 }
+
+namespace {
+
+// The median of a few values (the mean of the middle two for an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
 
 void ShareBalancer::observe(const std::vector<uint64_t>& samples,
                             const std::vector<double>& compute_seconds) {
@@ -59,19 +70,31 @@ void ShareBalancer::observe(const std::vector<uint64_t>& samples,
     if (samples[r] == 0 || !(compute_seconds[r] > 0) || !std::isfinite(compute_seconds[r])) return;
   }
   for (size_t r = 0; r < rates_.size(); ++r) {
-    const double rate = static_cast<double>(samples[r]) / compute_seconds[r];
-    rates_[r] = observed_ == 0 ? rate : smoothing_ * rates_[r] + (1 - smoothing_) * rate;
+    std::vector<double>& recent = recent_[r];
+    if (recent.size() == static_cast<size_t>(window_)) recent.erase(recent.begin());
+    recent.push_back(static_cast<double>(samples[r]) / compute_seconds[r]);
+    rates_[r] = median(recent);
   }
   ++observed_;
+  // The step-to-step spread: each rank's median absolute deviation from its median rate,
+  // scaled to a standard deviation (x 1.4826 for normal noise), relative to the median;
+  // the largest over the ranks.
+  spread_ = 0;
+  for (size_t r = 0; r < rates_.size(); ++r) {
+    std::vector<double> deviation;
+    for (double x : recent_[r]) deviation.push_back(std::fabs(x - rates_[r]));
+    spread_ = std::max(spread_, 1.4826 * median(deviation) / rates_[r]);
+  }
 }
 
 std::optional<std::vector<uint64_t>> ShareBalancer::propose(const std::vector<uint64_t>& current) const {
   if (observed_ < std::max(warmup_, 1) || current.size() != rates_.size()) return std::nullopt;
   const uint64_t total = std::accumulate(current.begin(), current.end(), uint64_t{0});
   std::vector<uint64_t> target = proportional_shares(total, rates_);
+  const double threshold = std::max(hysteresis_, spread_);
   for (size_t r = 0; r < current.size(); ++r) {
     const double moved = std::fabs(static_cast<double>(target[r]) - static_cast<double>(current[r]));
-    if (moved >= 1 && moved > hysteresis_ * static_cast<double>(current[r])) return target;
+    if (moved >= 1 && moved > threshold * static_cast<double>(current[r])) return target;
   }
   return std::nullopt;
 }

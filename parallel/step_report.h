@@ -37,6 +37,9 @@ struct StepStats {
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;
+  // This rank's forward and backward seconds in the step (what batch.shares = throughput
+  // divides its samples by; ETR_SLOW_RANK's factor included).
+  double compute_seconds = 0;
   // Gradient communication (nothing on one rank): see parallel/bucket_reducer.h.
   ReduceStats comm;
   // Some rank had a resize request (SIGUSR1 from etr-run) when the step's sums were

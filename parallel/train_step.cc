@@ -237,6 +237,7 @@ void TrainSession::apply_optimizer(const StepStats& st) {
 // controller's after_step).
 void TrainSession::finish_step(StepStats& st, const StepAgreement& agreed, double compute_seconds,
                                int64_t B) {
+  st.compute_seconds = compute_seconds;
   st.micro_batch = static_cast<int64_t>(rank_batch().micro_batch);
   st.accumulation = static_cast<int64_t>(rank_batch().accumulation);
   st.predicted_peak = predicted_peak();

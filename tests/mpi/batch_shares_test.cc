@@ -5,7 +5,8 @@
 //     and summing to the global batch;
 //   - the update stays the uniform-sampling one: that run equals, within rounding, the
 //     run with equal shares and the single-process run (same samples seen);
-//   - ranks of equal speed are not re-balanced (the hysteresis);
+//   - ranks of equal measured speed are not re-balanced (the hysteresis and the spread),
+//     and where this machine made them unequal the faster rank is favoured;
 //   - batch.shares = throughput with parallel.zero_stage = 3 is refused on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
@@ -151,51 +153,53 @@ bool oversubscribed() {
   return over != 0;
 }
 
-// Seconds the calling thread has waited for a CPU while ready to run (Linux schedstat;
-// 0 where it is not available).
-double run_queue_seconds() {
-  std::ifstream f("/proc/thread-self/schedstat");
-  double on_cpu = 0, waiting_ns = 0;
-  return f >> on_cpu >> waiting_ns ? 1e-9 * waiting_ns : 0.0;
-}
-
 // 32 sequences per rank, so that the hysteresis (a share moves by more than 10 %, here
-// 4 samples or more) and not the one-sample minimum decides: at np 2 the ranks' smoothed
-// speeds must differ by about 25 % to re-balance, where 3 % would do without it (a rank
-// slowed 1.3 times by ETR_SLOW_RANK re-balances). Steps of ~0.1 s keep the scheduler's
-// noise on an idle 2-core machine within that (with 64-token sequences, ~5 ms of compute,
-// they were not).
+// 4 samples or more) and not the one-sample minimum decides; steps of ~0.1 s or more.
 //
-// Equal speeds need cores of their own: other work on them (a build, another test) makes
-// the ranks' speeds unequal, and the balancer rightly follows them (one busy loop beside
-// np 2 on 2 cores: 1-3 re-balances in every run). The time the training thread waited for
-// a CPU tells, unlike its CPU time, which waiting for a slower rank lowers too: 2-12 % of
-// the steps' wall time on idle cores (measured, np 2), 21-37 % beside one busy loop, 1-2 %
-// with a slowed rank. Above kContended on some rank the test is skipped, saying so.
+// Equal work does not mean equal speeds on every machine: on this project's 2-core VMs a
+// rank's core runs its micro-batches up to 2 times faster than the other's for several
+// steps (the thread's CPU time equals its wall time: no waiting, no steal; the host's
+// neighbours), and the balancer rightly follows that. So the test measures the premise
+// itself from each rank's compute seconds (StepStats), the median over the run:
+//   - within 10 % of each other (a share would move by under 5 %, half the hysteresis,
+//     with the balancer's spread on top), no share may have moved;
+//   - otherwise the shares that moved must favour the faster rank (never the slower), and
+//     the test says which case it saw.
 TEST(BatchShares, EqualSpeedsAreNotRebalanced) {
   World& w = testing::world();
   if (oversubscribed()) {
     GTEST_SKIP() << "more ranks than CPUs on a node: the ranks' speeds are not equal";
   }
   constexpr int kPerRank = 32;
-  constexpr double kContended = 0.15;
+  constexpr double kEqual = 1.10;
   Trainer t(config({"batch.shares=throughput", "batch.micro_batch=8"}, kPerRank), w);
-  const double waited0 = run_queue_seconds();
-  const auto wall0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kSteps; ++i) t.train_step();
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  double waited = (run_queue_seconds() - waited0) / wall;
-  MPI_Allreduce(MPI_IN_PLACE, &waited, 1, MPI_DOUBLE, MPI_MAX, w.group().comm());
-  const std::string cpu = std::to_string(static_cast<int>(100 * waited)) +
-                          " % of the time waiting for a CPU" + load_text();
-  if (waited > kContended) {
-    GTEST_SKIP() << "the cores were busy with other work (a rank's training thread spent " << cpu
-                 << "): the ranks' speeds were not equal";
+  std::vector<double> rates;  // this rank's samples per second in each step
+  for (int i = 0; i < kSteps; ++i) {
+    const double samples = static_cast<double>(shares(t)[static_cast<size_t>(w.rank())]);
+    rates.push_back(samples / t.train_step().compute_seconds);
   }
-  EXPECT_EQ(t.session().share_rebalances(), 0)
-      << "shares now " << text(shares(t)) << "; the training threads spent at most " << cpu;
-  EXPECT_EQ(shares(t), std::vector<uint64_t>(static_cast<size_t>(w.group().size()), kPerRank));
+  std::sort(rates.begin(), rates.end());
+  const double mine = 0.5 * (rates[(kSteps - 1) / 2] + rates[kSteps / 2]);
+  std::vector<double> median(static_cast<size_t>(w.group().size()));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, median.data(), 1, MPI_DOUBLE, w.group().comm());
+  const auto [slow, fast] = std::minmax_element(median.begin(), median.end());
+  std::string speeds;
+  for (double r : median) speeds += (speeds.empty() ? "" : ", ") + std::to_string(static_cast<int>(r + 0.5)) + "/s";
+  const std::vector<uint64_t> now = shares(t);
+  if (*fast / *slow < kEqual) {
+    EXPECT_EQ(t.session().share_rebalances(), 0)
+        << "shares now " << text(now) << " of ranks at median speeds " << speeds << load_text();
+    EXPECT_EQ(now, std::vector<uint64_t>(static_cast<size_t>(w.group().size()), kPerRank));
+    return;
+  }
+  const size_t f = static_cast<size_t>(fast - median.begin()), s = static_cast<size_t>(slow - median.begin());
+  EXPECT_GE(now[f], now[s]) << "the faster rank's share is the smaller: " << text(now) << " at " << speeds;
+  if (w.rank() == 0) {
+    std::printf("[ NOTE     ] the ranks' speeds were not equal here (median %s, %.0f %% apart): "
+                "shares %s after %lld re-balance(s), the faster rank's not the smaller\n",
+                speeds.c_str(), 100 * (*fast / *slow - 1), text(now).c_str(),
+                static_cast<long long>(t.session().share_rebalances()));
+  }
 }
 
 TEST(BatchShares, ThroughputSharesWithZeroStage3AreRefusedOnEveryRank) {

@@ -37,7 +37,7 @@ TEST(ProportionalShares, SumToTheBatchGiveEachOneAndFollowTheWeights) {
 }
 
 TEST(ShareBalancer, GivesAHalfSpeedRankHalfTheShareOfTheOthers) {
-  ShareBalancer b(3, 0.1, 0.5, 2);
+  ShareBalancer b(3, 0.1, 3, 2);
   const std::vector<uint64_t> even{8, 8, 8};
   // Rank 1 runs at half the speed: its 8 samples take twice as long.
   b.observe(even, {0.10, 0.20, 0.10});
@@ -53,7 +53,7 @@ TEST(ShareBalancer, GivesAHalfSpeedRankHalfTheShareOfTheOthers) {
 }
 
 TEST(ShareBalancer, HysteresisIgnoresSmallDifferencesAndBadSteps) {
-  ShareBalancer b(2, 0.1, 0.0, 1);
+  ShareBalancer b(2, 0.1, 1, 1);  // each step's rate as it is
   const std::vector<uint64_t> even{10, 10};
   b.observe(even, {1.0, 1.05});  // 5 % apart: a share would move by less than 10 %
   EXPECT_FALSE(b.propose(even).has_value());
@@ -62,6 +62,51 @@ TEST(ShareBalancer, HysteresisIgnoresSmallDifferencesAndBadSteps) {
   b.observe(even, {1.0, 1.5});
   EXPECT_EQ(*b.propose(even), (std::vector<uint64_t>{12, 8}));
   EXPECT_THROW(b.observe({1}, {1.0}), InvalidArgument);
+  EXPECT_THROW(ShareBalancer(2, 0.1, 0, 1), InvalidArgument);
+}
+
+// A rank's rate is the median of its last 3 steps, the first proposal after 3. One slow step (the 60 % slower one of a rank that lost it to something else) moves
+// nothing, where a mean of the window would have moved the shares (20 -> 11.6 / 8.4);
+// the same slowness in 2 of the last 3 steps does.
+TEST(ShareBalancer, OneSlowStepMovesNothingAPersistentlySlowRankDoes) {
+  ShareBalancer b(2, 0.1, 3, 3);
+  const std::vector<uint64_t> even{10, 10};
+  b.observe(even, {1.0, 1.6});
+  EXPECT_FALSE(b.propose(even).has_value());  // warming up
+  b.observe(even, {1.0, 1.0});
+  EXPECT_FALSE(b.propose(even).has_value());  // warming up
+  b.observe(even, {1.0, 1.0});
+  EXPECT_FALSE(b.propose(even).has_value());
+  EXPECT_DOUBLE_EQ(b.rates()[1], 10.0);  // median of 6.25, 10, 10
+  b.observe(even, {1.0, 1.6});
+  EXPECT_FALSE(b.propose(even).has_value());  // 10, 10, 6.25: still 10
+  b.observe(even, {1.0, 1.6});
+  EXPECT_DOUBLE_EQ(b.rates()[1], 6.25);  // 10, 6.25, 6.25
+  // 20 in the ratio 10 : 6.25: one each, then 18 x (0.615, 0.385) = 11.08, 6.92 -> 12, 8.
+  EXPECT_EQ(*b.propose(even), (std::vector<uint64_t>{12, 8}));
+}
+
+// The defaults (a window of 5): a rank whose speed wanders between 1 and 1/2 of the
+// other's is not re-balanced on a median 1.6 times slower, since that difference does not
+// stand out from its spread; the same rank steadily 1.6 times slower is.
+TEST(ShareBalancer, ADifferenceWithinTheSpreadMovesNothing) {
+  ShareBalancer b(2);
+  const std::vector<uint64_t> even{10, 10};
+  for (double t : {1.0, 2.0, 1.0, 2.0}) {
+    b.observe(even, {1.0, t});
+    EXPECT_FALSE(b.propose(even).has_value());  // warming up
+  }
+  b.observe(even, {1.0, 1.6});
+  // Rates 10, 5, 10, 5, 6.25: median 6.25; deviations 3.75, 1.25, 3.75, 1.25, 0: their
+  // median 1.25, x 1.4826 / 6.25 = 29.7 %. The shares would move 10 -> 12 / 8 (20 %).
+  EXPECT_DOUBLE_EQ(b.rates()[1], 6.25);
+  EXPECT_NEAR(b.spread(), 1.4826 * 1.25 / 6.25, 1e-12);
+  EXPECT_FALSE(b.propose(even).has_value());
+  b.observe(even, {1.0, 1.6});
+  EXPECT_FALSE(b.propose(even).has_value());  // 5, 10, 5, 6.25, 6.25: the same spread
+  b.observe(even, {1.0, 1.6});
+  EXPECT_DOUBLE_EQ(b.spread(), 0.0);  // 10, 5, 6.25, 6.25, 6.25: most steps agree
+  EXPECT_EQ(*b.propose(even), (std::vector<uint64_t>{12, 8}));
 }
 
 TEST(MemoryModel, LargestFittingIsTheBruteForceAnswer) {
