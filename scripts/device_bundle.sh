@@ -54,7 +54,7 @@ if [[ -z $build_dir ]]; then
   [[ $arch == native ]] && die "ETR_DEVICE_CPU_ARCH=native would tie the bundle to this CPU"
   if [[ ! -f $build_dir/build.ninja ]]; then
     mkdir -p "$build_dir"
-    cmake -S "$ETR_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    cmake -S "$ETR_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $(etr_compiler_launcher) \
       -DETR_CPU_ARCH="$arch" -DETR_WITH_CUDA=ON -DETR_BUILD_TESTS=ON \
       >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log" >&2; exit 1; }
   fi

@@ -18,6 +18,8 @@
 set -euo pipefail
 
 ETR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The packages (present: a second) and etr_compiler_launcher, without building build/.
+ETR_SETUP_BUILD=0 source "$ETR_ROOT/scripts/setup.sh"
 SUPP="$ETR_ROOT/tests/sanitizers"
 JOBS="${ETR_JOBS:-$(nproc)}"
 
@@ -54,7 +56,7 @@ configure() {
   if [[ ! -f "$dir/build.ninja" ]]; then
     mkdir -p "$dir"
     cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DETR_WITH_CUDA=OFF \
-      -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DETR_BUILD_BENCH=OFF \
+      $(etr_compiler_launcher) -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DETR_BUILD_BENCH=OFF \
       -DETR_SANITIZE="$sanitizers" >"$dir/configure.log" 2>&1 ||
       { cat "$dir/configure.log" >&2; exit 1; }
   else

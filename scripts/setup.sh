@@ -14,6 +14,7 @@ ETR_JOBS="${ETR_JOBS:-$(nproc)}"
 # Debian packages and why (README.md, "Dependencies").
 ETR_PACKAGES=(
   build-essential cmake ninja-build pkg-config   # compilers and build
+  ccache                                         # compiler cache: a fresh clone's build trees (CI's) reuse objects
   openmpi-bin libopenmpi-dev                     # the job runtime: mpirun, MPI
   libprotobuf-dev protobuf-compiler              # configs and checkpoint manifests
   libopenblas-dev                                # matrix products on the CPU
@@ -56,14 +57,26 @@ etr_find_cuda() {
   fi
 }
 
+# The compiler cache (ETR_CCACHE=0: none). Paths under the repository are hashed relative
+# to it (CCACHE_BASEDIR), so another clone of the same commit, and each of the build trees
+# (build/, build-asan/, build-fuzz/, the device bundle's), finds the objects compiled
+# before with the same flags. The cache is ccache's own (~/.cache/ccache, 5 GB at most).
+etr_compiler_launcher() {
+  if [[ "${ETR_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
+    export CCACHE_BASEDIR="$ETR_ROOT"
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
 # etr_build DIR [cmake args...]: configure once, then build.
 etr_build() {
   local dir="$1"
   shift
+  export CCACHE_BASEDIR="$ETR_ROOT"
   if [[ ! -f "$dir/build.ninja" ]]; then
     mkdir -p "$dir"
-    cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ETR_CMAKE_ARGS:-} "$@" \
-      >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
+    cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $(etr_compiler_launcher) \
+      ${ETR_CMAKE_ARGS:-} "$@" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
   fi
   ninja -C "$dir" -j "$ETR_JOBS" --quiet
 }
