@@ -63,7 +63,7 @@ etr_find_cuda() {
 # before with the same flags. The cache is ccache's own (~/.cache/ccache, 5 GB at most).
 etr_compiler_launcher() {
   if [[ "${ETR_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
-    export CCACHE_BASEDIR="$ETR_ROOT" CCACHE_IGNOREOPTIONS="-fmacro-prefix-map=/*"
+    export CCACHE_BASEDIR="$ETR_ROOT"
     echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
   fi
 }
@@ -72,7 +72,7 @@ etr_compiler_launcher() {
 etr_build() {
   local dir="$1"
   shift
-  export CCACHE_BASEDIR="$ETR_ROOT" CCACHE_IGNOREOPTIONS="-fmacro-prefix-map=/*"
+  export CCACHE_BASEDIR="$ETR_ROOT"
   if [[ ! -f "$dir/build.ninja" ]]; then
     mkdir -p "$dir"
     cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $(etr_compiler_launcher) \
