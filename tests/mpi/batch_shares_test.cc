@@ -1,7 +1,7 @@
 // The batch policy's per-rank shares (parallel/train_session.h, "Shares";
 // parallel/share_balancer.h) at np 2-3:
 //   - with batch.shares = throughput, a rank that ETR_SLOW_RANK makes 3 times slower ends
-//     with the smallest share, the shares in the ratio of the speeds (within 1.5 samples)
+//     with the smallest share, in the ratio of the speeds as measured (within 2 samples)
 //     and summing to the global batch;
 //   - the update stays the uniform-sampling one: that run equals, within rounding, the
 //     run with equal shares and the single-process run (same samples seen);
@@ -36,7 +36,7 @@ namespace {
 
 using namespace batch_testing;
 
-constexpr int kSteps = 6;
+constexpr int kSteps = 10;  // the balancer's first proposal comes after 5
 constexpr int kSlowFactor = 3;  // ETR_SLOW_RANK's FACTOR
 
 // The tiny GPT with 4 blocks on sequences of 128 tokens (steps long enough for the
@@ -88,22 +88,52 @@ struct SlowRun {
   State state;
   std::vector<uint64_t> shares;
   int64_t rebalances = 0;
+  std::vector<double> speeds;  // each rank's median samples per second over the run
 };
+
+// This rank's median of `rates`, all-gathered over the world.
+std::vector<double> median_speeds(std::vector<double> rates) {
+  World& w = testing::world();
+  std::sort(rates.begin(), rates.end());
+  const size_t k = rates.size();
+  const double mine = 0.5 * (rates[(k - 1) / 2] + rates[k / 2]);
+  std::vector<double> all(static_cast<size_t>(w.group().size()));
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, w.group().comm());
+  return all;
+}
+
+std::string text(const std::vector<double>& speeds) {
+  std::string s;
+  for (double r : speeds) s += (s.empty() ? "" : ", ") + std::to_string(static_cast<int>(r + 0.5)) + "/s";
+  return s;
+}
 
 const SlowRun& slow_run() {
   static const SlowRun run = [] {
-    const int last = testing::world().group().size() - 1;
+    World& w = testing::world();
+    const int last = w.group().size() - 1;
     ScopedEnv env("ETR_SLOW_RANK", std::to_string(last) + ":" + std::to_string(kSlowFactor));
-    Trainer t(config({"batch.shares=throughput"}), testing::world());  // reads ETR_SLOW_RANK
+    Trainer t(config({"batch.shares=throughput"}), w);  // reads ETR_SLOW_RANK
     SlowRun r;
-    r.state = train(t, kSteps);
+    std::vector<double> rates;
+    double samples = static_cast<double>(shares(t)[static_cast<size_t>(w.rank())]);
+    r.state = train(t, kSteps, [&](const StepStats& st) {
+      rates.push_back(samples / st.compute_seconds);
+      samples = static_cast<double>(shares(t)[static_cast<size_t>(w.rank())]);  // the next step's
+    });
     r.shares = shares(t);
     r.rebalances = t.session().share_rebalances();
+    r.speeds = median_speeds(rates);
     return r;
   }();
   return run;
 }
 
+// The slowed rank's share against its speed as measured (each rank's median over the
+// run, from StepStats::compute_seconds), not the nominal 1 / kSlowFactor: on these VMs a
+// core's speed wanders by up to 2 times over a few steps, which a run of 0.1 s steps sees.
+// Within 2 samples: the rounding (1), the hysteresis (10 % of a share), and the balancer's
+// window of the last 5 steps against the whole run's median.
 TEST(BatchShares, ASlowedRankGetsASmallerShareInTheRatioOfTheSpeeds) {
   const int n = testing::world().group().size();
   const int last = n - 1;
@@ -113,14 +143,14 @@ TEST(BatchShares, ASlowedRankGetsASmallerShareInTheRatioOfTheSpeeds) {
   EXPECT_EQ(std::accumulate(run.shares.begin(), run.shares.end(), uint64_t{0}), global)
       << text(run.shares);
   for (int r = 0; r < last; ++r) {
-    EXPECT_LT(run.shares[last], run.shares[r]) << "rank " << r << " of " << text(run.shares);
+    EXPECT_LT(run.shares[last], run.shares[r])
+        << "rank " << r << " of " << text(run.shares) << " at " << text(run.speeds) << load_text();
   }
-  EXPECT_GE(run.rebalances, 1);
-  // Shares proportional to the speeds: n - 1 ranks at speed 1 and one at 1 / kSlowFactor,
-  // so the slowed rank's is B (1 / f) / (n - 1 + 1 / f).
-  const double speed = 1.0 / kSlowFactor;
-  const double want = static_cast<double>(global) * speed / (n - 1 + speed);
-  EXPECT_NEAR(static_cast<double>(run.shares[last]), want, 1.5) << text(run.shares) << load_text();
+  EXPECT_GE(run.rebalances, 1) << "speeds " << text(run.speeds) << load_text();
+  const double total = std::accumulate(run.speeds.begin(), run.speeds.end(), 0.0);
+  const double want = static_cast<double>(global) * run.speeds[static_cast<size_t>(last)] / total;
+  EXPECT_NEAR(static_cast<double>(run.shares[last]), want, 2.0)
+      << text(run.shares) << " at " << text(run.speeds) << load_text();
 }
 
 TEST(BatchShares, TheUpdateIsTheUniformSamplingOne) {
@@ -154,23 +184,24 @@ bool oversubscribed() {
 }
 
 // 32 sequences per rank, so that the hysteresis (a share moves by more than 10 %, here
-// 4 samples or more) and not the one-sample minimum decides; steps of ~0.1 s or more.
+// 4 samples or more) and not the one-sample minimum decides; steps of ~0.5 s.
 //
 // Equal work does not mean equal speeds on every machine: on this project's 2-core VMs a
 // rank's core runs its micro-batches up to 2 times faster than the other's for several
 // steps (the thread's CPU time equals its wall time: no waiting, no steal; the host's
 // neighbours), and the balancer rightly follows that. So the test measures the premise
-// itself from each rank's compute seconds (StepStats), the median over the run:
-//   - within 10 % of each other (a share would move by under 5 %, half the hysteresis,
-//     with the balancer's spread on top), no share may have moved;
-//   - otherwise the shares that moved must favour the faster rank (never the slower), and
-//     the test says which case it saw.
+// itself from each rank's compute seconds (StepStats), the median of every window of 5
+// steps the balancer looks at (steps 1-5, 2-6, ...):
+//   - every window's medians within 10 % of each other (a share would move by under 5 %,
+//     half the hysteresis), no share may have moved;
+//   - otherwise, where the last window's ranks differ by 10 % or more, the faster rank
+//     must not end with the smaller share; the test says which case it saw.
 TEST(BatchShares, EqualSpeedsAreNotRebalanced) {
   World& w = testing::world();
   if (oversubscribed()) {
     GTEST_SKIP() << "more ranks than CPUs on a node: the ranks' speeds are not equal";
   }
-  constexpr int kPerRank = 32;
+  constexpr int kPerRank = 32, kWindow = 5;
   constexpr double kEqual = 1.10;
   Trainer t(config({"batch.shares=throughput", "batch.micro_batch=8"}, kPerRank), w);
   std::vector<double> rates;  // this rank's samples per second in each step
@@ -178,27 +209,30 @@ TEST(BatchShares, EqualSpeedsAreNotRebalanced) {
     const double samples = static_cast<double>(shares(t)[static_cast<size_t>(w.rank())]);
     rates.push_back(samples / t.train_step().compute_seconds);
   }
-  std::sort(rates.begin(), rates.end());
-  const double mine = 0.5 * (rates[(kSteps - 1) / 2] + rates[kSteps / 2]);
-  std::vector<double> median(static_cast<size_t>(w.group().size()));
-  MPI_Allgather(&mine, 1, MPI_DOUBLE, median.data(), 1, MPI_DOUBLE, w.group().comm());
-  const auto [slow, fast] = std::minmax_element(median.begin(), median.end());
-  std::string speeds;
-  for (double r : median) speeds += (speeds.empty() ? "" : ", ") + std::to_string(static_cast<int>(r + 0.5)) + "/s";
+  // Each window's medians over the ranks: the largest ratio of fastest to slowest.
+  double widest = 1;
+  std::vector<double> last;
+  for (int end = kWindow; end <= kSteps; ++end) {
+    last = median_speeds(std::vector<double>(rates.begin() + end - kWindow, rates.begin() + end));
+    widest = std::max(widest, *std::max_element(last.begin(), last.end()) / *std::min_element(last.begin(), last.end()));
+  }
   const std::vector<uint64_t> now = shares(t);
-  if (*fast / *slow < kEqual) {
-    EXPECT_EQ(t.session().share_rebalances(), 0)
-        << "shares now " << text(now) << " of ranks at median speeds " << speeds << load_text();
+  const std::string seen = text(now) + "; the ranks' speeds in the last window " + text(last) +
+                           ", " + std::to_string(static_cast<int>(100 * (widest - 1))) +
+                           " % apart at most in a window" + load_text();
+  if (widest < kEqual) {
+    EXPECT_EQ(t.session().share_rebalances(), 0) << "shares now " << seen;
     EXPECT_EQ(now, std::vector<uint64_t>(static_cast<size_t>(w.group().size()), kPerRank));
     return;
   }
-  const size_t f = static_cast<size_t>(fast - median.begin()), s = static_cast<size_t>(slow - median.begin());
-  EXPECT_GE(now[f], now[s]) << "the faster rank's share is the smaller: " << text(now) << " at " << speeds;
+  const auto [slow, fast] = std::minmax_element(last.begin(), last.end());
+  if (*fast / *slow >= kEqual) {
+    const size_t f = static_cast<size_t>(fast - last.begin()), s = static_cast<size_t>(slow - last.begin());
+    EXPECT_GE(now[f], now[s]) << "the faster rank's share is the smaller: " << seen;
+  }
   if (w.rank() == 0) {
-    std::printf("[ NOTE     ] the ranks' speeds were not equal here (median %s, %.0f %% apart): "
-                "shares %s after %lld re-balance(s), the faster rank's not the smaller\n",
-                speeds.c_str(), 100 * (*fast / *slow - 1), text(now).c_str(),
-                static_cast<long long>(t.session().share_rebalances()));
+    std::printf("[ NOTE     ] the ranks' speeds were not equal here: shares %s after %lld re-balance(s)\n",
+                seen.c_str(), static_cast<long long>(t.session().share_rebalances()));
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,14 @@ struct State {
   uint64_t samples = 0;
 };
 
-inline State train(Trainer& t, int steps) {
+// `steps` steps; `on_step` sees each step's figures.
+inline State train(Trainer& t, int steps, const std::function<void(const StepStats&)>& on_step = {}) {
   State s;
-  for (int i = 0; i < steps; ++i) s.losses.push_back(t.train_step().loss);
+  for (int i = 0; i < steps; ++i) {
+    const StepStats st = t.train_step();
+    s.losses.push_back(st.loss);
+    if (on_step) on_step(st);
+  }
   s.param = t.gather_state(state::kParam);
   s.m = t.gather_state(state::kAdamM);
   s.v = t.gather_state(state::kAdamV);
