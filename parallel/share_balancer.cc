@@ -10,7 +10,8 @@
 
 namespace etr {
 
-std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vector<double>& weights) {
+std::vector<uint64_t> proportional_shares(uint64_t global_batch,
+                                          const std::vector<double>& weights) {
   const size_t n = weights.size();
   if (n == 0 || global_batch < n) {
     throw InvalidArgument("a global batch of " + std::to_string(global_batch) +
@@ -18,7 +19,8 @@ std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vect
   }
   double total = 0;
   for (double w : weights) {
-    if (!(w > 0) || !std::isfinite(w)) throw InvalidArgument("a rank's weight is not positive and finite");
+    if (!(w > 0) || !std::isfinite(w))
+      throw InvalidArgument("a rank's weight is not positive and finite");
     total += w;
   }
   // One sample each, the rest in proportion: floors first, then the largest remainders.
@@ -28,7 +30,8 @@ std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vect
   uint64_t given = 0;
   for (size_t r = 0; r < n; ++r) {
     const double exact = static_cast<double>(rest) * weights[r] / total;
-    const uint64_t whole = std::min<uint64_t>(rest - given, static_cast<uint64_t>(std::floor(exact)));
+    const uint64_t whole =
+        std::min<uint64_t>(rest - given, static_cast<uint64_t>(std::floor(exact)));
     shares[r] += whole;
     given += whole;
     remainder[r] = exact - static_cast<double>(whole);
@@ -42,10 +45,14 @@ std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vect
 }
 
 ShareBalancer::ShareBalancer(int ranks, double hysteresis, int window, int warmup)
-    : hysteresis_(hysteresis), window_(window), warmup_(warmup),
-      recent_(static_cast<size_t>(std::max(ranks, 1))), rates_(recent_.size(), 0.0) {
+    : hysteresis_(hysteresis),
+      window_(window),
+      warmup_(warmup),
+      recent_(static_cast<size_t>(std::max(ranks, 1))),
+      rates_(recent_.size(), 0.0) {
   if (ranks < 1 || !(hysteresis >= 0) || window < 1 || warmup < 0) {
-    throw InvalidArgument("a share balancer needs ranks >= 1, hysteresis >= 0, a window of 1 step or more");
+    throw InvalidArgument(
+        "a share balancer needs ranks >= 1, hysteresis >= 0, a window of 1 step or more");
   }
 }
 
@@ -87,13 +94,15 @@ void ShareBalancer::observe(const std::vector<uint64_t>& samples,
   }
 }
 
-std::optional<std::vector<uint64_t>> ShareBalancer::propose(const std::vector<uint64_t>& current) const {
+std::optional<std::vector<uint64_t>> ShareBalancer::propose(
+    const std::vector<uint64_t>& current) const {
   if (observed_ < std::max(warmup_, 1) || current.size() != rates_.size()) return std::nullopt;
   const uint64_t total = std::accumulate(current.begin(), current.end(), uint64_t{0});
   std::vector<uint64_t> target = proportional_shares(total, rates_);
   const double threshold = std::max(hysteresis_, spread_);
   for (size_t r = 0; r < current.size(); ++r) {
-    const double moved = std::fabs(static_cast<double>(target[r]) - static_cast<double>(current[r]));
+    const double moved =
+        std::fabs(static_cast<double>(target[r]) - static_cast<double>(current[r]));
     if (moved >= 1 && moved > threshold * static_cast<double>(current[r])) return target;
   }
   return std::nullopt;

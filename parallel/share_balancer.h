@@ -30,7 +30,8 @@ namespace etr {
 
 // n_r proportional to weights[r], sum B, each >= 1 (largest remainder method).
 // InvalidArgument when B < ranks or a weight is not positive and finite.
-std::vector<uint64_t> proportional_shares(uint64_t global_batch, const std::vector<double>& weights);
+std::vector<uint64_t> proportional_shares(uint64_t global_batch,
+                                          const std::vector<double>& weights);
 
 class ShareBalancer {
  public:
@@ -55,7 +56,8 @@ class ShareBalancer {
   double hysteresis_;
   int window_, warmup_;
   int observed_ = 0;
-  std::vector<std::vector<double>> recent_;  // per rank, the last `window` steps' rates, oldest first
+  std::vector<std::vector<double>>
+      recent_;  // per rank, the last `window` steps' rates, oldest first
   std::vector<double> rates_;
   double spread_ = 0;
 };

@@ -36,7 +36,7 @@ namespace {
 
 using namespace batch_testing;
 
-constexpr int kSteps = 10;  // the balancer's first proposal comes after 5
+constexpr int kSteps = 10;      // the balancer's first proposal comes after 5
 constexpr int kSlowFactor = 3;  // ETR_SLOW_RANK's FACTOR
 
 // The tiny GPT with 4 blocks on sequences of 128 tokens (steps long enough for the
@@ -104,7 +104,8 @@ std::vector<double> median_speeds(std::vector<double> rates) {
 
 std::string text(const std::vector<double>& speeds) {
   std::string s;
-  for (double r : speeds) s += (s.empty() ? "" : ", ") + std::to_string(static_cast<int>(r + 0.5)) + "/s";
+  for (double r : speeds)
+    s += (s.empty() ? "" : ", ") + std::to_string(static_cast<int>(r + 0.5)) + "/s";
   return s;
 }
 
@@ -214,7 +215,8 @@ TEST(BatchShares, EqualSpeedsAreNotRebalanced) {
   std::vector<double> last;
   for (int end = kWindow; end <= kSteps; ++end) {
     last = median_speeds(std::vector<double>(rates.begin() + end - kWindow, rates.begin() + end));
-    widest = std::max(widest, *std::max_element(last.begin(), last.end()) / *std::min_element(last.begin(), last.end()));
+    widest = std::max(widest, *std::max_element(last.begin(), last.end()) /
+                                  *std::min_element(last.begin(), last.end()));
   }
   const std::vector<uint64_t> now = shares(t);
   const std::string seen = text(now) + "; the ranks' speeds in the last window " + text(last) +
@@ -227,12 +229,14 @@ TEST(BatchShares, EqualSpeedsAreNotRebalanced) {
   }
   const auto [slow, fast] = std::minmax_element(last.begin(), last.end());
   if (*fast / *slow >= kEqual) {
-    const size_t f = static_cast<size_t>(fast - last.begin()), s = static_cast<size_t>(slow - last.begin());
+    const size_t f = static_cast<size_t>(fast - last.begin()),
+                 s = static_cast<size_t>(slow - last.begin());
     EXPECT_GE(now[f], now[s]) << "the faster rank's share is the smaller: " << seen;
   }
   if (w.rank() == 0) {
-    std::printf("[ NOTE     ] the ranks' speeds were not equal here: shares %s after %lld re-balance(s)\n",
-                seen.c_str(), static_cast<long long>(t.session().share_rebalances()));
+    std::printf(
+        "[ NOTE     ] the ranks' speeds were not equal here: shares %s after %lld re-balance(s)\n",
+        seen.c_str(), static_cast<long long>(t.session().share_rebalances()));
   }
 }
 

@@ -25,7 +25,8 @@ struct State {
 };
 
 // `steps` steps; `on_step` sees each step's figures.
-inline State train(Trainer& t, int steps, const std::function<void(const StepStats&)>& on_step = {}) {
+inline State train(Trainer& t, int steps,
+                   const std::function<void(const StepStats&)>& on_step = {}) {
   State s;
   for (int i = 0; i < steps; ++i) {
     const StepStats st = t.train_step();
@@ -40,7 +41,8 @@ inline State train(Trainer& t, int steps, const std::function<void(const StepSta
 }
 
 inline bool bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 inline void expect_bitwise(const State& want, const State& got, const std::string& what) {
@@ -58,18 +60,22 @@ inline void expect_near(const State& want, const State& got, const std::string& 
   double worst = 0;
   for (size_t i = 0; i < want.param.size(); ++i) {
     worst = std::max({worst, std::fabs(double(want.param[i]) - got.param[i]),
-                      std::fabs(double(want.m[i]) - got.m[i]), std::fabs(double(want.v[i]) - got.v[i])});
+                      std::fabs(double(want.m[i]) - got.m[i]),
+                      std::fabs(double(want.v[i]) - got.v[i])});
   }
   EXPECT_LT(worst, 2e-5) << what;
   ASSERT_EQ(want.losses.size(), got.losses.size()) << what;
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(want.losses[i], got.losses[i], 1e-5) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(want.losses[i], got.losses[i], 1e-5) << what;
   EXPECT_EQ(want.samples, got.samples) << what << ": samples seen";
 }
 
 // Sets an environment variable for the life of the object.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    setenv(name, value.c_str(), 1);
+  }
   ~ScopedEnv() { unsetenv(name_); }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;

@@ -1,5 +1,7 @@
 // Tests of parallel/share_balancer.h (throughput-proportional shares) and
 // parallel/memory_model.h (the fit search), against independent arithmetic.
+#include "parallel/share_balancer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "parallel/memory_model.h"
-#include "parallel/share_balancer.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -65,9 +66,10 @@ TEST(ShareBalancer, HysteresisIgnoresSmallDifferencesAndBadSteps) {
   EXPECT_THROW(ShareBalancer(2, 0.1, 0, 1), InvalidArgument);
 }
 
-// A rank's rate is the median of its last 3 steps, the first proposal after 3. One slow step (the 60 % slower one of a rank that lost it to something else) moves
-// nothing, where a mean of the window would have moved the shares (20 -> 11.6 / 8.4);
-// the same slowness in 2 of the last 3 steps does.
+// A rank's rate is the median of its last 3 steps, the first proposal after 3. One slow step (the
+// 60 % slower one of a rank that lost it to something else) moves nothing, where a mean of the
+// window would have moved the shares (20 -> 11.6 / 8.4); the same slowness in 2 of the last 3 steps
+// does.
 TEST(ShareBalancer, OneSlowStepMovesNothingAPersistentlySlowRankDoes) {
   ShareBalancer b(2, 0.1, 3, 3);
   const std::vector<uint64_t> even{10, 10};
@@ -119,7 +121,8 @@ TEST(MemoryModel, LargestFittingIsTheBruteForceAnswer) {
       for (bool rc : {false, true}) {
         int64_t brute = 0;
         for (int64_t b = 1; b <= 64; ++b) {
-          if (static_cast<double>(m.peak(b, rc)) <= (1 - margin) * static_cast<double>(budget)) brute = b;
+          if (static_cast<double>(m.peak(b, rc)) <= (1 - margin) * static_cast<double>(budget))
+            brute = b;
         }
         EXPECT_EQ(m.largest_fitting(budget, margin, 64, rc), brute) << budget << " " << margin;
       }
@@ -130,7 +133,8 @@ TEST(MemoryModel, LargestFittingIsTheBruteForceAnswer) {
   EXPECT_EQ(m.dominant(64, false), "activations");
   const std::vector<std::string> table = m.plan_table(1000, 0.0, 64, true);
   ASSERT_GE(table.size(), 4u);
-  EXPECT_NE(table.back().find("with activation recomputation: 64"), std::string::npos) << table.back();
+  EXPECT_NE(table.back().find("with activation recomputation: 64"), std::string::npos)
+      << table.back();
 }
 
 }  // namespace
