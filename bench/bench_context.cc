@@ -207,12 +207,6 @@ void throw_refused(int rows) {
                     "binding the header names");
 }
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 double process_cpu_seconds() {
   rusage u{};

@@ -12,6 +12,7 @@
 #include "bench/premise.h"
 #include "runtime/config/train_config.h"
 #include "runtime/error.h"
+#include "runtime/median.h"
 #include "runtime/world.h"
 
 namespace etr::bench {
@@ -83,7 +84,7 @@ class BenchContext {
 [[noreturn]] void throw_refused(int rows);
 
 // Median of `values` (mean of the middle two for an even count); 0 for none.
-double median(std::vector<double> values);
+using ::etr::median;  // runtime/median.h
 
 // Wall seconds since `t0` (std::chrono::steady_clock).
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {

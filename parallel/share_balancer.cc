@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/median.h"
 
 namespace etr {
 
@@ -55,17 +56,6 @@ ShareBalancer::ShareBalancer(int ranks, double hysteresis, int window, int warmu
         "a share balancer needs ranks >= 1, hysteresis >= 0, a window of 1 step or more");
   }
 }
-
-namespace {
-
-// The median of a few values (the mean of the middle two for an even count).
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 void ShareBalancer::observe(const std::vector<uint64_t>& samples,
                             const std::vector<double>& compute_seconds) {
