@@ -39,6 +39,7 @@ const std::vector<std::string> kStates = {std::string(state::kParam), std::strin
 
 struct CkptArgs {
   std::string dir = ".";
+  std::string memory_dir = "/dev/shm";  // the tmpfs the memory tier's modes save into
   std::string preset;  // empty: medium-cpu for the built-in config, the --config's own
   int rounds = 5;
   CkptStallOptions stall;
@@ -382,10 +383,11 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   b.async_rank_trainer = std::make_unique<train::Trainer>(
       trainer_config(base, work.path() / "async-rank", true, config::WRITER_CPUS_RANK),
       ctx.world());
-  // The memory tier in the host's tmpfs, like etr-train's default (/dev/shm), emptied by
-  // the trainer's fresh start and removed by rank 0 at the end.
+  // The memory tier in the host's tmpfs (--memory-dir, like etr-train's default /dev/shm),
+  // emptied by the trainer's fresh start and removed by rank 0 at the end.
   TrainConfig memory_config = trainer_config(base, work.path() / "memory-disk", true);
-  const fs::path memory_dir = fs::path("/dev/shm") / ("etr-bench-mem-" + work.path().filename().string());
+  const fs::path memory_dir =
+      fs::path(a.memory_dir) / ("etr-bench-mem-" + work.path().filename().string());
   memory_config.mutable_checkpoint()->set_memory_every(1);
   memory_config.mutable_checkpoint()->set_memory_dir(memory_dir.string());
   b.memory_trainer = std::make_unique<train::Trainer>(memory_config, ctx.world());
@@ -444,6 +446,9 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
   cmd->add_option("--dir", args->dir,
                   "Directory on the checkpoints' disk; the run works in a new subdirectory "
                   "of it and removes it")
+      ->capture_default_str();
+  cmd->add_option("--memory-dir", args->memory_dir,
+                  "A tmpfs for the memory tier's modes (a subdirectory, removed at the end)")
       ->capture_default_str();
   cmd->add_option("--preset", args->preset, "Model preset (default: medium-cpu, 130 MB)");
   cmd->add_option("--rounds", args->rounds, "Bandwidth rounds alternating disk and checkpoint")

@@ -22,7 +22,7 @@
 # resumed on the CPU; etr-tokenize; on a GPU, the benchmarks
 # (gpu-alloc, gpu-cast, and gpu-kernels and gpu-train in fp32 and in bf16 beside PyTorch's
 # runs of the same work, bench/pytorch_gpu_*.py, when the machine's python3 has a CUDA
-# torch) and two ranks
+# torch), the memory tier's checkpoint stall at np 2 on the node's cores, and two ranks
 # on one GPU with one and with distinct NCCL_HOSTIDs (an experiment: reported, never a
 # failure); last, every library any step loaded is checked to come from the bundle,
 # glibc/libstdc++, CUDA or the RDMA libraries NCCL opens. Exit status 1 when a step
@@ -30,6 +30,7 @@
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
 # at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs),
 # ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes),
+# ETR_CHECK_CKPT_LIMIT (seconds for the checkpoint stall benchmark, default 150),
 # ETR_CHECK_EXTRA=FILE (a diagnostic script run in the check's environment before the
 # tests, ETR_CHECK_EXTRA_LIMIT seconds, default 120), TMPDIR.
 set -uo pipefail
@@ -43,7 +44,7 @@ while (($#)); do
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
     --out) out=$(realpath -m "$2"); shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "device_check: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -521,6 +522,35 @@ for spec in "${BENCHMARKS[@]}"; do
     row "bench $name" fail "exit status ${PIPESTATUS[0]}" $((SECONDS - t0))
   fi
 done
+
+# --- The memory tier's stall on a GPU node's cores ----------------------------------------
+# etr-bench ckpt at np 2 on the host (the medium-cpu model, one thread per rank, each rank
+# bound to a core): the memory tier saving every step and bounded, beside no saving, with
+# the writers on the node's idle cores, as on a GPU node whose CPUs wait while its GPUs
+# train. Into a tmpfs: /dev/shm where it has 1 GiB free, else one mounted in the temporary
+# folder. Only on a GPU machine with at least 4 CPUs (2 ranks and their writers).
+ckpt_stall() {
+  local t0=$SECONDS shm=/dev/shm rc
+  if (($(df -k --output=avail /dev/shm 2>/dev/null | tail -1) < 1048576)); then
+    shm="$B/shm"
+    mkdir -p "$shm" && mount -t tmpfs -o size=2g tmpfs "$shm" 2>/dev/null ||
+      { row ckpt_stall_np2 info "/dev/shm has under 1 GiB free and no tmpfs could be mounted" 0; return; }
+  fi
+  echo "== benchmark ckpt_stall_np2 (tmpfs $shm: $(df -h --output=size "$shm" | tail -1 | tr -d ' ')):" \
+    "mpirun -np 2 --bind-to core etr-bench ckpt --modes memory,bounded"
+  timeout -k 10 "${ETR_CHECK_CKPT_LIMIT:-150}" "${traced[@]}" mpirun -np 2 --bind-to core \
+    "$B/bin/etr-bench" ckpt --dir "$B" --memory-dir "$shm" --rounds 1 --modes memory,bounded \
+    --train-rounds 5 --steps 16 --json "$steps/ckpt_stall_np2.json" </dev/null 2>&1 |
+    tee "$steps/ckpt_stall_np2.out"
+  rc=${PIPESTATUS[0]}
+  [[ $shm == "$B/shm" ]] && umount "$shm"
+  if ((rc == 0)); then
+    row ckpt_stall_np2 pass "$(grep -o 'memory tier every 1 .*' "$steps/ckpt_stall_np2.out" | awk '{print $NF " a step saving every step"}')" $((SECONDS - t0))
+  else
+    row ckpt_stall_np2 fail "etr-bench ckpt: exit $rc" $((SECONDS - t0))
+  fi
+}
+if [[ -n $gpu ]] && (($(nproc) >= 4)); then ckpt_stall; fi
 
 # --- Two ranks on one GPU (an experiment) ------------------------------------------------
 # NCCL refuses two ranks on one device ("Duplicate GPU detected") when they share a host
