@@ -30,7 +30,7 @@
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
 # at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs),
 # ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes),
-# ETR_CHECK_CKPT_LIMIT (seconds for the checkpoint stall benchmark, default 150),
+# ETR_CHECK_CKPT_LIMIT (seconds for the checkpoint stall benchmark, default 180),
 # ETR_CHECK_EXTRA=FILE (a diagnostic script run in the check's environment before the
 # tests, ETR_CHECK_EXTRA_LIMIT seconds, default 120), TMPDIR.
 set -uo pipefail
@@ -538,9 +538,9 @@ ckpt_stall() {
   fi
   echo "== benchmark ckpt_stall_np2 (tmpfs $shm: $(df -h --output=size "$shm" | tail -1 | tr -d ' ')):" \
     "mpirun -np 2 --bind-to core etr-bench ckpt --modes memory,bounded"
-  timeout -k 10 "${ETR_CHECK_CKPT_LIMIT:-150}" "${traced[@]}" mpirun -np 2 --bind-to core \
+  timeout -k 10 "${ETR_CHECK_CKPT_LIMIT:-180}" "${traced[@]}" mpirun -np 2 --bind-to core \
     "$B/bin/etr-bench" ckpt --dir "$B" --memory-dir "$shm" --rounds 1 --modes memory,bounded \
-    --train-rounds 5 --steps 16 --json "$steps/ckpt_stall_np2.json" </dev/null 2>&1 |
+    --train-rounds 3 --steps 12 --json "$steps/ckpt_stall_np2.json" </dev/null 2>&1 |
     tee "$steps/ckpt_stall_np2.out"
   rc=${PIPESTATUS[0]}
   [[ $shm == "$B/shm" ]] && umount "$shm"
