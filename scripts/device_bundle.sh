@@ -23,7 +23,8 @@
 #
 # The default build (build-device/) targets a portable CPU (ETR_DEVICE_CPU_ARCH, default
 # x86-64-v3: AVX2 and FMA; never `native`, the GPU machine's CPU differs) and CUDA sm_90
-# machine code plus compute_90 PTX. Environment: ETR_JOBS, ETR_DEVICE_CPU_ARCH.
+# machine code plus compute_90 PTX. Environment: ETR_JOBS, ETR_DEVICE_CPU_ARCH,
+# ETR_BUNDLE_XZ_OPT (xz's options, default "-6 -T0"; the bundle test packs with -0).
 set -euo pipefail
 # A command that fails without a message of its own still says where (set -e would end the
 # script silently).
@@ -179,13 +180,13 @@ strip --strip-unneeded "$stage"/bin/* "$stage"/tests/*_test* "$stage/lib/libetr_
   echo "cpu arch: $(sed -n 's/^ETR_CPU_ARCH:STRING=//p' "$build_dir/CMakeCache.txt")"
   echo "cuda targets: $(sed -n 's/^ETR_CUDA_ARCHITECTURES:STRING=//p' "$build_dir/CMakeCache.txt")"
   echo "nvcc: $(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build_dir/CMakeCache.txt")"
-  echo "open mpi: $(ompi_info --parsable --version 2>/dev/null | sed -n 's/^ompi:version:full://p')"
+  echo "open mpi: $(ompi_info --version 2>/dev/null | sed -n 's/^Open MPI v//p')"
   echo "pmix home: ${pmix_home:-none}"
 } >"$stage/BUNDLE"
 
 mkdir -p "$(dirname "$out")"
 trap 'rm -rf "$stage" "$out.tmp"' EXIT
-XZ_OPT="-6 -T0" tar -C "$stage" -cJf "$out.tmp" .
+XZ_OPT="${ETR_BUNDLE_XZ_OPT:--6 -T0}" tar -C "$stage" -cJf "$out.tmp" .
 size=$(stat -c %s "$out.tmp")
 # Refused before it replaces the last good bundle: at most 64 MiB travel with a device call.
 ((size < 60 * 1024 * 1024)) || die "the bundle would be $((size >> 20)) MiB; at most 60 MiB may travel to the GPU machine"

@@ -15,7 +15,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/etr-bundle-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$root/scripts/device_bundle.sh" --build-dir "$build" --out "$work/bundle.tar.xz"
+# xz -0: a third of the packing time of the real bundle's -6, nothing else changes.
+ETR_BUNDLE_XZ_OPT="-0 -T0" "$root/scripts/device_bundle.sh" --build-dir "$build" --out "$work/bundle.tar.xz"
 listing=$(tar -tJf "$work/bundle.tar.xz")
 for want in ./bin/etr-train ./bin/etr-bench ./ompi/bin/orterun ./ompi/bin/orted ./tests/tests.tsv \
             ./lib/libmpi.so.40 ./lib/libopenblas.so.0 ./lib/libprotobuf.so.32 ./lib/libxxhash.so.0; do
