@@ -61,10 +61,14 @@ etr_find_cuda() {
 # to it (CCACHE_BASEDIR), so another clone of the same commit, and each of the build trees
 # (build/, build-asan/, build-fuzz/, the device bundle's), finds the objects compiled
 # before with the same flags. The cache is ccache's own (~/.cache/ccache, 5 GB at most).
+# The base directory goes into the launcher itself (`env CCACHE_BASEDIR=... ccache`), so
+# that every later build of the tree, by ninja or cmake --build from any shell, hashes
+# alike: exported from here it reached only the shells that called etr_build, and the
+# ASan tree, built by sanitize.sh's own ninja, missed the cache in every clean clone.
 etr_compiler_launcher() {
   if [[ "${ETR_CCACHE:-1}" != 0 ]] && command -v ccache >/dev/null 2>&1; then
-    export CCACHE_BASEDIR="$ETR_ROOT"
-    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+    local l="env;CCACHE_BASEDIR=$ETR_ROOT;ccache"
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=$l -DCMAKE_CXX_COMPILER_LAUNCHER=$l -DCMAKE_CUDA_COMPILER_LAUNCHER=$l"
   fi
 }
 
@@ -72,7 +76,7 @@ etr_compiler_launcher() {
 etr_build() {
   local dir="$1"
   shift
-  export CCACHE_BASEDIR="$ETR_ROOT"
+  export CCACHE_BASEDIR="$ETR_ROOT"  # for trees configured before the launcher carried it
   if [[ ! -f "$dir/build.ninja" ]]; then
     mkdir -p "$dir"
     cmake -S "$ETR_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $(etr_compiler_launcher) \
