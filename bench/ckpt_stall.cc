@@ -31,6 +31,7 @@ struct Mode {
   std::vector<double> stall;     // every save: the writer's stall (rank 0's): save() and
                                  // waiting for the snapshot copy
   std::vector<double> commit;    // every save: rank 0's time in its commit
+  std::vector<double> peer_wait; // every save: rank 0's wait for the others in both
 };
 
 // The bounded mode, after each step: a newly committed save's cost to training (as
@@ -93,6 +94,7 @@ void window(const BenchContext& ctx, Mode& m, const CkptStallOptions& o) {
     if (!stats[i].ok) throw AgreedError("checkpoint save failed in training: " + stats[i].error);
     m.stall.push_back(stats[i].stall_seconds);
     m.commit.push_back(stats[i].commit_seconds);
+    m.peer_wait.push_back(stats[i].peer_wait_seconds);
   }
 }
 
@@ -207,11 +209,11 @@ void print_notes(const BenchContext& ctx, const std::vector<Mode>& modes,
     const BuddyLink* hosts = writer.buddy_link();
     std::snprintf(buf, sizeof buf,
                   "# memory tier: %s, every shard also to a buddy rank on another host: %s; "
-                  "save() and the wait for its snapshot take %.1f ms, the commit %.1f ms (rank 0, "
-                  "medians)\n",
+                  "save() and the wait for its snapshot take %.1f ms, the commit %.1f ms, of "
+                  "which waiting for the other ranks %.1f ms (rank 0, medians)\n",
                   writer.stats().empty() ? "?" : writer.stats().back().dir.parent_path().c_str(),
                   hosts && hosts->hosts() > 1 ? "yes" : "no (one host)", median(memory->stall) * 1e3,
-                  median(memory->commit) * 1e3);
+                  median(memory->commit) * 1e3, median(memory->peer_wait) * 1e3);
     ctx.print(buf);
   }
   if (const Mode* b = find_mode(modes, "bounded")) {
@@ -219,10 +221,11 @@ void print_notes(const BenchContext& ctx, const std::vector<Mode>& modes,
                   "# memory tier, bounded: checkpoint.memory_max_stall = %g, every 1 step at "
                   "least; it ended saving every %lld step(s) (a save's measured cost %.1f ms, the "
                   "step %.1f ms; rank 0's save() and snapshot wait %.1f ms, commit %.1f ms, "
-                  "medians); stall/step = (window - no-saving window) / steps\n",
+                  "waiting for the other ranks %.1f ms, medians); stall/step = (window - "
+                  "no-saving window) / steps\n",
                   o.max_stall, static_cast<long long>(b->cadence->interval()),
                   b->cadence->cost_seconds() * 1e3, b->cadence->step_seconds() * 1e3,
-                  median(b->stall) * 1e3, median(b->commit) * 1e3);
+                  median(b->stall) * 1e3, median(b->commit) * 1e3, median(b->peer_wait) * 1e3);
     ctx.print(buf);
   }
 }

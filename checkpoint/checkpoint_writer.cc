@@ -76,6 +76,7 @@ struct CheckpointWriter::Pending {
   Clock::time_point t0;
   double stall = 0;  // save() and wait_for_snapshot()
   double writer_cpu = 0;  // the writer thread's CPU seconds
+  double peer_wait = 0;   // save()'s first agreement (SaveStats::peer_wait_seconds)
 };
 
 CheckpointWriter::CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus)
@@ -134,7 +135,9 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     }
   }
   std::string err = dir_leader(tier) ? prepare_directory(tier, step) : "";
+  const auto a0 = Clock::now();
   err = first_error(group_, err);
+  const double peer_wait = seconds_since(a0);
   if (!err.empty()) {
     if (group_.rank() == 0) {
       log_.error("checkpoint of step ", step, " not saved: ", err,
@@ -162,6 +165,7 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->manifest.set_tier(tier.name);
   for (int r = 0; r < group_.size(); ++r) p->file_names.push_back(plan.file_name(r));
   p->t0 = t0;
+  p->peer_wait = peer_wait;
   const fs::path file = p->partial / plan.file_name(group_.rank());
   Pending* raw = p.get();
   if (tier.per_host) join_pruner();  // its recycled files are what the new save writes over
@@ -414,7 +418,9 @@ void CheckpointWriter::commit() {
   s.tier = p->tier.name;
   s.stall_seconds = p->stall;
   s.writer_cpu_seconds = p->writer_cpu;
+  const auto a0 = Clock::now();
   std::string err = first_error(group_, p->error);
+  s.peer_wait_seconds = p->peer_wait + seconds_since(a0);
   const std::vector<ShardInfo> infos = all_gather(group_, p->info);
   if (err.empty()) {
     std::string local;

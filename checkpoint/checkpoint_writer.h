@@ -80,6 +80,10 @@ struct SaveStats {
   double total_seconds = 0;   // save() to manifest committed
   double commit_seconds = 0;  // the caller's time in the commit (this rank's)
   double writer_cpu_seconds = 0;  // async: this rank's writer thread's CPU time
+  double peer_wait_seconds = 0;   // of the stall and the commit: this rank's time in their
+                                  // first agreement, where it waits for the last rank to
+                                  // arrive (the ranks' step-to-step difference, which the
+                                  // step's next collective would wait for all the same)
 };
 
 class CheckpointWriter {
@@ -115,10 +119,12 @@ class CheckpointWriter {
   // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
   const CpuList& writer_cpus() const { return writer_cpus_; }
   // What save `s` took from this rank's training: the caller's wait in save() and for the
-  // snapshot, its commit, and the writer thread's CPU time when the writer runs on the
-  // rank's own cores (checkpoint.memory_max_stall weighs it against the step time).
+  // snapshot, its commit, less the wait for the other ranks in their agreements, and the
+  // writer thread's CPU time when the writer runs on the rank's own cores
+  // (checkpoint.memory_max_stall weighs it against the step time).
   double training_cost(const SaveStats& s) const {
-    return s.stall_seconds + s.commit_seconds + (writer_cpus_.empty() ? s.writer_cpu_seconds : 0.0);
+    return s.stall_seconds + s.commit_seconds - s.peer_wait_seconds +
+           (writer_cpus_.empty() ? s.writer_cpu_seconds : 0.0);
   }
 
   // Every completed save (failed ones too), oldest first.

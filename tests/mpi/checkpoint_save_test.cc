@@ -9,14 +9,17 @@
 //   - a stale ".step-N.partial" directory (a crashed save) is never chosen to resume
 //     from, even when it is newer and complete inside, and the next save removes it;
 //     an unfinished step-N/ older than the newest checkpoint is pruned
+//   - a wait for a late rank in the save's agreements is not charged to the save
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/catalog.h"
@@ -129,6 +132,39 @@ TEST_P(AsyncSnapshot, StatesMayChangeOnceWaitForSnapshotReturns) {
 
 INSTANTIATE_TEST_SUITE_P(WriterCpus, AsyncSnapshot, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "spare" : "rank"; });
+
+// A rank that reaches save() late (its step took longer) keeps the others waiting in the
+// save's first agreement; that wait is the ranks' step-to-step difference, not a cost of
+// the save: it is counted in SaveStats::peer_wait_seconds and left out of training_cost().
+TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
+  const int n = world().group().size();
+  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
+  SharedTempDir tmp(world().group(), "ckpt_late");
+  ParamLayout layout;
+  layout.add("w", Shape{4096}, 0, false);
+  std::vector<float> w(4096, 0.5f);
+  CheckpointWriter writer(world().group(), /*async=*/true, test_log());
+  const CheckpointTier tier{tmp.path(), "durable", 0};
+  ckpt::Manifest meta;
+  meta.set_step(1);
+  meta.set_writer("checkpoint_save_test");
+  const NamedState states[] = {{"param", w.data()}};
+  constexpr double kLate = 0.5;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world().group().rank() == n - 1) std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  ASSERT_TRUE(writer.save(tier, meta, layout, states));
+  writer.flush();
+  const SaveStats& s = writer.stats().back();
+  ASSERT_TRUE(s.ok) << s.error;
+  const double charged = writer.training_cost(s);
+  if (world().group().rank() == 0) {
+    EXPECT_GE(s.stall_seconds, 0.6 * kLate);  // the wait is in the stall as measured
+    EXPECT_GE(s.peer_wait_seconds, 0.6 * kLate);
+    EXPECT_LE(charged, s.stall_seconds + s.commit_seconds - 0.6 * kLate);
+  }
+  EXPECT_GE(charged, 0.0);
+  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds);
+}
 
 TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
   SharedTempDir tmp(world().group(), "ckpt_async");
