@@ -151,7 +151,9 @@ TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
   const NamedState states[] = {{"param", w.data()}};
   constexpr double kLate = 0.5;
   MPI_Barrier(MPI_COMM_WORLD);
-  if (world().group().rank() == n - 1) std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  if (world().group().rank() == n - 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  }
   ASSERT_TRUE(writer.save(tier, meta, layout, states));
   writer.flush();
   const SaveStats& s = writer.stats().back();
