@@ -383,8 +383,7 @@ void run(BenchContext& ctx, const CkptArgs& a) {
   b.async_rank_trainer = std::make_unique<train::Trainer>(
       trainer_config(base, work.path() / "async-rank", true, config::WRITER_CPUS_RANK),
       ctx.world());
-  // The memory tier in the host's tmpfs (--memory-dir, like etr-train's default /dev/shm),
-  // emptied by the trainer's fresh start and removed by rank 0 at the end.
+  // The memory tier in --memory-dir's tmpfs: emptied at the start, removed at the end.
   TrainConfig memory_config = trainer_config(base, work.path() / "memory-disk", true);
   const fs::path memory_dir =
       fs::path(a.memory_dir) / ("etr-bench-mem-" + work.path().filename().string());
@@ -447,8 +446,7 @@ void add_ckpt_subcommand(CLI::App& app, SubcommandList& list) {
                   "Directory on the checkpoints' disk; the run works in a new subdirectory "
                   "of it and removes it")
       ->capture_default_str();
-  cmd->add_option("--memory-dir", args->memory_dir,
-                  "A tmpfs for the memory tier's modes (a subdirectory, removed at the end)")
+  cmd->add_option("--memory-dir", args->memory_dir, "A tmpfs for the memory tier's modes")
       ->capture_default_str();
   cmd->add_option("--preset", args->preset, "Model preset (default: medium-cpu, 130 MB)");
   cmd->add_option("--rounds", args->rounds, "Bandwidth rounds alternating disk and checkpoint")
