@@ -89,4 +89,36 @@ std::vector<int64_t> all_min(const Group& group, const std::vector<int64_t>& val
   return std::move(b->min);
 }
 
+std::vector<uint8_t> all_gather_bytes(const Group& group, const std::vector<uint8_t>& values) {
+  struct Buffers {
+    std::vector<uint8_t> mine, all;
+  };
+  auto b = std::make_shared<Buffers>(
+      Buffers{values, std::vector<uint8_t>(values.size() * static_cast<size_t>(group.size()))});
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(b->mine.data(), static_cast<int>(values.size()), MPI_BYTE,
+                           b->all.data(), static_cast<int>(values.size()), MPI_BYTE, group.comm(),
+                           &request));
+  detail::wait_agreement(group, "all_gather_bytes", request, b);
+  return std::move(b->all);
+}
+
+void post_pieces(std::vector<MPI_Request>& requests, char* bytes, size_t size, int peer,
+                 MPI_Comm comm, bool send) {
+  constexpr size_t kPiece = size_t{64} << 20;
+  const size_t pieces = std::max<size_t>(1, (size + kPiece - 1) / kPiece);
+  for (size_t k = 0; k < pieces; ++k) {
+    const size_t at = std::min(size, k * kPiece);
+    const int n = static_cast<int>(std::min(kPiece, size - at));
+    const int tag = static_cast<int>(k);
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (send) {
+      MPI_CHECK(MPI_Isend(bytes + at, n, MPI_BYTE, peer, tag, comm, &r));
+    } else {
+      MPI_CHECK(MPI_Irecv(bytes + at, n, MPI_BYTE, peer, tag, comm, &r));
+    }
+    requests.push_back(r);
+  }
+}
+
 }  // namespace etr

@@ -14,6 +14,8 @@
 
 #include <mpi.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -37,6 +39,16 @@ std::string broadcast_bytes(const Group& group, const std::string& bytes, int ro
 
 // Collective: the element-wise minimum of every rank's `values` (all of one length).
 std::vector<int64_t> all_min(const Group& group, const std::vector<int64_t>& values);
+
+// Collective: every rank's `values` (all of one length) one after another, rank 0's first.
+std::vector<uint8_t> all_gather_bytes(const Group& group, const std::vector<uint8_t>& values);
+
+// Not collective: posts the nonblocking point-to-point messages of `size` bytes at `bytes`
+// to (`send`) or from `peer` on `comm`, one a piece of at most 64 MiB (MPI counts are
+// int), tag = the piece's number, at least one. Messages between two ranks match in the
+// order they are posted, so both sides post their files in the same order.
+void post_pieces(std::vector<MPI_Request>& requests, char* bytes, size_t size, int peer,
+                 MPI_Comm comm, bool send);
 
 namespace detail {
 

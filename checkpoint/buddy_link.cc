@@ -19,32 +19,11 @@ namespace etr {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr size_t kPiece = size_t{64} << 20;  // bytes a message (MPI counts are int)
-
 std::array<char, 64> this_host_name() {
   std::array<char, 64> name{};
   if (::gethostname(name.data(), name.size() - 1) != 0) std::strcpy(name.data(), "?");
   name.back() = '\0';
   return name;
-}
-
-// Posts the messages of `bytes`: one a piece of at most kPiece (tag = its number), at
-// least one.
-void post(std::vector<MPI_Request>& requests, char* bytes, size_t size, int peer, MPI_Comm comm,
-          bool send) {
-  const size_t pieces = std::max<size_t>(1, (size + kPiece - 1) / kPiece);
-  for (size_t k = 0; k < pieces; ++k) {
-    const size_t at = k * kPiece;
-    const int n = static_cast<int>(std::min(kPiece, size - std::min(size, at)));
-    const int tag = static_cast<int>(k);
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (send) {
-      MPI_CHECK(MPI_Isend(bytes + std::min(size, at), n, MPI_BYTE, peer, tag, comm, &r));
-    } else {
-      MPI_CHECK(MPI_Irecv(bytes + std::min(size, at), n, MPI_BYTE, peer, tag, comm, &r));
-    }
-    requests.push_back(r);
-  }
 }
 
 }  // namespace
@@ -103,9 +82,9 @@ std::string BuddyLink::exchange(std::span<const char> mine, const ShardPlan& pla
         received_[i].resize(size);
         into = received_[i];
       }
-      post(requests, into.data(), size, senders_[i], comm_.comm(), false);
+      post_pieces(requests, into.data(), size, senders_[i], comm_.comm(), false);
     }
-    post(requests, const_cast<char*>(mine.data()), mine.size(), buddy_, comm_.comm(), true);
+    post_pieces(requests, const_cast<char*>(mine.data()), mine.size(), buddy_, comm_.comm(), true);
     const std::string what = "the memory tier's copy to and from the buddy ranks";
     for (MPI_Request& r : requests) wait_with_timeout(r, what.c_str());
     for (size_t i = 0; i < senders_.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "runtime/error.h"
+#include "runtime/mpi_wait.h"
 
 namespace etr {
 namespace fs = std::filesystem;
@@ -82,28 +84,98 @@ std::vector<int64_t> offer(const fs::path& dir, uint32_t files, const Group& gro
   return codes;
 }
 
-// Step 3: every file (index `files` = the manifest) some host lacks, from its holder.
+// The files some host leader lacks, in `lacks` ([rank][file]: 1 when that rank lacks it),
+// from their holders to those leaders only, all at once; each checked against the
+// manifest before it is written. This rank's error, "" when none.
+std::string fetch_lacking(const fs::path& dir, const ckpt::Manifest& m,
+                          const std::vector<int64_t>& holder, const std::vector<uint8_t>& lacks,
+                          bool leader, const Group& group) {
+  const size_t files = holder.size();
+  const int me = group.rank(), ranks = group.size();
+  auto lacking = [&](int r, size_t f) { return lacks[static_cast<size_t>(r) * files + f] != 0; };
+  auto wanted = [&](size_t f) {
+    for (int r = 0; r < ranks; ++r) {
+      if (lacking(r, f)) return true;
+    }
+    return false;
+  };
+  auto root_of = [&](size_t f) { return static_cast<int>(holder[f] % ranks); };
+  struct Buffers {
+    std::deque<std::string> out, in;  // a deque: its strings stay where they are
+    std::vector<MPI_Request> requests;
+  };
+  auto b = std::make_shared<Buffers>();
+  std::string error;  // a holder reads what it sends first: a failed read sends nothing
+  for (size_t f = 0; f < files && error.empty(); ++f) {
+    if (root_of(f) != me || !wanted(f)) continue;
+    try {
+      b->out.push_back(read_whole(dir / m.files(static_cast<int>(f)).name()));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  error = first_error(group, error);
+  if (!error.empty()) return error;
+  std::vector<size_t> received;  // the files in b->in, in order
+  for (size_t f = 0, sent = 0; f < files; ++f) {
+    if (!wanted(f)) continue;
+    if (root_of(f) == me) {
+      std::string& bytes = b->out[sent++];
+      for (int r = 0; r < ranks; ++r) {
+        if (lacking(r, f)) post_pieces(b->requests, bytes.data(), bytes.size(), r, group.comm(), true);
+      }
+    }
+    if (!lacking(me, f)) continue;
+    b->in.emplace_back(m.files(static_cast<int>(f)).bytes(), '\0');
+    received.push_back(f);
+    post_pieces(b->requests, b->in.back().data(), b->in.back().size(), root_of(f), group.comm(), false);
+  }
+  try {
+    for (MPI_Request& r : b->requests) wait_with_timeout(r, "the memory checkpoint's files between hosts");
+  } catch (const CommError&) {
+    static_cast<void>(new std::shared_ptr<Buffers>(b));  // still active: leaked on purpose
+    throw;
+  }
+  for (size_t i = 0; i < received.size() && leader; ++i) {
+    const ckpt::ShardFile& want = m.files(static_cast<int>(received[i]));
+    const std::string& bytes = b->in[i];
+    try {
+      if (Checksum::of(bytes.data(), bytes.size()) != want.xxh3()) {
+        throw CheckpointError("the copy of " + want.name() + " sent by rank " +
+                              std::to_string(root_of(received[i])) + " does not match its checksum");
+      }
+      const fs::path at = dir / want.name();
+      write_file_durably(at, bytes.data(), bytes.size());
+      write_file_durably(at.string() + kBuddyMarkerSuffix, nullptr, 0);
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
+  }
+  return error;
+}
+
+// Step 3: every file some host lacks, and the manifest, from a holder.
 void put_together(const fs::path& dir, const std::vector<int64_t>& holder,
                   const std::vector<int64_t>& mine, bool leader, const Group& group) {
   const size_t files = holder.size();
-  std::vector<int64_t> have(files + 1, 1);  // leaders: 0 where their host lacks it
+  std::vector<uint8_t> lacks(files, 0);  // leaders: 1 where their host lacks it
+  bool has_manifest = true;
   ckpt::Manifest m;
   if (leader) {
-    for (size_t f = 0; f < files; ++f) have[f] = mine[f] == kNone ? 0 : 1;
+    for (size_t f = 0; f < files; ++f) lacks[f] = mine[f] == kNone ? 1 : 0;
     try {
       m = read_manifest(dir);
     } catch (const std::exception&) {
-      have[files] = 0;  // none here, or a damaged one: replaced by the holder's
+      has_manifest = false;  // none here, or a damaged one: replaced by the holder's
     }
   }
-  const std::vector<int64_t> all = all_min(group, have);
   const int manifest_root = static_cast<int>(holder[0] % group.size());
   std::string manifest_bytes, error;
-  if (all[files] == 0) {
+  if (!all_true(group, has_manifest)) {
     manifest_bytes = broadcast_bytes(
         group, group.rank() == manifest_root ? read_whole(dir / "manifest.pb") : "", manifest_root);
   }
-  if (leader && !have[files]) {
+  if (leader && !has_manifest) {
     ckpt::ManifestFile envelope;
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -113,27 +185,10 @@ void put_together(const fs::path& dir, const std::vector<int64_t>& holder,
     }
   }
   error = first_error(group, error);
-  if (!error.empty()) throw CheckpointError("cannot put the memory checkpoint together: " + error);
-  for (size_t f = 0; f < files; ++f) {
-    if (all[f] == 1) continue;
-    const int root = static_cast<int>(holder[f] % group.size());
-    const fs::path at = dir / (leader ? m.files(static_cast<int>(f)).name() : "");
-    const std::string bytes =
-        broadcast_bytes(group, group.rank() == root ? read_whole(at) : "", root);
-    if (!leader || have[f]) continue;
-    try {
-      const ckpt::ShardFile& want = m.files(static_cast<int>(f));
-      if (bytes.size() != want.bytes() || Checksum::of(bytes.data(), bytes.size()) != want.xxh3()) {
-        throw CheckpointError("the copy of " + want.name() + " sent by rank " +
-                              std::to_string(root) + " does not match its checksum");
-      }
-      write_file_durably(at, bytes.data(), bytes.size());
-      write_file_durably(at.string() + kBuddyMarkerSuffix, nullptr, 0);
-    } catch (const std::exception& e) {
-      if (error.empty()) error = e.what();
-    }
+  if (error.empty()) {
+    error = fetch_lacking(dir, m, holder, all_gather_bytes(group, lacks), leader, group);
   }
-  if (leader && !have[files] && error.empty()) {
+  if (leader && !has_manifest && error.empty()) {
     try {
       write_file_durably(dir / "manifest.pb", manifest_bytes.data(), manifest_bytes.size());
       fsync_directory(dir.parent_path());
