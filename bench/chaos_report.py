@@ -7,9 +7,12 @@
       broken launch's last step less the step the next one restored), the tier restored
       from; then the goodput kept, and the ceiling: the goodput a runtime would keep that
       lost no time to detection, relaunch or recomputation, only the hosts that the faults
-      take away (a partition or a lost host: HOST_AWAY_S, by run_chaos.sh), with the work
-      split as etr splits it (each of k ranks runs at most ceil(B/k) of the global batch B
-      the output names, so a step takes that long).
+      take away (a partition or a lost host: HOST_AWAY_S, by run_chaos.sh), each second
+      with a host away worth what the job measured in this run on that many ranks against
+      all of them (steps a second from each launch's first step to its end or the fault
+      that broke it). Beside it, the same ceiling with the work split as etr splits it
+      (each of k ranks runs ceil(B/k) of the global batch B, so a step takes that long),
+      which is what compute-bound hosts would give.
   chaos_report.py --segments EVENTS FINAL
       the launches to replay: "NP FROM TO" lines, each launch's world size from the step
       it restored to the step the next one restored, the last to FINAL.
@@ -42,7 +45,7 @@ def launches(events):
     for ms, name, f in events:
         if name == "launch":
             out.append({"ms": ms, "np": int(f.get("np", 0)), "restored": None,
-                        "tier": None, "first_ms": None, "exit": None})
+                        "tier": None, "first_ms": None, "first_step": None, "exit": None})
         elif not out:
             continue
         elif name == "restored":
@@ -50,6 +53,7 @@ def launches(events):
             out[-1]["tier"] = f.get("tier", "disk")
         elif name == "first-step" and out[-1]["first_ms"] is None:
             out[-1]["first_ms"] = ms
+            out[-1]["first_step"] = int(f.get("step", 1))
             if out[-1]["restored"] is None:
                 out[-1]["restored"] = int(f.get("step", 1)) - 1
                 out[-1]["tier"] = out[-1]["tier"] or ("none" if out[-1]["restored"] == 0 else "?")
@@ -68,14 +72,30 @@ def segments(events_path, final):
             print(l["np"], start, end)
 
 
-def ceiling(faults, begin_ms, seconds, global_batch):
-    """The fraction of the fault-free steps a runtime with no overhead would do."""
+def rates(runs, faults):
+    """Steps a second on each number of ranks, measured: the steps after each launch's
+    first, over the time from its first step to its end or the first fault within it
+    (a broken launch does no step between the fault and its end)."""
+    steps, secs = {}, {}
+    for l in runs:
+        if l["first_ms"] is None or l["exit"] is None or l["first_step"] is None:
+            continue
+        end = min([l["exit"][0]] + [ms for ms, _, _ in faults if l["first_ms"] < ms < l["exit"][0]])
+        n, t = l["exit"][2] - l["first_step"], (end - l["first_ms"]) / 1000
+        if n > 0 and t > 0:
+            steps[l["np"]] = steps.get(l["np"], 0) + n
+            secs[l["np"]] = secs.get(l["np"], 0.0) + t
+    return {k: steps[k] / secs[k] for k in steps}
+
+
+def ceiling(faults, begin_ms, seconds, worth):
+    """The fraction of the fault-free steps a runtime with no overhead would do, a second
+    on `up` hosts being worth worth(up) of one on all of them."""
     away = [(ms, ms + HOST_AWAY_S * 1000) for ms, cls, _ in faults if cls in ("partition", "host")]
-    full = math.ceil(global_batch / HOSTS)
     dt, done = 100, 0.0
     for t in range(begin_ms, begin_ms + seconds * 1000, dt):
         up = HOSTS - sum(1 for a, b in away if a <= t < b)
-        done += full / math.ceil(global_batch / up) if up > 0 else 0.0
+        done += worth(up) if up > 0 else 0.0
     return done * dt / (seconds * 1000)
 
 
@@ -119,10 +139,17 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
           f"goodput kept {kept * 100:.1f} %")
     batch = global_batch_of(output_path)
     if runs and batch:
-        c = ceiling(faults, runs[0]["ms"], seconds, batch)
+        split = lambda up: math.ceil(batch / HOSTS) / math.ceil(batch / up)
+        r = rates(runs, faults)
+        measured = lambda up: min(1.0, r[up] / r[HOSTS]) if up in r and HOSTS in r else split(up)
+        c = ceiling(faults, runs[0]["ms"], seconds, measured)
+        shown = ", ".join(f"{k} rank(s) {v:.2f}" for k, v in sorted(r.items()))
+        print(f"steps a second in this run, after each launch's first step: {shown}")
         print(f"ceiling (no time lost to detection, relaunch or recomputation; {HOSTS} hosts, "
-              f"each partition or lost host away {HOST_AWAY_S} s, global batch {batch}): "
-              f"{c * 100:.1f} %; kept of the ceiling: {kept / c * 100:.1f} %")
+              f"each partition or lost host away {HOST_AWAY_S} s, a second with a host away "
+              f"worth what this run measured): {c * 100:.1f} %; kept of the ceiling: "
+              f"{kept / c * 100:.1f} %; with the work split as etr splits the global batch of "
+              f"{batch} (compute-bound hosts): {ceiling(faults, runs[0]['ms'], seconds, split) * 100:.1f} %")
 
 
 if __name__ == "__main__":
