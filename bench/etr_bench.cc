@@ -26,6 +26,7 @@
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
 #include "bench/train_bench.h"
+#include "runtime/cli_help.h"
 #include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/log.h"
@@ -59,15 +60,6 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
 
 int main(int argc, char** argv) {
   etr::ensure_omp_spin_limit(argv);  // before MPI and OpenMP start (runtime/omp_env.h)
-  std::unique_ptr<etr::World> world;
-  try {
-    world = std::make_unique<etr::World>(&argc, &argv);
-  } catch (const std::exception& e) {
-    etr::print_error("etr-bench", e.what());
-    return 1;
-  }
-  const bool root = world->rank() == 0;
-
   CLI::App app{
       "etr-bench: etr's collectives and kernels beside a reference measured in the same "
       "run. Run it under mpirun (build/etr-mpirun -np 2 ...); rank 0 prints.",
@@ -79,6 +71,21 @@ int main(int argc, char** argv) {
                  "debug, info, warn, error or off (default: ETR_LOG_LEVEL, else info)");
   etr::bench::SubcommandList subcommands;
   for (auto add : kSubcommands) add(app, subcommands);
+  if (etr::asks_for_help(argc, argv)) {  // the help text, before MPI starts
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+  }
+  std::unique_ptr<etr::World> world;
+  try {
+    world = std::make_unique<etr::World>(&argc, &argv);
+  } catch (const std::exception& e) {
+    etr::print_error("etr-bench", e.what());
+    return 1;
+  }
+  const bool root = world->rank() == 0;
 
   // Every rank parses the same command line, so every rank reaches the same verdict.
   try {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/bytes.h"
+#include "runtime/cli_help.h"
 #include "runtime/config/settings.h"
 #include "runtime/elastic.h"
 #include "runtime/error.h"
@@ -176,6 +177,16 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   // reports and survives, instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
   install_resize_signal_handler();  // etr-run's resize request may come at any time
+  CLI::App app{info.description, info.name};
+  CommandLine cl;
+  add_options(app, cl);
+  if (asks_for_help(argc, argv)) {  // the help text, before MPI starts
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+  }
   std::unique_ptr<World> world;
   ElasticLaunch launch;
   try {
@@ -199,9 +210,6 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
     elastic.event("started world=" + std::to_string(world->size()) + " restart=" +
                   std::to_string(launch.restart));
   }
-  CLI::App app{info.description, info.name};
-  CommandLine cl;
-  add_options(app, cl);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

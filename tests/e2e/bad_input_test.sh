@@ -164,6 +164,16 @@ expect_fail 1 'comm\.device_backend = "gpu" is not a device backend \(auto, nccl
 expect_fail 1 'runtime\.precision = "fp16" is not auto, fp32 or bf16' -- "${train_tiny[@]}" --set runtime.precision=fp16
 expect_fail 1 'runtime\.precision = bf16 is not available here: parallel\.zero_stage = 1' -- \
   "${train_tiny[@]}" --set runtime.precision=bf16 --set parallel.zero_stage=1
+# --help prints its text before MPI starts: here MPI cannot (no plugins to load).
+n=$((n + 1))
+if OMPI_MCA_mca_base_component_path=/nonexistent timeout 30 "$train" --help </dev/null >"$work/help.out" 2>&1 &&
+  grep -q '^Usage: ' "$work/help.out"; then
+  echo "ok $n: etr-train --help where MPI cannot start"
+else
+  echo "FAIL $n: etr-train --help where MPI cannot start"
+  sed 's/^/    /' "$work/help.out" | head -20
+  failures=$((failures + 1))
+fi
 
 [ "$failures" -eq 0 ] || { echo "$failures of $n case(s) failed"; exit 1; }
 echo "all $n cases refused as expected"
