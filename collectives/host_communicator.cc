@@ -111,10 +111,13 @@ HostCommunicator::HostCommunicator(const Group& group, CommOptions options, Logg
   build_host_groups(log);
 }
 
-// The groups of the hierarchical allreduce, when it can run; otherwise, if it was asked
-// for, one line saying that the ring runs instead.
+// The groups of the hierarchical allreduce, when it can run and may be chosen (asked for,
+// or auto with at least 2 ranks a host: with 1 it is the ring, and the two splits would
+// only cost every start); otherwise, if it was asked for, one line saying that the ring
+// runs instead.
 void HostCommunicator::build_host_groups(Logger* log) {
-  if (topology_.hierarchical_possible()) {
+  const bool asked = options_.allreduce_algo == AllreduceAlgo::kHierarchical;
+  if (topology_.hierarchical_possible() && (asked || topology_.ranks_per_node() >= 2)) {
     const std::string host = std::to_string(topology_.node);
     const std::string local = std::to_string(topology_.local_rank);
     host_group_ = group_.split(topology_.node, group_.rank(), name() + "/host" + host);
@@ -132,7 +135,7 @@ void HostCommunicator::build_host_groups(Logger* log) {
     cross_world_ranks_ = cross_group_->world_ranks();
     return;
   }
-  if (options_.allreduce_algo != AllreduceAlgo::kHierarchical || group_.rank() != 0) return;
+  if (!asked || group_.rank() != 0) return;
   Logger fallback;
   (log ? *log : fallback)
       .warn("allreduce on group '", name(), "': hier needs at least 2 hosts with the same "
