@@ -10,11 +10,15 @@
 //      on. The caller must not change the states until wait_for_snapshot() has returned
 //      (the trainer calls it just before its optimizer update, so the copy overlaps the
 //      next forward and backward and the step waits for nothing).
-//   3. when every rank's shard is durable (sync: at once; async: at the first step
-//      boundary, poll(), where all ranks report done) the ranks agree; rank 0 gathers the
-//      sizes and XXH3 checksums, writes manifest.pb (durably) and renames the directory
-//      to TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints
-//      (in a thread of its own, beside training: flush() waits for it)
+//   3. when every rank's shard is durable the ranks agree; rank 0 gathers the sizes and
+//      XXH3 checksums, writes manifest.pb (durably) and renames the directory to
+//      TIER/step-NNNNNNNNN, then deletes all but the newest `keep` checkpoints (in a
+//      thread of its own, beside training: flush() waits for it)
+//   async: steps 1 and 3 are the background threads' too, agreeing on a communicator of
+//      their own, so that a save costs training only save()'s few hundred microseconds
+//      (and the snapshot wait, normally none); the training thread learns of the commit
+//      at the first step boundary where every rank's has ended (poll(): one 4-byte
+//      allreduce), so stats() grows at the same step on every rank
 //   per-host tier (the memory tier): the host leaders do rank 0's directory work in their
 //      hosts' directories; the writer thread copies the snapshot straight into the rank's
 //      file there (mapped: no staging buffer, no second copy), sends it to the buddy rank
@@ -30,8 +34,8 @@
 // The background thread runs on the node's spare cores (runtime/cpu_affinity.h) when
 // there are any and the writer was asked to, so that it takes no CPU from training.
 //
-// Only one save is in flight: a save while one is pending completes the pending one
-// first (collective), so calls must be made in the same order on every rank.
+// Only one save is in flight: a save while one is pending waits for the pending one's
+// commit first, so calls must be made in the same order on every rank.
 #pragma once
 
 #include <atomic>
@@ -75,15 +79,16 @@ struct SaveStats {
   std::string error;          // why not (the first failing rank's sentence)
   uint64_t bytes = 0;         // of all shard files
   double stall_seconds = 0;   // the caller's time in save() (async: plus its wait in
-                              // wait_for_snapshot())
+                              // wait_for_snapshot(); the previous save's commit not in it)
   double write_seconds = 0;   // slowest rank's shard write, fsync included
   double total_seconds = 0;   // save() to manifest committed
-  double commit_seconds = 0;  // the caller's time in the commit (this rank's)
+  double commit_seconds = 0;  // the caller's time in the commit (this rank's; async: its
+                              // wait for the writer thread's commit, normally none)
   double writer_cpu_seconds = 0;  // async: this rank's writer thread's CPU time
-  double peer_wait_seconds = 0;   // of the stall and the commit: this rank's time in their
-                                  // first agreement, where it waits for the last rank to
-                                  // arrive (the ranks' step-to-step difference, which the
-                                  // step's next collective would wait for all the same)
+  double peer_wait_seconds = 0;   // of the stall and the commit: this rank's time waiting
+                                  // in their agreements for the last rank to arrive (the
+                                  // ranks' step-to-step difference, which the step's next
+                                  // collective would wait for all the same)
 };
 
 class CheckpointWriter {
@@ -91,8 +96,8 @@ class CheckpointWriter {
   // Duplicates the group's communicator. Collective. spare_cpus: the background writer
   // runs on the node's cores that no rank of `group` is bound to, when there are any.
   CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus = true);
-  // Not collective: waits for this rank's background write but does not commit it (call
-  // flush() first for that).
+  // Not collective: ends this rank's background save (its waits for other ranks end at
+  // once) without committing it (call flush() first for that).
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -107,11 +112,12 @@ class CheckpointWriter {
   // given to save() (its snapshot is taken); at once when nothing is pending. Call it
   // before changing them.
   void wait_for_snapshot();
-  // Collective; call at every step boundary. Commits a pending async save once every
-  // rank's shard is durable; costs one 4-byte allreduce while a save is pending.
+  // Collective; call at every step boundary. Records a pending async save (in stats())
+  // once every rank's writer thread has committed it; costs one 4-byte allreduce while a
+  // save is pending.
   void poll();
-  // Collective: waits for the pending save and commits it, and for the deletion of the
-  // checkpoints that retention dropped.
+  // Waits for the pending save's commit, and for the deletion of the checkpoints that
+  // retention dropped. Collective in effect: the commit needs every rank's writer.
   void flush();
   bool pending() const { return pending_ != nullptr; }
   // The hosts and buddies of a per-host tier (null until the first save to one).
@@ -132,9 +138,12 @@ class CheckpointWriter {
 
  private:
   struct Pending;
-  void commit();
+  void finish();
+  void record(Pending& p, double commit_seconds);
+  std::string start_agreement(Pending& p, const Group& group);
+  SaveStats agree_and_publish(Pending& p, const Group& group);
   std::string publish(Pending& p);
-  std::string publish_per_host(Pending& p);
+  std::string publish_per_host(Pending& p, const Group& group);
   bool dir_leader(const CheckpointTier& tier) const;
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
@@ -146,10 +155,15 @@ class CheckpointWriter {
   void write_to_memory(Pending& p, const std::filesystem::path& file);
   void write_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
                  const std::filesystem::path& file);
+  bool save_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
+                const std::filesystem::path& file);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
   ByteProgress save_progress(uint64_t step, uint64_t total) const;
 
   Group group_;
+  // async: the writer threads' own communicator for their agreements (a second dup of the
+  // group), so that they never share one with the training thread's calls
+  std::unique_ptr<Group> commit_group_;
   bool async_;
   Logger& log_;
   std::unique_ptr<Pending> pending_;

@@ -30,7 +30,11 @@ constexpr auto kMaxSleep = std::chrono::microseconds(1000);
 // (every waiting MPI call and communicator of the process uses it).
 namespace {
 std::atomic<int64_t> resolved_timeout_ms{-1};
+thread_local const std::atomic<bool>* wait_cancelled = nullptr;  // WaitCancellation's flag
 }  // namespace
+
+WaitCancellation::WaitCancellation(const std::atomic<bool>* flag) { wait_cancelled = flag; }
+WaitCancellation::~WaitCancellation() { wait_cancelled = nullptr; }
 
 std::chrono::milliseconds collective_timeout() {
   const int64_t set = resolved_timeout_ms.load(std::memory_order_relaxed);
@@ -56,6 +60,9 @@ void wait_with_timeout(MPI_Request& request, const char* what) {
     if (done) return;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) break;
+    if (wait_cancelled != nullptr && wait_cancelled->load(std::memory_order_relaxed)) {
+      throw CommError(std::string(what) + " was abandoned: its process is ending");
+    }
     if (now - start < kSpinTime) continue;
     std::this_thread::sleep_for(std::min<Clock::duration>(sleep, deadline - now));
     sleep = std::min(sleep * 2, kMaxSleep);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 
 namespace etr {
@@ -30,5 +31,17 @@ void set_collective_timeout(std::chrono::milliseconds timeout);
 // still complete it, writing into its buffers. The caller must keep those buffers alive
 // (checkpoint/agreement.h leaks them on purpose) and never free the request.
 void wait_with_timeout(MPI_Request& request, const char* what);
+
+// While one lives, this thread's wait_with_timeout() calls also end, with a CommError
+// ("... was abandoned: ..."), once `*flag` is true: the checkpoint writer's background
+// thread, whose owner is being destroyed, must not wait out the timeout for peers that
+// are elsewhere. The request stays active, as after a timeout. One at a time a thread.
+class WaitCancellation {
+ public:
+  explicit WaitCancellation(const std::atomic<bool>* flag);
+  ~WaitCancellation();
+  WaitCancellation(const WaitCancellation&) = delete;
+  WaitCancellation& operator=(const WaitCancellation&) = delete;
+};
 
 }  // namespace etr

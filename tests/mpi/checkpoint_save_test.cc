@@ -133,9 +133,10 @@ TEST_P(AsyncSnapshot, StatesMayChangeOnceWaitForSnapshotReturns) {
 INSTANTIATE_TEST_SUITE_P(WriterCpus, AsyncSnapshot, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "spare" : "rank"; });
 
-// A rank that reaches save() late (its step took longer) keeps the others waiting in the
-// save's first agreement; that wait is the ranks' step-to-step difference, not a cost of
-// the save: it is counted in SaveStats::peer_wait_seconds and left out of training_cost().
+// A rank that reaches save() late (its step took longer) keeps the others' writer threads
+// waiting in the save's first agreement, not their training: save() returns at once, and
+// a wait for the commit (here flush()'s) is counted in SaveStats::peer_wait_seconds and
+// left out of training_cost(): the ranks' step-to-step difference, not a cost of the save.
 TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
   const int n = world().group().size();
   if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
@@ -160,7 +161,8 @@ TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
   ASSERT_TRUE(s.ok) << s.error;
   const double charged = writer.training_cost(s);
   if (world().group().rank() == 0) {
-    EXPECT_GE(s.stall_seconds, 0.6 * kLate);  // the wait is in the stall as measured
+    EXPECT_LT(s.stall_seconds, 0.2 * kLate);   // save() did not wait for the late rank
+    EXPECT_GE(s.commit_seconds, 0.6 * kLate);  // flush() did, for the writer's commit
     EXPECT_GE(s.peer_wait_seconds, 0.6 * kLate);
     EXPECT_LE(charged, s.stall_seconds + s.commit_seconds - 0.6 * kLate);
   }
