@@ -101,7 +101,6 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->t0 = t0;
   p->begins = std::move(begins);
   const fs::path file = p->partial / plan.file_name(group_.rank());
-  if (tier.per_host) join_pruner();  // its recycled files are what the new save writes over
   if (!async_) return save_now(*p, plan, buffers, file);
   p->plan = std::make_unique<ShardPlan>(plan);
   p->buffers = std::move(buffers);
@@ -187,6 +186,7 @@ void CheckpointWriter::write_to_disk(Pending& p, const fs::path& file) {
 // (mapped over a recycled file's pages, the mapping kept between saves), which then goes
 // to the buddy: one pass over the state, no staging buffer, no second copy via write().
 void CheckpointWriter::write_to_memory(Pending& p, const fs::path& file) {
+  join_pruner();  // its recycled files are what this save writes over
   std::optional<DurableFile> out;
   std::span<char> mapped;
   try {

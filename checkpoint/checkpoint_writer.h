@@ -175,7 +175,9 @@ class CheckpointWriter {
   std::unique_ptr<BuddyLink> buddy_;  // per-host tiers: made at the first save to one
   MappingCache mappings_;  // per-host tiers: this rank's files, mapped between saves
   CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
-  // Rank 0: deletes the checkpoints that retention dropped, beside training.
+  // The directory leader: deletes the checkpoints that retention dropped, beside training.
+  // Started by the training thread when it records a commit; joined by the next save's
+  // writer thread (async) before it touches the tier, else by the caller's thread.
   std::thread pruner_;
   std::vector<SaveStats> stats_;
 };

@@ -30,7 +30,7 @@
 # Environment: ETR_CHECK_TEST_LIMIT (seconds a test binary, or one suite of it, may take
 # at most; default 180), ETR_CHECK_MEMCHECK=0 (no compute-sanitizer runs),
 # ETR_CHECK_COMPILE=0 (no torch.compile reference: it may take 4 minutes),
-# ETR_CHECK_CKPT_LIMIT (seconds for the checkpoint stall benchmark, default 180),
+# ETR_CHECK_CKPT_LIMIT (seconds for the checkpoint stall benchmark, default 240),
 # ETR_CHECK_EXTRA=FILE (a diagnostic script run in the check's environment before the
 # tests, ETR_CHECK_EXTRA_LIMIT seconds, default 120), TMPDIR.
 set -uo pipefail

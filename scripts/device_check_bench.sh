@@ -88,9 +88,9 @@ ckpt_stall() {
   fi
   echo "== benchmark ckpt_stall_np2 (tmpfs $shm: $(df -h --output=size "$shm" | tail -1 | tr -d ' ')):" \
     "mpirun -np 2 --bind-to core etr-bench ckpt --modes memory,bounded"
-  timeout -k 10 "${ETR_CHECK_CKPT_LIMIT:-180}" "${traced[@]}" mpirun -np 2 --bind-to core \
+  timeout -k 10 "${ETR_CHECK_CKPT_LIMIT:-240}" "${traced[@]}" mpirun -np 2 --bind-to core \
     "$B/bin/etr-bench" ckpt --dir "$B" --memory-dir "$shm" --rounds 1 --modes memory,bounded \
-    --train-rounds 3 --steps 12 --json "$steps/ckpt_stall_np2.json" </dev/null 2>&1 |
+    --train-rounds 5 --steps 16 --json "$steps/ckpt_stall_np2.json" </dev/null 2>&1 |
     tee "$steps/ckpt_stall_np2.out"
   rc=${PIPESTATUS[0]}
   [[ $shm == "$B/shm" ]] && umount "$shm"
