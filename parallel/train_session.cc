@@ -42,6 +42,26 @@ int default_threads(const Group& group) {
   return std::max(1, cores / local_size);
 }
 
+// The session's build, phase by phase, for one line at the end: where a start (and every
+// relaunch) spends its time.
+class StartupPhases {
+ public:
+  void mark(const char* phase) {
+    const Clock::time_point now = Clock::now();
+    text_ += text_.empty() ? "" : ", ";
+    char ms[32];
+    std::snprintf(ms, sizeof ms, " %.0f ms", std::chrono::duration<double, std::milli>(now - last_).count());
+    text_.append(phase).append(ms);
+    last_ = now;
+  }
+  double seconds() const { return std::chrono::duration<double>(last_ - start_).count(); }
+  const std::string& text() const { return text_; }
+
+ private:
+  Clock::time_point start_ = Clock::now(), last_ = start_;
+  std::string text_;
+};
+
 }  // namespace
 
 TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger& log,
@@ -52,6 +72,8 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
       grid_((check_pipeline_layout(config, group.size()),
              std::make_unique<ProcessGrid>(group, config.parallel().pp()))),
       program_(program) {
+  StartupPhases phases;
+  phases.mark("process grid");
   // The tests' hooks (parallel/fault_injection.h) before anything is built; a budget
   // cut acts from the first step on, not while the session is set up.
   faults_ = FaultInjection::from_env(grid_->rank());
@@ -62,16 +84,26 @@ TrainSession::TrainSession(const TrainConfig& config, const Group& group, Logger
                                            ranks_on_this_node(group));
   read_budget();
   setup_device(group);  // runtime.device: the stream and allocator the model is built for
+  phases.mark("budget and device");
   // Every rank needs at least one sequence (checked alike on every rank, before anything
   // is built); the data is checked against the batch once it is loaded.
   setup_batch();
   build(program, group);
+  phases.mark("model and data");
   setup_parallel();
   log_memory();
+  phases.mark("parallel setup");
   checkpoints_ = std::make_unique<CheckpointCadence>(config_, *grid_, log_, data_->seq_len());
   if (program.attachments) checkpoints_->set_attachments(program.attachments(config_));
   elastic_ = std::make_unique<ElasticSession>(elastic, *grid_, log_);
+  phases.mark("checkpoint writers");
   resume();
+  phases.mark(resumed_from_ ? "restore" : "no restore");
+  if (leader()) {
+    char total[32];
+    std::snprintf(total, sizeof total, "%.2f s", phases.seconds());
+    log_.info("start-up: the session was built in ", total, " (rank 0: ", phases.text(), ")");
+  }
   elastic_->ready(position_.step, batch_->micro_batch());
   reporter_ = std::make_unique<StepReporter>(config_, log_, leader(), resumed_from_.has_value());
   reporter_->launched(position_.step, grid_->size(), elastic_->launch(), resumed_from_);
