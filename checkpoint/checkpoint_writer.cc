@@ -53,16 +53,21 @@ CheckpointWriter::~CheckpointWriter() {
   // No collective here: a writer is also destroyed while an exception unwinds on one rank
   // only, and a commit would wait for peers that are elsewhere. A save still pending is
   // left as its .partial directory (invisible; the next save removes it), or committed
-  // when its writer thread got that far (whose publish may join the pruner: first).
+  // when its writer thread got that far (whose publish may join the pruner: first); then
+  // retention applies to it here, so that a relaunch finds no more copies than `keep`.
   if (pending_) {
     pending_->abandon.store(true, std::memory_order_relaxed);
     if (pending_->thread.joinable()) pending_->thread.join();
   }
   join_pruner();
-  if (!pending_ || pending_->result.ok) return;
+  if (!pending_) return;
+  if (pending_->result.ok) {
+    if (dir_leader(pending_->tier)) prune(pending_->tier);
+    return;
+  }
   if (group_.rank() == 0) {
-    log_.warn("checkpoint of step ", pending_->step, " was not committed (the job ended before "
-              "flush()); it stays invisible in ", pending_->partial.string());
+    log_.warn("checkpoint of step ", pending_->step, " may not have been committed (the job "
+              "ended before flush()); if not, it stays invisible in ", pending_->partial.string());
   }
 }
 
@@ -128,10 +133,15 @@ bool CheckpointWriter::save_now(Pending& p, const ShardPlan& plan,
 // throws (a CommError: a peer stopped or gone) the training thread rethrows in finish().
 void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
   bind_this_thread(writer_cpus_);  // no-op without spare cores
-  const WaitCancellation cancel(&p.abandon);  // the destructor ends this thread's waits
   const double cpu0 = thread_cpu_seconds();
   try {
-    p.error = start_agreement(p, *commit_group_);
+    {
+      // The destructor ends the agreements' waits (their buffers are leaked on a
+      // CommError), not the buddy exchange's: its buffers are the mappings, which the
+      // destructor frees; a peer that sent late would write into freed memory.
+      const WaitCancellation cancel(&p.abandon);
+      p.error = start_agreement(p, *commit_group_);
+    }
     const auto w0 = Clock::now();
     if (!p.error.empty()) {
       snapshot_taken(p);  // agreed by every rank: none writes, none reads the states
@@ -141,6 +151,7 @@ void CheckpointWriter::write_in_background(Pending& p, const fs::path& file) {
       write_to_disk(p, file);
     }
     p.info.write_seconds = seconds_since(w0);
+    const WaitCancellation cancel(&p.abandon);
     p.result = agree_and_publish(p, *commit_group_);
   } catch (...) {
     p.failure = std::current_exception();
@@ -186,7 +197,6 @@ void CheckpointWriter::write_to_disk(Pending& p, const fs::path& file) {
 // (mapped over a recycled file's pages, the mapping kept between saves), which then goes
 // to the buddy: one pass over the state, no staging buffer, no second copy via write().
 void CheckpointWriter::write_to_memory(Pending& p, const fs::path& file) {
-  join_pruner();  // its recycled files are what this save writes over
   std::optional<DurableFile> out;
   std::span<char> mapped;
   try {
@@ -288,9 +298,11 @@ std::string CheckpointWriter::take_snapshot(Pending& p, char* dest) {
 
 void CheckpointWriter::wait_for_snapshot() {
   if (!pending_ || pending_->copied.load(std::memory_order_acquire)) return;
-  const auto t0 = Clock::now();
+  writer_detail::Interval waited{Clock::now(), {}};
   pending_->copied.wait(false, std::memory_order_acquire);
-  pending_->stall += seconds_since(t0);
+  waited.end = Clock::now();
+  pending_->stall += std::chrono::duration<double>(waited.end - waited.begin).count();
+  pending_->caller_peer_wait += waited.overlap_seconds(pending_->start_wait);  // set before copied
 }
 
 void CheckpointWriter::poll() {

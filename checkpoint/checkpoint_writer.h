@@ -85,10 +85,11 @@ struct SaveStats {
   double commit_seconds = 0;  // the caller's time in the commit (this rank's; async: its
                               // wait for the writer thread's commit, normally none)
   double writer_cpu_seconds = 0;  // async: this rank's writer thread's CPU time
-  double peer_wait_seconds = 0;   // of the stall and the commit: this rank's time waiting
-                                  // in their agreements for the last rank to arrive (the
-                                  // ranks' step-to-step difference, which the step's next
-                                  // collective would wait for all the same)
+  double peer_wait_seconds = 0;   // of the stall and the commit: the time the save waited
+                                  // in its agreements for the last rank to arrive (async:
+                                  // the part of the caller's waits that the writer spent so),
+                                  // the ranks' step-to-step difference, which the step's next
+                                  // collective would wait for all the same
 };
 
 class CheckpointWriter {
@@ -96,8 +97,10 @@ class CheckpointWriter {
   // Duplicates the group's communicator. Collective. spare_cpus: the background writer
   // runs on the node's cores that no rank of `group` is bound to, when there are any.
   CheckpointWriter(const Group& group, bool async, Logger& log, bool spare_cpus = true);
-  // Not collective: ends this rank's background save (its waits for other ranks end at
-  // once) without committing it (call flush() first for that).
+  // Not collective: ends this rank's background save without committing it (call flush()
+  // first for that): the writer's waits in its agreements end at once (not its buddy
+  // exchange's, bounded by the communicator timeout). A save its writer had committed
+  // already stays, and retention is applied to it.
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -105,7 +108,8 @@ class CheckpointWriter {
   // Collective. `meta` carries everything but the tensors, files, states and tier, which
   // the writer fills. `states` are full flat buffers of `layout`, equal on every rank;
   // async: they and `layout` must stay unchanged (and alive) until wait_for_snapshot()
-  // returns. Returns false when the save failed (sync) or could not start.
+  // returns. Returns false when a synchronous save failed; an async one returns true, and
+  // its outcome is in stats() once poll(), the next save() or flush() records its commit.
   bool save(const CheckpointTier& tier, ckpt::Manifest meta, const ParamLayout& layout,
             std::span<const NamedState> states);
   // Not collective: returns once the pending async save no longer reads the states
@@ -125,7 +129,8 @@ class CheckpointWriter {
   // Where the background writer runs: the node's spare CPUs, or empty for the rank's own.
   const CpuList& writer_cpus() const { return writer_cpus_; }
   // What save `s` took from this rank's training: the caller's wait in save() and for the
-  // snapshot, its commit, less the wait for the other ranks in their agreements, and the
+  // snapshot, its commit, less the part of them spent waiting for the other ranks
+  // (peer_wait_seconds), and the
   // writer thread's CPU time when the writer runs on the rank's own cores
   // (checkpoint.memory_max_stall weighs it against the step time).
   double training_cost(const SaveStats& s) const {
@@ -147,6 +152,7 @@ class CheckpointWriter {
   bool dir_leader(const CheckpointTier& tier) const;
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();
+  void prune(const CheckpointTier& tier) const;
   std::string reserve_snapshot(size_t need);
   std::string take_snapshot(Pending& p, char* dest);
   static void snapshot_taken(Pending& p);
@@ -176,8 +182,9 @@ class CheckpointWriter {
   MappingCache mappings_;  // per-host tiers: this rank's files, mapped between saves
   CpuList writer_cpus_;  // where the background writer runs (empty: the rank's cores)
   // The directory leader: deletes the checkpoints that retention dropped, beside training.
-  // Started by the training thread when it records a commit; joined by the next save's
-  // writer thread (async) before it touches the tier, else by the caller's thread.
+  // Started by the training thread when it records a commit; joined by the leader in the
+  // next save's start agreement (on the writer thread, async), whose end tells the other
+  // ranks that the tier is settled before they touch it.
   std::thread pruner_;
   std::vector<SaveStats> stats_;
 };

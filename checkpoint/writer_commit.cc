@@ -57,11 +57,15 @@ std::string CheckpointWriter::prepare_directory(const CheckpointTier& tier, uint
 
 // Collective over `group`: the directory leader makes the save's partial directory, and
 // the ranks agree that it exists (every rank writes into it next). Its error, "" if none.
+// The directory leader first waits for its pruner (the last commit's retention): the
+// agreement then tells every rank of the host that the tier's recycled files are settled.
 std::string CheckpointWriter::start_agreement(Pending& p, const Group& group) {
+  join_pruner();
   std::string err = dir_leader(p.tier) ? prepare_directory(p.tier, p.step) : "";
-  const auto a0 = Clock::now();
+  p.start_wait.begin = Clock::now();
   err = first_error(group, err);
-  p.peer_wait += seconds_since(a0);
+  p.start_wait.end = Clock::now();
+  p.peer_wait += std::chrono::duration<double>(p.start_wait.end - p.start_wait.begin).count();
   if (!err.empty() && group.rank() == 0) {
     log_.error("checkpoint of step ", p.step, " not saved: ", err,
                "; the previous checkpoints are untouched");
@@ -128,9 +132,10 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
   SaveStats s;
   s.step = p.step;
   s.tier = p.tier.name;
-  const auto a0 = Clock::now();
+  p.commit_wait.begin = Clock::now();
   std::string err = first_error(group, p.error);
-  p.peer_wait += seconds_since(a0);
+  p.commit_wait.end = Clock::now();
+  p.peer_wait += std::chrono::duration<double>(p.commit_wait.end - p.commit_wait.begin).count();
   const std::vector<ShardInfo> infos = all_gather(group, p.info);
   if (err.empty()) {
     std::string local;
@@ -172,11 +177,13 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
 // The training thread, the pending async save's commit ended on every rank (poll()) or
 // to be waited for (save(), flush()): its outcome into stats().
 void CheckpointWriter::finish() {
-  const auto c0 = Clock::now();
+  writer_detail::Interval waited{Clock::now(), {}};
   std::unique_ptr<Pending> p = std::move(pending_);
   if (p->thread.joinable()) p->thread.join();
   if (p->failure) std::rethrow_exception(p->failure);
-  record(*p, seconds_since(c0));
+  waited.end = Clock::now();
+  p->caller_peer_wait += waited.overlap_seconds(p->start_wait) + waited.overlap_seconds(p->commit_wait);
+  record(*p, std::chrono::duration<double>(waited.end - waited.begin).count());
 }
 
 // A save's outcome into stats(), with the caller's share of its time; a committed one
@@ -186,8 +193,8 @@ void CheckpointWriter::record(Pending& p, double commit_seconds) {
   s.stall_seconds = p.stall;
   s.commit_seconds = commit_seconds;
   s.writer_cpu_seconds = p.writer_cpu;
-  // async: the writer thread waited in the agreements; the caller only in its commit wait
-  s.peer_wait_seconds = async_ ? std::min(commit_seconds, p.peer_wait) : p.peer_wait;
+  // async: of the caller's own waits, the part the writer spent waiting for the others
+  s.peer_wait_seconds = async_ ? p.caller_peer_wait : p.peer_wait;
   if (s.ok && dir_leader(p.tier)) announce_and_prune(p, s);
   stats_.push_back(s);
 }
@@ -205,23 +212,25 @@ void CheckpointWriter::announce_and_prune(const Pending& p, const SaveStats& s) 
               " shard file(s), ", format_bytes(static_cast<double>(s.bytes)), ", ", timing);
   }
   join_pruner();  // done in publish() already; assigning a running thread would terminate
-  auto prune = [this, tier = p.tier] {
-    try {
-      for (const fs::path& gone : tier.per_host ? prune_memory_tier(tier.dir, tier.keep)
-                                                : prune_checkpoints(tier.dir, tier.keep)) {
-        log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
-      }
-    } catch (const std::exception& e) {
-      log_.warn("checkpoint: ", e.what());
-    }
-  };
   try {
-    pruner_ = std::thread(prune);
+    pruner_ = std::thread([this, tier = p.tier] { prune(tier); });
   } catch (const std::system_error&) {
-    prune();  // no thread to be had: delete them now
+    prune(p.tier);  // no thread to be had: delete them now
   }
 }
 
+// The directory leader: deletes all but the tier's newest `keep` checkpoints (the memory
+// tier's shard files into its recycle bin). Never throws: a failure is a warning.
+void CheckpointWriter::prune(const CheckpointTier& tier) const {
+  try {
+    for (const fs::path& gone : tier.per_host ? prune_memory_tier(tier.dir, tier.keep)
+                                              : prune_checkpoints(tier.dir, tier.keep)) {
+      log_.debug("checkpoint: deleted ", gone.string(), " (", tier.name, " keeps ", tier.keep, ")");
+    }
+  } catch (const std::exception& e) {
+    log_.warn("checkpoint: ", e.what());
+  }
+}
 
 void CheckpointWriter::join_pruner() {
   if (pruner_.joinable()) pruner_.join();

@@ -3,6 +3,7 @@
 // retention). Not part of the checkpoint layer's interface.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,6 +29,15 @@ inline double seconds_since(Clock::time_point t0) {
 
 // ".step-NNNNNNNNN.partial": a save in flight (never a checkpoint name).
 std::string partial_name(uint64_t step);
+
+// A span of time (a wait), and how much of another one it covers.
+struct Interval {
+  Clock::time_point begin{}, end{};
+  double overlap_seconds(const Interval& o) const {
+    const Clock::time_point b = std::max(begin, o.begin), e = std::min(end, o.end);
+    return e > b ? std::chrono::duration<double>(e - b).count() : 0.0;
+  }
+};
 
 struct ShardInfo {
   uint64_t bytes;
@@ -63,6 +73,11 @@ struct CheckpointWriter::Pending {
   double stall = 0;       // the training thread's: save() and wait_for_snapshot()
   double writer_cpu = 0;  // the writer thread's CPU seconds, its commit included
   double peer_wait = 0;   // in the agreements, waiting for the last rank to arrive
+  // The first agreement of the start and of the commit: the waits for the last rank
+  // (async: the writer thread's; start_wait is written before `copied` is set)
+  writer_detail::Interval start_wait, commit_wait;
+  double caller_peer_wait = 0;  // async: the caller's waits (for the snapshot, for the
+                                // commit) while the writer waited in those agreements
   SaveStats result;       // the commit's outcome (async: written by the writer thread)
 };
 

@@ -170,6 +170,75 @@ TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
   EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds);
 }
 
+// The other side: a late rank keeps this rank's writer waiting while this rank's training
+// goes on (here a sleep); that wait overlapped none of training's own, so nothing of the
+// save's cost is taken off as a wait for peers.
+TEST(CheckpointSave, AWriterWaitingWhileTrainingRunsIsNoPeerWaitOfTheCaller) {
+  const int n = world().group().size();
+  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
+  SharedTempDir tmp(world().group(), "ckpt_overlap");
+  ParamLayout layout;
+  layout.add("w", Shape{4096}, 0, false);
+  std::vector<float> w(4096, 0.5f);
+  CheckpointWriter writer(world().group(), /*async=*/true, test_log());
+  const CheckpointTier tier{tmp.path(), "durable", 0};
+  ckpt::Manifest meta;
+  meta.set_step(1);
+  meta.set_writer("checkpoint_save_test");
+  const NamedState states[] = {{"param", w.data()}};
+  constexpr double kLate = 0.3;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world().group().rank() == n - 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  }
+  ASSERT_TRUE(writer.save(tier, meta, layout, states));
+  // "Training" long enough for every writer to be done before the snapshot wait and flush.
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * kLate));
+  writer.wait_for_snapshot();
+  writer.flush();
+  const SaveStats& s = writer.stats().back();
+  ASSERT_TRUE(s.ok) << s.error;
+  if (world().group().rank() == 0) {
+    EXPECT_LT(s.stall_seconds + s.commit_seconds, 0.2 * kLate);
+    EXPECT_LT(s.peer_wait_seconds, 0.1 * kLate);  // the writer's wait overlapped no caller wait
+  }
+  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds + 1e-9);
+}
+
+// And a caller that needs the snapshot at once (its next update comes before a late rank
+// reaches save()) waits behind the writer's agreement with that rank: a wait for the
+// peer, counted in peer_wait_seconds and left out of training_cost().
+TEST(CheckpointSave, ASnapshotWaitBehindALateRankIsAPeerWait) {
+  const int n = world().group().size();
+  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
+  SharedTempDir tmp(world().group(), "ckpt_snapwait");
+  ParamLayout layout;
+  layout.add("w", Shape{4096}, 0, false);
+  std::vector<float> w(4096, 0.5f);
+  CheckpointWriter writer(world().group(), /*async=*/true, test_log());
+  const CheckpointTier tier{tmp.path(), "durable", 0};
+  ckpt::Manifest meta;
+  meta.set_step(1);
+  meta.set_writer("checkpoint_save_test");
+  const NamedState states[] = {{"param", w.data()}};
+  constexpr double kLate = 0.5;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world().group().rank() == n - 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  }
+  ASSERT_TRUE(writer.save(tier, meta, layout, states));
+  writer.wait_for_snapshot();
+  writer.flush();
+  const SaveStats& s = writer.stats().back();
+  ASSERT_TRUE(s.ok) << s.error;
+  if (world().group().rank() == 0) {
+    EXPECT_GE(s.stall_seconds, 0.6 * kLate);  // the snapshot waited for the late rank
+    EXPECT_GE(s.peer_wait_seconds, 0.6 * kLate);
+    EXPECT_LE(writer.training_cost(s), s.stall_seconds + s.commit_seconds - 0.6 * kLate);
+  }
+  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds + 1e-9);
+}
+
 TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
   SharedTempDir tmp(world().group(), "ckpt_async");
   const fs::path async_dir = tmp.path() / "async", sync_dir = tmp.path() / "sync";
