@@ -50,7 +50,8 @@ class StartupPhases {
     const Clock::time_point now = Clock::now();
     text_ += text_.empty() ? "" : ", ";
     char ms[32];
-    std::snprintf(ms, sizeof ms, " %.0f ms", std::chrono::duration<double, std::milli>(now - last_).count());
+    std::snprintf(ms, sizeof ms, " %.0f ms",
+                  std::chrono::duration<double, std::milli>(now - last_).count());
     text_.append(phase).append(ms);
     last_ = now;
   }

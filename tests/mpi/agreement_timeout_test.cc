@@ -3,7 +3,8 @@
 //     blocking collectives (the reference), for every pattern of failing ranks, empty,
 //     one-byte and long sentences
 //   - a rank that joins late makes the waiting ranks throw CommError after
-//     ETR_COMM_TIMEOUT_S (here 1 s), not wait forever
+//     ETR_COMM_TIMEOUT_S (here 1 s), not wait forever; a cancelled wait
+//     (WaitCancellation) throws at once
 //
 // Cleaning up after a timeout: rank 0's all_true is still outstanding on the group when
 // it throws (MPI cannot cancel a collective), and agreement.h leaks its buffers for that
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -167,6 +169,44 @@ TEST(Agreement, ALateRankTurnsIntoCommErrorAfterTheTimeout) {
   // Matches after the all_true on every rank (see the top of the file). Generous limit:
   // the late ranks arrive here about 1.5 s after rank 0.
   setenv("ETR_COMM_TIMEOUT_S", "30", 1);
+  MPI_Request request = MPI_REQUEST_NULL;
+  ASSERT_EQ(MPI_Ibarrier(group.comm(), &request), MPI_SUCCESS);
+  EXPECT_NO_THROW(wait_with_timeout(request, "cleanup barrier"));
+}
+
+// A wait on a thread with a WaitCancellation ends with a CommError once its flag is set
+// (a checkpoint writer being destroyed), long before the timeout; the collective stays
+// outstanding and completes when the late ranks join, as after a timeout.
+TEST(Agreement, ACancelledWaitEndsAtOnceNotAtTheTimeout) {
+  if (world().size() < 2) GTEST_SKIP() << "needs a second rank to be late";
+  ScopedTimeout t("30");
+  Group group = world().group().dup("agreement-cancel");
+  MPI_Barrier(group.comm());
+  if (group.rank() == 0) {
+    std::atomic<bool> abandon{false};
+    std::string message;
+    double elapsed = 0;
+    std::thread waiter([&] {
+      const WaitCancellation cancel(&abandon);
+      const Clock::time_point t0 = Clock::now();
+      try {
+        all_true(group, true);
+        ADD_FAILURE() << "all_true returned although the other ranks were asleep";
+      } catch (const CommError& e) {
+        message = e.what();
+      }
+      elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    abandon.store(true);
+    waiter.join();
+    EXPECT_GE(elapsed, 0.25);
+    EXPECT_LT(elapsed, 1.5);  // the timeout is 30 s
+    EXPECT_NE(message.find("abandoned"), std::string::npos) << message;
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // well after 1.5 s
+    EXPECT_TRUE(all_true(group, true));
+  }
   MPI_Request request = MPI_REQUEST_NULL;
   ASSERT_EQ(MPI_Ibarrier(group.comm(), &request), MPI_SUCCESS);
   EXPECT_NO_THROW(wait_with_timeout(request, "cleanup barrier"));

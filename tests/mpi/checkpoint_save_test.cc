@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -133,14 +134,17 @@ TEST_P(AsyncSnapshot, StatesMayChangeOnceWaitForSnapshotReturns) {
 INSTANTIATE_TEST_SUITE_P(WriterCpus, AsyncSnapshot, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "spare" : "rank"; });
 
-// A rank that reaches save() late (its step took longer) keeps the others' writer threads
-// waiting in the save's first agreement, not their training: save() returns at once, and
-// a wait for the commit (here flush()'s) is counted in SaveStats::peer_wait_seconds and
-// left out of training_cost(): the ranks' step-to-step difference, not a cost of the save.
-TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
+// An async save of a small state that the world's last rank reaches `late` seconds after
+// the others; `then` runs on every rank after save() returns (what training does before
+// flush()). The save's stats and its training_cost().
+struct LateSave {
+  SaveStats stats;
+  double charged = 0;
+};
+LateSave save_behind_a_late_rank(const char* name, double late,
+                                 const std::function<void(CheckpointWriter&)>& then) {
   const int n = world().group().size();
-  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
-  SharedTempDir tmp(world().group(), "ckpt_late");
+  SharedTempDir tmp(world().group(), name);
   ParamLayout layout;
   layout.add("w", Shape{4096}, 0, false);
   std::vector<float> w(4096, 0.5f);
@@ -150,93 +154,69 @@ TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
   meta.set_step(1);
   meta.set_writer("checkpoint_save_test");
   const NamedState states[] = {{"param", w.data()}};
-  constexpr double kLate = 0.5;
   MPI_Barrier(MPI_COMM_WORLD);
   if (world().group().rank() == n - 1) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+    std::this_thread::sleep_for(std::chrono::duration<double>(late));
   }
-  ASSERT_TRUE(writer.save(tier, meta, layout, states));
+  EXPECT_TRUE(writer.save(tier, meta, layout, states));
+  then(writer);
   writer.flush();
-  const SaveStats& s = writer.stats().back();
-  ASSERT_TRUE(s.ok) << s.error;
-  const double charged = writer.training_cost(s);
+  LateSave r{writer.stats().back(), 0};
+  r.charged = writer.training_cost(r.stats);
+  EXPECT_TRUE(r.stats.ok) << r.stats.error;
+  EXPECT_LE(r.stats.peer_wait_seconds, r.stats.stall_seconds + r.stats.commit_seconds + 1e-9);
+  EXPECT_GE(r.charged, 0.0);
+  return r;
+}
+
+// A rank that reaches save() late (its step took longer) keeps the others' writer threads
+// waiting in the save's first agreement, not their training: save() returns at once, and
+// a wait for the commit (here flush()'s) is counted in SaveStats::peer_wait_seconds and
+// left out of training_cost(): the ranks' step-to-step difference, not a cost of the save.
+TEST(CheckpointSave, AWaitForALateRankIsNotChargedToTheSave) {
+  if (world().group().size() < 2) GTEST_SKIP() << "needs a second rank to wait for";
+  constexpr double kLate = 0.5;
+  const LateSave r = save_behind_a_late_rank("ckpt_late", kLate, [](CheckpointWriter&) {});
+  const SaveStats& s = r.stats;
   if (world().group().rank() == 0) {
     EXPECT_LT(s.stall_seconds, 0.2 * kLate);   // save() did not wait for the late rank
     EXPECT_GE(s.commit_seconds, 0.6 * kLate);  // flush() did, for the writer's commit
     EXPECT_GE(s.peer_wait_seconds, 0.6 * kLate);
-    EXPECT_LE(charged, s.stall_seconds + s.commit_seconds - 0.6 * kLate);
+    EXPECT_LE(r.charged, s.stall_seconds + s.commit_seconds - 0.6 * kLate);
   }
-  EXPECT_GE(charged, 0.0);
-  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds);
 }
 
 // The other side: a late rank keeps this rank's writer waiting while this rank's training
 // goes on (here a sleep); that wait overlapped none of training's own, so nothing of the
 // save's cost is taken off as a wait for peers.
 TEST(CheckpointSave, AWriterWaitingWhileTrainingRunsIsNoPeerWaitOfTheCaller) {
-  const int n = world().group().size();
-  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
-  SharedTempDir tmp(world().group(), "ckpt_overlap");
-  ParamLayout layout;
-  layout.add("w", Shape{4096}, 0, false);
-  std::vector<float> w(4096, 0.5f);
-  CheckpointWriter writer(world().group(), /*async=*/true, test_log());
-  const CheckpointTier tier{tmp.path(), "durable", 0};
-  ckpt::Manifest meta;
-  meta.set_step(1);
-  meta.set_writer("checkpoint_save_test");
-  const NamedState states[] = {{"param", w.data()}};
+  if (world().group().size() < 2) GTEST_SKIP() << "needs a second rank to wait for";
   constexpr double kLate = 0.3;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world().group().rank() == n - 1) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
-  }
-  ASSERT_TRUE(writer.save(tier, meta, layout, states));
-  // "Training" long enough for every writer to be done before the snapshot wait and flush.
-  std::this_thread::sleep_for(std::chrono::duration<double>(3 * kLate));
-  writer.wait_for_snapshot();
-  writer.flush();
-  const SaveStats& s = writer.stats().back();
-  ASSERT_TRUE(s.ok) << s.error;
+  const LateSave r = save_behind_a_late_rank("ckpt_overlap", kLate, [&](CheckpointWriter& w) {
+    // "Training" long enough for every writer to be done before the snapshot wait and flush.
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * kLate));
+    w.wait_for_snapshot();
+  });
   if (world().group().rank() == 0) {
-    EXPECT_LT(s.stall_seconds + s.commit_seconds, 0.2 * kLate);
-    EXPECT_LT(s.peer_wait_seconds, 0.1 * kLate);  // the writer's wait overlapped no caller wait
+    EXPECT_LT(r.stats.stall_seconds + r.stats.commit_seconds, 0.2 * kLate);
+    EXPECT_LT(r.stats.peer_wait_seconds, 0.1 * kLate);  // overlapped no wait of the caller
   }
-  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds + 1e-9);
 }
 
 // And a caller that needs the snapshot at once (its next update comes before a late rank
 // reaches save()) waits behind the writer's agreement with that rank: a wait for the
 // peer, counted in peer_wait_seconds and left out of training_cost().
 TEST(CheckpointSave, ASnapshotWaitBehindALateRankIsAPeerWait) {
-  const int n = world().group().size();
-  if (n < 2) GTEST_SKIP() << "needs a second rank to wait for";
-  SharedTempDir tmp(world().group(), "ckpt_snapwait");
-  ParamLayout layout;
-  layout.add("w", Shape{4096}, 0, false);
-  std::vector<float> w(4096, 0.5f);
-  CheckpointWriter writer(world().group(), /*async=*/true, test_log());
-  const CheckpointTier tier{tmp.path(), "durable", 0};
-  ckpt::Manifest meta;
-  meta.set_step(1);
-  meta.set_writer("checkpoint_save_test");
-  const NamedState states[] = {{"param", w.data()}};
+  if (world().group().size() < 2) GTEST_SKIP() << "needs a second rank to wait for";
   constexpr double kLate = 0.5;
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world().group().rank() == n - 1) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
-  }
-  ASSERT_TRUE(writer.save(tier, meta, layout, states));
-  writer.wait_for_snapshot();
-  writer.flush();
-  const SaveStats& s = writer.stats().back();
-  ASSERT_TRUE(s.ok) << s.error;
+  const LateSave r = save_behind_a_late_rank("ckpt_snapwait", kLate,
+                                             [](CheckpointWriter& w) { w.wait_for_snapshot(); });
+  const SaveStats& s = r.stats;
   if (world().group().rank() == 0) {
     EXPECT_GE(s.stall_seconds, 0.6 * kLate);  // the snapshot waited for the late rank
     EXPECT_GE(s.peer_wait_seconds, 0.6 * kLate);
-    EXPECT_LE(writer.training_cost(s), s.stall_seconds + s.commit_seconds - 0.6 * kLate);
+    EXPECT_LE(r.charged, s.stall_seconds + s.commit_seconds - 0.6 * kLate);
   }
-  EXPECT_LE(s.peer_wait_seconds, s.stall_seconds + s.commit_seconds + 1e-9);
 }
 
 TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
