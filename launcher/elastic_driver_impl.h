@@ -87,11 +87,14 @@ struct LaunchEnv {
   int memory_halvings = 0;  // relaunches after an OOM kill (oom_watch.h)
 };
 
+// "--heartbeat-timeout 3.00 s", "--heartbeat-timeout auto: 1.20 s": the timeout in force.
+std::string timeout_words(const HeartbeatWatch& h);
+
 class Driver {
  public:
   explicit Driver(const RunOptions& o)
       : o_(o), health_(o.blacklist_after, o.blacklist_cooldown) {
-    if (o.heartbeat_timeout.count() > 0) heartbeats_.emplace(o.heartbeat_timeout);
+    if (o.heartbeats) heartbeats_.emplace(o.heartbeat);
     if (heartbeats_ && o.progress.on()) progress_.emplace(o.progress);
   }
 
@@ -123,6 +126,9 @@ class Driver {
   void remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned,
                       const HostSlots* silent);
   void watch_progress(Watch& w, LaunchResult& r);
+  // etr-run's line (and event) when the learned heartbeat timeout is first known, and
+  // when it moves by a quarter or more.
+  void say_heartbeat_timeout();
   // After a launch that did not complete: the exit status to end with, or nullopt to
   // relaunch (env, counts updated).
   std::optional<int> after_launch(const LaunchResult& r, const std::vector<HostSlots>& assigned,
@@ -159,6 +165,7 @@ class Driver {
   std::string discovery_error_;  // the last discovery's error ("" after one that worked)
   std::optional<HeartbeatWatch> heartbeats_;  // --heartbeat-timeout > 0
   std::optional<ProgressWatch> progress_;     // and --stuck-after > 0
+  std::chrono::milliseconds said_timeout_{0};  // the learned timeout last said
   MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
   std::string said_;
   int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;

@@ -34,7 +34,8 @@ namespace {
 struct Flags {
   std::string hosts, hostfile, script;
   double cooldown_s = 600, min_np_timeout_s = 600, interval_s = 1, discovery_timeout_s = 10;
-  double heartbeat_timeout_s = 3;
+  std::string heartbeat_timeout = "auto";
+  double heartbeat_floor_s = 1;
   double stuck_after = 10, stuck_floor_s = 10, stuck_allowance_s = 300;
   bool cooldown_given = false;
 };
@@ -67,12 +68,17 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
   app.add_option("--discovery-timeout", f.discovery_timeout_s, "Seconds a discovery script may run; "
                  "then it and every process it started are ended and the discovery counts as "
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
-  app.add_option("--heartbeat-timeout", f.heartbeat_timeout_s, "Seconds a rank's heartbeat (a UDP "
+  app.add_option("--heartbeat-timeout", f.heartbeat_timeout, "How long a rank's heartbeat (a UDP "
                  "datagram every 250 ms from a thread of its own) may be silent before etr-run "
-                 "declares it failed and relaunches the job: a stopped or frozen worker (a rank "
+                 "declares it failed and relaunches the job: a stopped or frozen worker. A rank "
                  "on this machine is killed; when every rank of another host is silent, the host "
                  "is excluded as unreachable unless it still answers the launch agent (a frozen "
-                 "rank); 0: off, and the progress watchdog with it; default 3)");
+                 "rank). 'auto' (the default) learns it: 4 x the 99.9th percentile of the gaps "
+                 "between each rank's beats over the run, at least --heartbeat-floor, at most 30 "
+                 "s; 3 s until 200 gaps were seen. Seconds: that timeout, fixed; 0: off, and the "
+                 "progress watchdog with it");
+  app.add_option("--heartbeat-floor", f.heartbeat_floor_s, "Seconds: the shortest heartbeat timeout "
+                 "'auto' may learn (default 1)");
   app.add_option("--stuck-after", f.stuck_after, "The progress watchdog: a job none of whose ranks "
                  "changed step or stage (the heartbeats carry both) for this many times its recent "
                  "step time, and at least --stuck-floor, is declared stuck, ended and relaunched, "
@@ -118,6 +124,29 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
       "usage error.");
 }
 
+// --heartbeat-timeout auto|S and --heartbeat-floor into o.heartbeat (heartbeat_timeout.h).
+template <typename Ms>
+void set_heartbeat(etr::launcher::RunOptions& o, const Flags& f, Ms ms) {
+  o.heartbeat.floor = ms(f.heartbeat_floor_s, "--heartbeat-floor");
+  if (o.heartbeat.floor > o.heartbeat.ceiling) {
+    throw etr::ConfigError("--heartbeat-floor must be at most 30 s, the learned timeout's ceiling");
+  }
+  if (f.heartbeat_timeout == "auto") return;
+  double s = -1;
+  size_t used = 0;
+  try {
+    s = std::stod(f.heartbeat_timeout, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != f.heartbeat_timeout.size() || !(s >= 0 && s <= 1e9)) {
+    throw etr::ConfigError("--heartbeat-timeout must be 'auto' or a number of seconds in [0, 1e9] (0: off), not '" +
+                           f.heartbeat_timeout + "'");
+  }
+  o.heartbeats = s > 0;
+  if (o.heartbeats) o.heartbeat.fixed = ms(s, "--heartbeat-timeout");
+}
+
 // Checks the options and runs the job; throws etr::Error.
 int run(etr::launcher::RunOptions& o, const Flags& f) {
   using etr::launcher::HostSource;
@@ -134,11 +163,7 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   o.min_np_timeout = ms(f.min_np_timeout_s, "--min-np-timeout");
   o.discovery_interval = ms(f.interval_s, "--discovery-interval");
   o.discovery_timeout = ms(f.discovery_timeout_s, "--discovery-timeout");
-  if (!(f.heartbeat_timeout_s >= 0 && f.heartbeat_timeout_s <= 1e9)) {
-    throw etr::ConfigError("--heartbeat-timeout must be a number of seconds in [0, 1e9] (0: off)");
-  }
-  o.heartbeat_timeout = f.heartbeat_timeout_s == 0 ? std::chrono::milliseconds(0)
-                                                   : ms(f.heartbeat_timeout_s, "--heartbeat-timeout");
+  set_heartbeat(o, f, ms);
   if (!(f.stuck_after >= 0 && f.stuck_after <= 1e6)) {
     throw etr::ConfigError("--stuck-after must be a multiple of the step time in [0, 1e6] (0: off)");
   }

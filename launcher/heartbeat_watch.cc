@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <sstream>
 
 #include "launcher/network.h"
@@ -14,8 +15,12 @@
 
 namespace etr::launcher {
 
-HeartbeatWatch::HeartbeatWatch(std::chrono::milliseconds timeout) : timeout_(timeout) {
+HeartbeatWatch::HeartbeatWatch(HeartbeatTimeoutOptions timeout) : timeout_(timeout) {
   fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  // The kernel's arrival time of each beat: the gaps the timeout learns from are the
+  // beats', not how often etr-run's loop happens to read them.
+  const int one = 1;
+  if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -50,12 +55,38 @@ void HeartbeatWatch::begin_launch(int launch) {
   ranks_.clear();
 }
 
+namespace {
+
+// The arrival time the kernel stamped on a datagram (SO_TIMESTAMPNS), else the time now.
+double arrival_seconds(msghdr& m) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+      timespec t;
+      std::memcpy(&t, CMSG_DATA(c), sizeof t);
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+    }
+  }
+  timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
 void HeartbeatWatch::receive(Clock::time_point now) {
   char buf[512];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
   for (;;) {
     sockaddr_in from{};
-    socklen_t len = sizeof from;
-    const ssize_t n = recvfrom(fd_, buf, sizeof buf - 1, 0, reinterpret_cast<sockaddr*>(&from), &len);
+    iovec io{buf, sizeof buf - 1};
+    msghdr m{};
+    m.msg_name = &from;
+    m.msg_namelen = sizeof from;
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(fd_, &m, 0);
     if (n < 0) return;  // EAGAIN: nothing more
     buf[n] = '\0';
     std::istringstream in(buf);
@@ -70,6 +101,9 @@ void HeartbeatWatch::receive(Clock::time_point now) {
     const std::optional<RankStage> stage = parse_stage(stage_text);
     if (!stage) continue;
     Rank& r = ranks_[rank];
+    const double arrived = arrival_seconds(m);
+    if (r.arrived >= 0 && kind == "etr-hb" && !r.reported) timeout_.observe_gap(arrived - r.arrived);
+    r.arrived = arrived;
     r.step = step;
     r.stage = *stage;
     r.last = now;
@@ -86,7 +120,7 @@ std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) 
   receive(now);
   std::vector<Silent> out;
   for (auto& [rank, r] : ranks_) {
-    if (r.gone || r.reported || now - r.last < timeout_) continue;
+    if (r.gone || r.reported || now - r.last < timeout_.current()) continue;
     r.reported = true;
     out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(now - r.last).count()});
   }

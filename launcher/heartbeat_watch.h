@@ -1,7 +1,9 @@
 // etr-run's side of the ranks' heartbeats (runtime/heartbeat.h): one UDP socket for the
 // whole run and, for the launch in flight, each rank's last beat. A rank is silent once
 // it has beaten in this launch and then not for the timeout; a rank that said goodbye
-// (it left normally) is not waited for. Beats of earlier launches are ignored.
+// (it left normally) is not waited for. Beats of earlier launches are ignored. The timeout
+// is fixed or learned from the gaps between each rank's beats (heartbeat_timeout.h), over
+// every launch of the run.
 #pragma once
 
 #include <sys/types.h>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/heartbeat_timeout.h"
 #include "launcher/host_names.h"
 #include "runtime/heartbeat.h"
 
@@ -27,12 +30,13 @@ class HeartbeatWatch {
     double seconds = 0;   // since its last beat
   };
   // Binds a UDP socket on every IPv4 address, on a port the kernel picks. Throws IoError.
-  explicit HeartbeatWatch(std::chrono::milliseconds timeout);
+  explicit HeartbeatWatch(HeartbeatTimeoutOptions timeout);
   ~HeartbeatWatch();
   HeartbeatWatch(const HeartbeatWatch&) = delete;
   HeartbeatWatch& operator=(const HeartbeatWatch&) = delete;
 
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds timeout() const { return timeout_.current(); }
+  const HeartbeatTimeout& timeout_model() const { return timeout_; }
   // "address:port" for the ranks on `hosts`: loopback when every host is this machine,
   // else the address this machine sends to the first remote host from.
   std::string target(const std::vector<HostSlots>& hosts) const;
@@ -56,6 +60,7 @@ class HeartbeatWatch {
  private:
   struct Rank {
     Clock::time_point last;
+    double arrived = -1;  // the kernel's arrival time of the last beat (s, CLOCK_REALTIME)
     pid_t pid = 0;
     std::string host;
     bool local = false;
@@ -66,7 +71,7 @@ class HeartbeatWatch {
   };
   void receive(Clock::time_point now);
 
-  std::chrono::milliseconds timeout_;
+  HeartbeatTimeout timeout_;
   int fd_ = -1;
   int port_ = 0;
   int launch_ = -1;

@@ -4,6 +4,7 @@
 // are), end the launch at once and blame their host when every one of its ranks fell
 // silent (a partition, a frozen machine), else the first of them; the progress watchdog
 // (progress_watch.h) ends a launch whose ranks live but stand still.
+#include <cstdlib>
 #include <map>
 
 #include "launcher/elastic_driver_impl.h"
@@ -26,17 +27,34 @@ const HostSlots* silent_host(const Watch& w, const std::vector<HostSlots>& assig
 
 }  // namespace
 
+std::string timeout_words(const HeartbeatWatch& h) {
+  const std::string s = seconds(static_cast<double>(h.timeout().count()) / 1000);
+  return h.timeout_model().learning() ? "--heartbeat-timeout auto: " + s : "--heartbeat-timeout " + s;
+}
+
+void Driver::say_heartbeat_timeout() {
+  const HeartbeatTimeout& t = heartbeats_->timeout_model();
+  if (!t.learning() || t.gaps_seen() < HeartbeatTimeoutOptions{}.min_gaps) return;
+  const auto now = t.current();
+  // Said when first learned, then when it moved by a quarter or more.
+  if (said_timeout_.count() > 0 && 4 * std::abs((now - said_timeout_).count()) < said_timeout_.count()) return;
+  said_timeout_ = now;
+  say("heartbeat timeout ", t.describe());
+  events_out_->event("heartbeat-timeout ms=" + std::to_string(now.count()));
+}
+
 void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned) {
   // Once the job has failed otherwise (an error, a lost daemon), its ranks end without a
   // goodbye: their silence is that failure's, not a new one.
   if (!heartbeats_ || w.reaped || r.first_error != Clock::time_point{}) return;
   const auto s = end_silent_rank(w, *heartbeats_);
-  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
+  say_heartbeat_timeout();
+  const std::string timeout = timeout_words(*heartbeats_);
   if (s) {
     events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
     r.evidence.silent_rank = s->rank;
     say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ",
-        seconds(s->seconds), " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
+        seconds(s->seconds), " (", timeout, "): declared failed, ending the launch");
     r.first_error = Clock::now();
     return;
   }
@@ -57,7 +75,7 @@ void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlo
     events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
   }
   const HeartbeatWatch::Silent& first = w.remote_silent.front();
-  const std::string timeout = seconds(static_cast<double>(heartbeats_->timeout().count()) / 1000);
+  const std::string timeout = timeout_words(*heartbeats_);
   if (h) {
     r.evidence.silent_host = h->host;
     for (const auto& s : w.remote_silent) {  // blamed instead when the host still answers
@@ -71,13 +89,13 @@ void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlo
     r.silent_probe = std::async(std::launch::async, answering_hosts, probe_agent(),
                                 std::vector<std::string>{h->host}, kSilentProbeDeadline)
                          .share();
-    r.evidence.silent_for = seconds(first.seconds) + " (--heartbeat-timeout " + timeout + ")";
+    r.evidence.silent_for = seconds(first.seconds) + " (" + timeout + ")";
     say("none of the ", h->slots, " rank(s) on ", h->host, " sent a heartbeat for ", seconds(first.seconds),
-        " (--heartbeat-timeout ", timeout, "): the host is cut off or frozen; ending the launch");
+        " (", timeout, "): the host is cut off or frozen; ending the launch");
   } else {
     r.evidence.silent_rank = first.rank;
     say("rank ", first.rank, " (on ", first.host, ", another machine) sent no heartbeat for ",
-        seconds(first.seconds), " (--heartbeat-timeout ", timeout, "): declared failed, ending the launch");
+        seconds(first.seconds), " (", timeout, "): declared failed, ending the launch");
   }
   r.first_error = w.end_at = Clock::now();
 }

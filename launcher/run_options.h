@@ -9,6 +9,7 @@
 
 #include "launcher/hosts.h"
 #include "launcher/network.h"
+#include "launcher/heartbeat_timeout.h"
 #include "launcher/progress_watch.h"
 
 namespace etr::launcher {
@@ -27,9 +28,10 @@ struct RunOptions {
   int max_restarts = 5;     // relaunches after failures (resizes do not count)
   int blacklist_after = 3;  // failures before a host is excluded (0: never)
   std::chrono::milliseconds blacklist_cooldown = std::chrono::minutes(10);
-  // A rank whose heartbeat (runtime/heartbeat.h) is silent this long is declared failed
-  // (0: no heartbeats).
-  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(3);
+  // A rank whose heartbeat (runtime/heartbeat.h) is silent for the timeout is declared
+  // failed: fixed, or learned from the beats (heartbeat_timeout.h; the default).
+  bool heartbeats = true;  // --heartbeat-timeout 0: off
+  HeartbeatTimeoutOptions heartbeat;
   // The progress watchdog (progress_watch.h; needs the heartbeats): --stuck-after,
   // --stuck-floor, --stuck-allowance.
   ProgressLimits progress;

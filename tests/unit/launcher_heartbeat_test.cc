@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -21,6 +23,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = HeartbeatWatch::Clock;
+
+HeartbeatTimeoutOptions fixed(std::chrono::milliseconds t) {
+  HeartbeatTimeoutOptions o;
+  o.fixed = t;
+  return o;
+}
 
 std::string local_target(const HeartbeatWatch& w) { return w.target({{"localhost", 2}}); }
 
@@ -36,7 +44,7 @@ std::vector<HeartbeatWatch::Silent> watch_for(HeartbeatWatch& w, std::chrono::mi
 }
 
 TEST(Heartbeat, BeatingRanksStayAliveAndAGoodbyeIsNotSilence) {
-  HeartbeatWatch w(1000ms);
+  HeartbeatWatch w(fixed(1000ms));
   w.begin_launch(4);
   const std::string target = local_target(w);
   ASSERT_EQ(target.rfind("127.0.0.1:", 0), 0u) << target;
@@ -63,7 +71,7 @@ void send_raw(const std::string& target, const std::string& text) {
 }
 
 TEST(Heartbeat, ASilentRankIsReportedOnceWithItsPid) {
-  HeartbeatWatch w(1000ms);
+  HeartbeatWatch w(fixed(1000ms));
   w.begin_launch(1);
   const std::string target = local_target(w);
   Heartbeat alive(target, 1, 0, 50ms);
@@ -83,6 +91,47 @@ TEST(Heartbeat, ASilentRankIsReportedOnceWithItsPid) {
   // A new launch forgets the old one's ranks.
   w.begin_launch(2);
   EXPECT_EQ(w.ranks_heard(), 0);
+}
+
+// The learned timeout on loopback: ranks beating every 20 ms teach it a timeout far below
+// the initial 3 s, and a rank that then stops is reported after that, not after 3 s.
+TEST(Heartbeat, TheLearnedTimeoutFindsAStoppedRankSooner) {
+  HeartbeatTimeoutOptions o;
+  o.min_gaps = 60;
+  o.floor = 150ms;
+  HeartbeatWatch w(o);
+  w.begin_launch(3);
+  const std::string target = local_target(w);
+  // Rank 1 beats as a rank's thread does, until it stops without a goodbye (a stopped
+  // process); rank 0 beats through the runtime's Heartbeat.
+  std::atomic<bool> stop{false};
+  std::thread stopped([&] {
+    while (!stop) {
+      send_raw(target, "etr-hb 3 1 4242 h1 0 compute");
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  Heartbeat alive(target, 3, 0, 20ms);
+  EXPECT_EQ(w.timeout(), 3000ms) << "the initial timeout before any gap";
+  EXPECT_TRUE(watch_for(w, 1200ms).empty());
+  ASSERT_GE(w.timeout_model().gaps_seen(), 60) << "two ranks beating every 20 ms for 1.2 s";
+  const double q = w.timeout_model().gap_quantile();
+  EXPECT_GE(q, 0.015) << "the beats are 20 ms apart: the arrival gaps' high quantile is not below that";
+  EXPECT_LT(w.timeout(), 3000ms) << w.timeout_model().describe();
+  EXPECT_EQ(w.timeout().count(), std::max<int64_t>(150, static_cast<int64_t>(std::ceil(4 * q * 1000))))
+      << w.timeout_model().describe();
+  stop = true;
+  stopped.join();
+  const auto learned = w.timeout();
+  const auto t0 = Clock::now();
+  std::vector<HeartbeatWatch::Silent> got;
+  while (got.empty() && Clock::now() - t0 < 3000ms) {
+    got = w.poll();
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rank, 1);
+  EXPECT_LT(Clock::now() - t0, learned + 400ms) << "found after the learned timeout, not the initial 3 s";
 }
 
 TEST(Heartbeat, ATargetThatIsNotAnAddressIsRefusedWithASentence) {

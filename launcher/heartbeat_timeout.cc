@@ -1,0 +1,70 @@
+#include "launcher/heartbeat_timeout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace etr::launcher {
+
+namespace {
+
+std::string secs(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f s", s);
+  return b;
+}
+
+double to_seconds(std::chrono::milliseconds t) { return static_cast<double>(t.count()) / 1000.0; }
+
+}  // namespace
+
+HeartbeatTimeout::HeartbeatTimeout(HeartbeatTimeoutOptions o)
+    : o_(o), current_(o.fixed.count() > 0 ? o.fixed : o.initial) {
+  o_.window = std::max(1, o_.window);
+  o_.min_gaps = std::clamp(o_.min_gaps, 1, o_.window);
+}
+
+void HeartbeatTimeout::observe_gap(double seconds) {
+  if (!learning() || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  if (gaps_.size() < static_cast<size_t>(o_.window)) {
+    gaps_.push_back(seconds);
+  } else {
+    gaps_[next_] = seconds;
+    next_ = (next_ + 1) % gaps_.size();
+  }
+  ++seen_;
+  ++since_relearn_;
+  // A gap above the quantile may raise the timeout: at once (a longer timeout is the safe
+  // side). Lower ones can only lower it: every 16 gaps is soon enough.
+  if (seen_ >= o_.min_gaps && (seconds > quantile_ || since_relearn_ >= 16)) relearn();
+}
+
+void HeartbeatTimeout::relearn() {
+  since_relearn_ = 0;
+  std::vector<double> sorted = gaps_;
+  const size_t n = sorted.size();
+  // The nearest-rank quantile: the smallest gap at least q of the gaps are not above.
+  const size_t k = std::min(n - 1, static_cast<size_t>(std::ceil(o_.quantile * static_cast<double>(n))) - 1);
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
+  quantile_ = sorted[k];
+  const double learned = std::clamp(o_.multiple * quantile_, to_seconds(o_.floor), to_seconds(o_.ceiling));
+  current_ = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(learned * 1000)));
+}
+
+std::string HeartbeatTimeout::describe() const {
+  if (!learning()) return secs(to_seconds(current_)) + " (fixed)";
+  if (seen_ < o_.min_gaps) {
+    return secs(to_seconds(current_)) + " (initial, until " + std::to_string(o_.min_gaps) +
+           " gaps between beats are seen)";
+  }
+  char q[64];
+  std::snprintf(q, sizeof q, "%g", o_.quantile * 100);
+  char m[32];
+  std::snprintf(m, sizeof m, "%g", o_.multiple);
+  return secs(to_seconds(current_)) + " (learned: " + m + " x the " + q + "th percentile, " +
+         secs(quantile_) + ", of the last " + std::to_string(gaps_.size()) +
+         " gaps between beats; at least " + secs(to_seconds(o_.floor)) + ", at most " +
+         secs(to_seconds(o_.ceiling)) + ")";
+}
+
+}  // namespace etr::launcher
