@@ -121,6 +121,15 @@ took=$((first_ms - cut_ms))
 echo "b: link cut -> the next launch's first step in $took ms (bar: 15 s)"
 [ "$took" -lt 15000 ] || { cat "$work/b.out"; fail "b: $took ms from the cut to the next launch's first step"; }
 same_params b 1e-3
+# etr-run killed the first launch's mpirun 200 ms after asking it to end: the ranks on the
+# hosts it reaches must be gone with it (only the cut host's rank may still wait).
+left=0
+for p in $(pgrep -f etr-train); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "ETR_RUN_DIR=$work/b.run" &&
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "ETR_RUN_RESTART=0" && left=$((left + 1))
+done
+# Exactly 1: the cut host's rank, which waits in its collective (found, so the check sees ranks).
+[ "$left" -eq 1 ] || fail "b: $left ranks of the ended launch still run (the cut host's 1 expected)"
 "$sim" kill 3  # the partitioned rank still waits in its collective
 "$sim" heal 3
 
