@@ -2,8 +2,9 @@
 # A chaos soak (issue 35): etr-train's demo model under etr-run on 3 simulated hosts of 1
 # slot (tests/cluster/sim_cluster.sh; needs root), each host's processes held to 0.6 of a
 # CPU (ETR_CHAOS_CPU; a cpu cgroup a host, so that 3 hosts on 2 cores are 3 machines'
-# worth of compute and a host lost takes its share with it), first fault-free for MINUTES, then for
-# as long again with a random fault every EVERY seconds:
+# worth of compute and a host lost takes its share with it), for MINUTES with a random
+# fault every EVERY seconds, beside as long fault-free (half before, half after: a drift of
+# the machine's speed moves both alike):
 #   kill9      kill -9 of a random rank
 #   sigstop    SIGSTOP of a random rank (found by its silent heartbeat)
 #   partition  host 2 or 3 cut off for 20 s (its link down; the scheduler's list drops
@@ -92,12 +93,16 @@ now_ms() { date +%s%3N; }
 rank_on() { ip netns pids "etrchaos-h$1" 2>/dev/null | while read -r p; do
   [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && echo "$p"; done | head -1; }
 
-echo "== fault-free: ${minutes} min"
+# The fault-free reference in two halves, one before the chaos run and one after it, so
+# that a machine whose speed drifts (a shared VM) moves both alike. The second half is
+# timed from its first step: like the chaos run, the reference pays for one start-up.
+half=$((seconds / 2))
+echo "== fault-free: ${minutes} min, half before the chaos run and half after it"
 start ff
-sleep "$seconds"
-ff_steps=$(progress ff)
+sleep "$half"
+ff1=$(progress ff)
 stop
-echo "fault-free: $ff_steps steps in $seconds s"
+echo "fault-free, first half: $ff1 steps in $half s"
 
 echo "== chaos: ${minutes} min, a fault every ${every} s (seed $seed)"
 RANDOM=$seed
@@ -152,6 +157,21 @@ stop
 for h in 2 3; do "$sim" heal "$h"; done
 echo "chaos: $chaos_steps steps in $seconds s"
 
+echo "== fault-free, second half"
+start ff2
+waited=0
+until grep -q " first-step " "$work/ff2.run/events" 2>/dev/null; do
+  sleep 0.05
+  waited=$((waited + 1))
+  [ "$waited" -lt 2400 ] || { tail -20 "$work/ff2.out"; echo "run_chaos: the second fault-free run did no step in 120 s"; exit 1; }
+done
+sleep "$((seconds - half))"
+ff2=$(($(progress ff2) - 1))
+stop
+ff_steps=$((ff1 + ff2))
+echo "fault-free, second half: $ff2 steps in $((seconds - half)) s after its first step; in all $ff_steps steps in $seconds s"
+awk -v a="$ff1" -v b="$ff2" -v h="$half" -v s="$seconds" 'BEGIN {
+  printf "the machine between the halves: %+.1f %% steps a second\n", ((b / (s - h)) / (a / h) - 1) * 100 }'
 python3 "$root/bench/chaos_report.py" "$work/faults" "$work/chaos.run/events" "$work/chaos.out" \
   "$ff_steps" "$chaos_steps" "$seconds" >"$work/report.txt"
 cat "$work/report.txt"
