@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <vector>
 
 namespace etr {
 
@@ -19,14 +18,11 @@ LearnedLimit LearnedDeadlines::limit(const std::string& key) const {
   return it == classes_.end() ? LearnedLimit{fixed_} : it->second.limit;
 }
 
-LearnedLimit LearnedDeadlines::compute(const std::deque<double>& seconds) const {
+LearnedLimit LearnedDeadlines::compute(const QuantileWindow& seconds) const {
   LearnedLimit l{fixed_};
   if (seconds.size() < kMinSamples) return l;
-  std::vector<double> v(seconds.begin(), seconds.end());
-  const size_t at = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at), v.end());
-  l.quantile_s = v[at];
-  l.samples = v.size();
+  l.quantile_s = seconds.quantile(0.99);
+  l.samples = seconds.size();
   const auto learned =
       std::chrono::milliseconds(static_cast<int64_t>(std::ceil(multiple_ * l.quantile_s * 1000)));
   l.timeout = std::clamp(learned, std::min(floor_, fixed_), fixed_);
@@ -37,9 +33,8 @@ LearnedLimit LearnedDeadlines::compute(const std::deque<double>& seconds) const 
 void LearnedDeadlines::record(const std::string& key, std::chrono::steady_clock::duration took) {
   if (!(multiple_ > 0)) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  Class& c = classes_.try_emplace(key, Class{{}, LearnedLimit{fixed_}, 0}).first->second;
-  c.seconds.push_back(std::chrono::duration<double>(took).count());
-  if (c.seconds.size() > kWindow) c.seconds.pop_front();
+  Class& c = classes_.try_emplace(key, Class{QuantileWindow(kWindow), LearnedLimit{fixed_}, 0}).first->second;
+  c.seconds.add(std::chrono::duration<double>(took).count());
   if (++c.since >= kRecompute || c.seconds.size() == kMinSamples) {
     c.since = 0;
     c.limit = compute(c.seconds);

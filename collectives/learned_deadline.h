@@ -18,10 +18,11 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+
+#include "runtime/quantile_window.h"
 
 namespace etr {
 
@@ -54,12 +55,12 @@ class LearnedDeadlines {
   double multiple_;
   std::chrono::milliseconds floor_;
   struct Class {
-    std::deque<double> seconds;  // the last kWindow durations
+    QuantileWindow seconds{kWindow};  // the last kWindow durations
     LearnedLimit limit;          // recomputed every kRecompute records
     size_t since = 0;
   };
   static constexpr size_t kRecompute = 16;
-  LearnedLimit compute(const std::deque<double>& seconds) const;
+  LearnedLimit compute(const QuantileWindow& seconds) const;
 
   mutable std::mutex mutex_;
   std::map<std::string, Class> classes_;

@@ -19,19 +19,14 @@ double to_seconds(std::chrono::milliseconds t) { return static_cast<double>(t.co
 }  // namespace
 
 HeartbeatTimeout::HeartbeatTimeout(HeartbeatTimeoutOptions o)
-    : o_(o), current_(o.fixed.count() > 0 ? o.fixed : o.initial) {
+    : o_(o), gaps_(static_cast<size_t>(std::max(1, o.window))), current_(o.fixed.count() > 0 ? o.fixed : o.initial) {
   o_.window = std::max(1, o_.window);
   o_.min_gaps = std::clamp(o_.min_gaps, 1, o_.window);
 }
 
 void HeartbeatTimeout::observe_gap(double seconds) {
   if (!learning() || !(seconds >= 0) || !std::isfinite(seconds)) return;
-  if (gaps_.size() < static_cast<size_t>(o_.window)) {
-    gaps_.push_back(seconds);
-  } else {
-    gaps_[next_] = seconds;
-    next_ = (next_ + 1) % gaps_.size();
-  }
+  gaps_.add(seconds);
   ++seen_;
   ++since_relearn_;
   // A gap above the quantile may raise the timeout: at once (a longer timeout is the safe
@@ -41,12 +36,7 @@ void HeartbeatTimeout::observe_gap(double seconds) {
 
 void HeartbeatTimeout::relearn() {
   since_relearn_ = 0;
-  std::vector<double> sorted = gaps_;
-  const size_t n = sorted.size();
-  // The nearest-rank quantile: the smallest gap at least q of the gaps are not above.
-  const size_t k = std::min(n - 1, static_cast<size_t>(std::ceil(o_.quantile * static_cast<double>(n))) - 1);
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
-  quantile_ = sorted[k];
+  quantile_ = gaps_.quantile(o_.quantile);
   const double learned = std::clamp(o_.multiple * quantile_, to_seconds(o_.floor), to_seconds(o_.ceiling));
   current_ = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(learned * 1000)));
 }

@@ -14,7 +14,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "runtime/quantile_window.h"
 
 namespace etr::launcher {
 
@@ -51,8 +52,7 @@ class HeartbeatTimeout {
   void relearn();
 
   HeartbeatTimeoutOptions o_;
-  std::vector<double> gaps_;  // a ring of the newest o_.window gaps
-  size_t next_ = 0;
+  QuantileWindow gaps_;  // the newest o_.window gaps
   int64_t seen_ = 0;
   int64_t since_relearn_ = 0;
   double quantile_ = 0;
