@@ -44,8 +44,10 @@ inline constexpr std::chrono::milliseconds kSilentGather{600};
 // How long etr-run keeps reading the job's stderr after mpirun has exited: a daemon that
 // mpirun left behind (on a host it could not reach) may hold the pipe open for good.
 inline constexpr std::chrono::seconds kDrainAfterExit{2};
-// ... and after etr-run itself killed mpirun (end_stuck_mpirun): the job is over.
-inline constexpr std::chrono::milliseconds kDrainAfterKill{150};
+// ... and after etr-run itself killed mpirun (end_stuck_mpirun): the job is over, and
+// what mpirun forwarded is already in the pipe; only the launch agent of a host cut off
+// still holds it open.
+inline constexpr std::chrono::milliseconds kDrainAfterKill{50};
 
 // Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits (and
 // stops reading kDrainAfterExit later), and forwards a stop signal (`stop_signal` != 0)
@@ -58,10 +60,12 @@ void pump(Watch& w, int stop_signal);
 inline constexpr std::chrono::seconds kStuckMpirunGrace{10};
 // SIGTERM to SIGKILL: mpirun's own teardown waits on the daemon it cannot reach; when
 // etr-run decided (a silent host, a stuck job) no rank has anything left to save (the
-// newest checkpoint is what the next launch restores), so it gets 200 ms: time to send
-// its daemons their kill orders (a daemon that loses mpirun ends its ranks as well).
+// newest checkpoint is what the next launch restores), so it gets 50 ms: enough for
+// daemons it reaches to end their ranks (a stopped rank's host: ~40 ms measured on the
+// chaos soak's hosts), and no longer than that for a daemon it cannot reach, which mpirun
+// would wait on for good (a daemon that loses mpirun ends its ranks as well).
 inline constexpr std::chrono::seconds kStuckKillAfter{2};
-inline constexpr std::chrono::milliseconds kDecidedKillAfter{200};
+inline constexpr std::chrono::milliseconds kDecidedKillAfter{50};
 
 // Once `first_error` (a time point, epoch: none) is kStuckMpirunGrace past and mpirun
 // still runs (says so on stderr), or once w.end_at is reached: SIGTERM, and SIGKILL
