@@ -89,9 +89,16 @@ stop() {  # NAME: etr-run stopped (SIGTERM), waited for
   etr_run_pid=
 }
 now_ms() { date +%s%3N; }
-# A rank's pid on host I (the etr-train process in its namespace), or nothing.
-rank_on() { ip netns pids "etrchaos-h$1" 2>/dev/null | while read -r p; do
-  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && echo "$p"; done | head -1; }
+# A rank's pid on host I (the oldest etr-train process in its namespace), or nothing.
+# (No pipeline: under pipefail a reader that stops early, or a last process that is not
+# etr-train, would fail it, and set -e would end the soak.)
+rank_on() {
+  local p
+  for p in $(ip netns pids "etrchaos-h$1" 2>/dev/null); do
+    if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ]; then echo "$p"; return 0; fi
+  done
+  return 0
+}
 
 # The fault-free reference in two halves, one before the chaos run and one after it, so
 # that a machine whose speed drifts (a shared VM) moves both alike. The second half is
