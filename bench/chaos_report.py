@@ -150,6 +150,15 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
               f"worth what this run measured): {c * 100:.1f} %; kept of the ceiling: "
               f"{kept / c * 100:.1f} %; with the work split as etr splits the global batch of "
               f"{batch} (compute-bound hosts): {ceiling(faults, runs[0]['ms'], seconds, split) * 100:.1f} %")
+        if HOSTS in r and ff_steps:
+            # The goodput against the fault-free halves compares two stretches of time; a
+            # machine whose speed wanders (a shared VM) moves the figure by its drift. The
+            # chaos run's own speed on all hosts gives the same comparison without it.
+            ff_rate, own = ff_steps / seconds, r[HOSTS] * seconds
+            print(f"the machine's speed: fault-free {ff_rate:.2f} steps a second, the chaos run's "
+                  f"{HOSTS}-rank launches {r[HOSTS]:.2f} ({(r[HOSTS] / ff_rate - 1) * 100:+.1f} %); "
+                  f"against a fault-free run at the chaos run's own speed ({own:.0f} steps): goodput "
+                  f"kept {chaos_steps / own * 100:.1f} %")
 
 
 if __name__ == "__main__":
