@@ -33,7 +33,7 @@ LearnedLimit LearnedDeadlines::compute(const QuantileWindow& seconds) const {
 void LearnedDeadlines::record(const std::string& key, std::chrono::steady_clock::duration took) {
   if (!(multiple_ > 0)) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  Class& c = classes_.try_emplace(key, Class{QuantileWindow(kWindow), LearnedLimit{fixed_}, 0}).first->second;
+  Class& c = classes_.try_emplace(key, Class{.limit = LearnedLimit{fixed_}}).first->second;
   c.seconds.add(std::chrono::duration<double>(took).count());
   if (++c.since >= kRecompute || c.seconds.size() == kMinSamples) {
     c.since = 0;

@@ -19,8 +19,10 @@ double to_seconds(std::chrono::milliseconds t) { return static_cast<double>(t.co
 }  // namespace
 
 HeartbeatTimeout::HeartbeatTimeout(HeartbeatTimeoutOptions o)
-    : o_(o), gaps_(static_cast<size_t>(std::max(1, o.window))), current_(o.fixed.count() > 0 ? o.fixed : o.initial) {
-  o_.window = std::max(1, o_.window);
+    : o_(o),
+      gaps_(static_cast<size_t>(std::max(1, o.window))),
+      current_(o.fixed.count() > 0 ? o.fixed : o.initial) {
+  o_.window = static_cast<int>(gaps_.capacity());
   o_.min_gaps = std::clamp(o_.min_gaps, 1, o_.window);
 }
 

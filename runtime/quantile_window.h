@@ -24,6 +24,7 @@ class QuantileWindow {
     }
   }
   size_t size() const { return values_.size(); }
+  size_t capacity() const { return capacity_; }
   // The smallest value that at least a fraction q of the window is not above (the
   // nearest rank); 0 for an empty window. Selects in a copy: O(size).
   double quantile(double q) const {
