@@ -15,8 +15,12 @@
 namespace etr {
 namespace fs = std::filesystem;
 
-CheckpointReader::CheckpointReader(fs::path dir) : dir_(std::move(dir)), manifest_(read_manifest(dir_)) {
+CheckpointReader::CheckpointReader(fs::path dir) : CheckpointReader(dir, read_manifest(dir)) {}
+
+CheckpointReader::CheckpointReader(fs::path dir, ckpt::Manifest manifest)
+    : dir_(std::move(dir)), manifest_(std::move(manifest)) {
   for (const auto& t : manifest_.tensors()) index_[{t.state(), t.name()}] = &t;
+  for (int i = 0; i < manifest_.files_size(); ++i) file_index_[manifest_.files(i).name()] = i;
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -47,9 +51,16 @@ void CheckpointReader::read_state(const std::string& state, const ParamLayout& l
 
 void CheckpointReader::read_range(const std::string& state, const ParamLayout& layout,
                                   float* dest, int64_t begin, int64_t end) {
+  read(plan_range(state, layout, dest, begin, end));
+}
+
+std::vector<ShardRead> CheckpointReader::plan_range(const std::string& state,
+                                                    const ParamLayout& layout, float* dest,
+                                                    int64_t begin, int64_t end) const {
   if (!has_state(state)) {
     throw CheckpointError(dir_.string() + " holds no '" + state + "' state");
   }
+  std::vector<ShardRead> reads;
   for (const TensorEntry& e : layout.entries()) {
     const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
     if (lo >= hi) continue;
@@ -75,25 +86,41 @@ void CheckpointReader::read_range(const std::string& state, const ParamLayout& l
       const uint64_t a = std::max(need_lo, x.tensor_begin());
       const uint64_t b = std::min(need_hi, x.tensor_begin() + x.count());
       if (a >= b) continue;
-      char* dst = reinterpret_cast<char*>(dest + (e.offset + static_cast<int64_t>(a) - begin));
-      size_t left = (b - a) * sizeof(float);
-      off_t at = static_cast<off_t>(x.file_offset() + (a - x.tensor_begin()) * sizeof(float));
-      const int f = fd(x.file());
-      while (left > 0) {
-        // At most 64 MiB a call, so that a progress line can come between two.
-        const ssize_t n = ::pread(f, dst, std::min<size_t>(left, size_t{64} << 20), at);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          throw IoError("cannot read " + std::to_string(left) + " bytes at offset " +
-                        std::to_string(at) + " of " + (dir_ / x.file()).string() + ": " +
-                        (n == 0 ? std::string("the file is too short") : std::strerror(errno)));
-        }
-        dst += n;
-        at += n;
-        left -= static_cast<size_t>(n);
-        bytes_read_ += static_cast<uint64_t>(n);
-        if (progress_) progress_->add(static_cast<uint64_t>(n));
+      const auto file = file_index_.find(x.file());
+      if (file == file_index_.end()) {
+        throw CheckpointError("tensor " + e.name + " in " + dir_.string() + " is in " + x.file() +
+                              ", which the manifest does not list");
       }
+      reads.push_back(ShardRead{
+          file->second, x.file_offset() + (a - x.tensor_begin()) * sizeof(float),
+          (b - a) * sizeof(float),
+          reinterpret_cast<char*>(dest + (e.offset + static_cast<int64_t>(a) - begin))});
+    }
+  }
+  return reads;
+}
+
+void CheckpointReader::read(std::span<const ShardRead> reads) {
+  for (const ShardRead& r : reads) {
+    const std::string& name = manifest_.files(r.file).name();
+    const int f = fd(name);
+    char* dst = r.dest;
+    size_t left = r.bytes;
+    off_t at = static_cast<off_t>(r.offset);
+    while (left > 0) {
+      // At most 64 MiB a call, so that a progress line can come between two.
+      const ssize_t n = ::pread(f, dst, std::min<size_t>(left, size_t{64} << 20), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        throw IoError("cannot read " + std::to_string(left) + " bytes at offset " +
+                      std::to_string(at) + " of " + (dir_ / name).string() + ": " +
+                      (n == 0 ? std::string("the file is too short") : std::strerror(errno)));
+      }
+      dst += n;
+      at += n;
+      left -= static_cast<size_t>(n);
+      bytes_read_ += static_cast<uint64_t>(n);
+      if (progress_) progress_->add(static_cast<uint64_t>(n));
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "checkpoint/manifest.pb.h"
 #include "runtime/byte_progress.h"
@@ -26,10 +27,21 @@
 
 namespace etr {
 
+// One contiguous run of bytes of a shard file, and where it lands: a step of a read plan.
+struct ShardRead {
+  int file = 0;         // the manifest's files(file)
+  uint64_t offset = 0;  // in that file
+  uint64_t bytes = 0;
+  char* dest = nullptr;
+};
+
 class CheckpointReader {
  public:
   // Throws CheckpointError (read_manifest) when the manifest is missing or corrupt.
   explicit CheckpointReader(std::filesystem::path dir);
+  // With a manifest checked elsewhere (parse_manifest), for a directory that may lack its
+  // own (a memory-tier restore reads the other files from other hosts).
+  CheckpointReader(std::filesystem::path dir, ckpt::Manifest manifest);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
@@ -47,6 +59,11 @@ class CheckpointReader {
   // (a FlatState's held range, runtime/flat_state.h).
   void read_range(const std::string& state, const ParamLayout& layout, float* dest,
                   int64_t begin, int64_t end);
+  // The reads read_range would make, checked as it checks them; no file is opened.
+  std::vector<ShardRead> plan_range(const std::string& state, const ParamLayout& layout,
+                                    float* dest, int64_t begin, int64_t end) const;
+  // Makes `reads` from this directory's files (IoError when one cannot be read).
+  void read(std::span<const ShardRead> reads);
   // True when the checkpoint holds `state`.
   bool has_state(const std::string& state) const;
   // Bytes read by read_state so far.
@@ -60,6 +77,7 @@ class CheckpointReader {
   std::filesystem::path dir_;
   ckpt::Manifest manifest_;
   std::map<std::pair<std::string, std::string>, const ckpt::TensorRecord*> index_;  // (state, name)
+  std::map<std::string, int> file_index_;  // name -> the manifest's files(i)
   std::map<std::string, int> fds_;
   ByteProgress* progress_ = nullptr;
   uint64_t bytes_read_ = 0;

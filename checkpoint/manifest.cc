@@ -70,33 +70,37 @@ ckpt::Manifest read_manifest(const fs::path& dir) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in) throw CheckpointError("cannot read " + path.string());
+  return parse_manifest(text.str(), path.string());
+}
+
+ckpt::Manifest parse_manifest(const std::string& bytes, const std::string& where) {
   ckpt::ManifestFile envelope;
-  if (!envelope.ParseFromString(text.str())) {
-    throw CheckpointError(path.string() + " is not a manifest (it does not parse): the file is "
+  if (!envelope.ParseFromString(bytes)) {
+    throw CheckpointError(where + " is not a manifest (it does not parse): the file is "
                           "corrupt or truncated");
   }
   if (envelope.format_version() > ckpt_format::kFormatVersion) {
-    throw CheckpointError(path.string() + " has format version " +
+    throw CheckpointError(where + " has format version " +
                           std::to_string(envelope.format_version()) + ", newer than the " +
                           std::to_string(ckpt_format::kFormatVersion) +
                           " this etr reads; use a newer etr");
   }
   if (envelope.format_version() == 0) {
-    throw CheckpointError(path.string() + " has no format version: the file is corrupt");
+    throw CheckpointError(where + " has no format version: the file is corrupt");
   }
   const std::string& body = envelope.manifest();
   const uint64_t sum = Checksum::of(body.data(), body.size());
   if (sum != envelope.manifest_xxh3()) {
-    throw CheckpointError(path.string() + " fails its checksum (XXH3 " + format_checksum(sum) +
+    throw CheckpointError(where + " fails its checksum (XXH3 " + format_checksum(sum) +
                           ", recorded " + format_checksum(envelope.manifest_xxh3()) +
                           "): the manifest is corrupt");
   }
   ckpt::Manifest m;
   if (!m.ParseFromString(body)) {
-    throw CheckpointError(path.string() + " passes its checksum but its body does not parse");
+    throw CheckpointError(where + " passes its checksum but its body does not parse");
   }
   if (const std::string bad = check_manifest_sense(m); !bad.empty()) {
-    throw CheckpointError(path.string() + " passes its checksum but does not make sense: " + bad);
+    throw CheckpointError(where + " passes its checksum but does not make sense: " + bad);
   }
   return m;
 }

@@ -47,6 +47,10 @@ void write_manifest(const std::filesystem::path& dir, const ckpt::Manifest& mani
 // version, a body that does not parse, and whatever check_manifest_sense finds.
 ckpt::Manifest read_manifest(const std::filesystem::path& dir);
 
+// The same checks on the bytes of a manifest file that came another way (a memory-tier
+// restore sends it to the hosts that lack it); `where` names it in the errors.
+ckpt::Manifest parse_manifest(const std::string& bytes, const std::string& where);
+
 // The largest step a manifest may record: the trainer computes in int64 and its optimizer
 // counts step + 1.
 inline constexpr uint64_t kMaxManifestStep = (uint64_t{1} << 63) - 2;

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -12,11 +12,8 @@
 #include "checkpoint/agreement.h"
 #include "checkpoint/buddy_link.h"
 #include "checkpoint/catalog.h"
-#include "checkpoint/checksum.h"
-#include "checkpoint/durable_file.h"
 #include "checkpoint/manifest.h"
 #include "runtime/error.h"
-#include "runtime/mpi_wait.h"
 
 namespace etr {
 namespace fs = std::filesystem;
@@ -84,120 +81,56 @@ std::vector<int64_t> offer(const fs::path& dir, uint32_t files, const Group& gro
   return codes;
 }
 
-// The files some host leader lacks, in `lacks` ([rank][file]: 1 when that rank lacks it),
-// from their holders to those leaders only, all at once; each checked against the
-// manifest before it is written. This rank's error, "" when none.
-std::string fetch_lacking(const fs::path& dir, const ckpt::Manifest& m,
-                          const std::vector<int64_t>& holder, const std::vector<uint8_t>& lacks,
-                          bool leader, const Group& group) {
+// Step 3: where this rank reads each file from (its host, or the file's holder), and the
+// manifest on every rank: read here, or sent from the holder of file 0 to every rank when
+// some host lacks it (checked as one read from a file).
+MemoryResume sources(const fs::path& dir, uint64_t step, const std::vector<int64_t>& holder,
+                     const std::vector<int64_t>& mine, const BuddyLink& hosts,
+                     const Group& group) {
   const size_t files = holder.size();
-  const int me = group.rank(), ranks = group.size();
-  auto lacking = [&](int r, size_t f) { return lacks[static_cast<size_t>(r) * files + f] != 0; };
-  auto wanted = [&](size_t f) {
-    for (int r = 0; r < ranks; ++r) {
-      if (lacking(r, f)) return true;
-    }
-    return false;
-  };
-  auto root_of = [&](size_t f) { return static_cast<int>(holder[f] % ranks); };
-  struct Buffers {
-    std::deque<std::string> out, in;  // a deque: its strings stay where they are
-    std::vector<MPI_Request> requests;
-  };
-  auto b = std::make_shared<Buffers>();
-  std::string error;  // a holder reads what it sends first: a failed read sends nothing
-  for (size_t f = 0; f < files && error.empty(); ++f) {
-    if (root_of(f) != me || !wanted(f)) continue;
-    try {
-      b->out.push_back(read_whole(dir / m.files(static_cast<int>(f)).name()));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  const int ranks = group.size(), me = group.rank();
+  std::vector<uint8_t> held(files, 0);  // leaders: 1 where their host holds an intact copy
+  for (size_t f = 0; f < files && hosts.host_leader(); ++f) held[f] = mine[f] != kNone ? 1 : 0;
+  const std::vector<uint8_t> all = all_gather_bytes(group, held);
+  int leader = me;  // the lowest rank of this rank's host
+  for (int r = 0; r < ranks && leader == me; ++r) {
+    if (hosts.host_of(r) == hosts.host_of(me)) leader = r;
   }
-  error = first_error(group, error);
-  if (!error.empty()) return error;
-  std::vector<size_t> received;  // the files in b->in, in order
-  for (size_t f = 0, sent = 0; f < files; ++f) {
-    if (!wanted(f)) continue;
-    if (root_of(f) == me) {
-      std::string& bytes = b->out[sent++];
-      for (int r = 0; r < ranks; ++r) {
-        if (lacking(r, f)) post_pieces(b->requests, bytes.data(), bytes.size(), r, group.comm(), true);
-      }
-    }
-    if (!lacking(me, f)) continue;
-    b->in.emplace_back(m.files(static_cast<int>(f)).bytes(), '\0');
-    received.push_back(f);
-    post_pieces(b->requests, b->in.back().data(), b->in.back().size(), root_of(f), group.comm(), false);
+  MemoryResume out{dir, step, "", {}, {}};
+  for (size_t f = 0; f < files; ++f) {
+    out.files.holder.push_back(static_cast<int>(holder[f] % ranks));
+    out.files.here.push_back(all[static_cast<size_t>(leader) * files + f]);
   }
+  std::optional<ckpt::Manifest> m;
   try {
-    for (MPI_Request& r : b->requests) wait_with_timeout(r, "the memory checkpoint's files between hosts");
-  } catch (const CommError&) {
-    static_cast<void>(new std::shared_ptr<Buffers>(b));  // still active: leaked on purpose
-    throw;
+    m = read_manifest(dir);
+  } catch (const std::exception&) {
+    // none on this host, or a damaged one: the holder's is sent
   }
-  for (size_t i = 0; i < received.size() && leader; ++i) {
-    const ckpt::ShardFile& want = m.files(static_cast<int>(received[i]));
-    const std::string& bytes = b->in[i];
-    try {
-      if (Checksum::of(bytes.data(), bytes.size()) != want.xxh3()) {
-        throw CheckpointError("the copy of " + want.name() + " sent by rank " +
-                              std::to_string(root_of(received[i])) + " does not match its checksum");
+  std::string error;
+  if (!all_true(group, m.has_value())) {
+    const int root = out.files.holder[0];
+    std::string bytes;
+    if (me == root) {
+      try {
+        bytes = read_whole(dir / "manifest.pb");
+      } catch (const std::exception&) {
+        // sent empty: the ranks that need it fail to parse it, in one sentence
       }
-      const fs::path at = dir / want.name();
-      write_file_durably(at, bytes.data(), bytes.size());
-      write_file_durably(at.string() + kBuddyMarkerSuffix, nullptr, 0);
-    } catch (const std::exception& e) {
-      if (error.empty()) error = e.what();
     }
-  }
-  return error;
-}
-
-// Step 3: every file some host lacks, and the manifest, from a holder.
-void put_together(const fs::path& dir, const std::vector<int64_t>& holder,
-                  const std::vector<int64_t>& mine, bool leader, const Group& group) {
-  const size_t files = holder.size();
-  std::vector<uint8_t> lacks(files, 0);  // leaders: 1 where their host lacks it
-  bool has_manifest = true;
-  ckpt::Manifest m;
-  if (leader) {
-    for (size_t f = 0; f < files; ++f) lacks[f] = mine[f] == kNone ? 1 : 0;
-    try {
-      m = read_manifest(dir);
-    } catch (const std::exception&) {
-      has_manifest = false;  // none here, or a damaged one: replaced by the holder's
-    }
-  }
-  const int manifest_root = static_cast<int>(holder[0] % group.size());
-  std::string manifest_bytes, error;
-  if (!all_true(group, has_manifest)) {
-    manifest_bytes = broadcast_bytes(
-        group, group.rank() == manifest_root ? read_whole(dir / "manifest.pb") : "", manifest_root);
-  }
-  if (leader && !has_manifest) {
-    ckpt::ManifestFile envelope;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) error = "cannot create " + dir.string() + ": " + ec.message();
-    if (!envelope.ParseFromString(manifest_bytes) || !m.ParseFromString(envelope.manifest())) {
-      error = "the manifest sent by rank " + std::to_string(manifest_root) + " does not parse";
+    bytes = broadcast_bytes(group, bytes, root);
+    if (!m) {
+      try {
+        m = parse_manifest(bytes, "the manifest of " + dir.string() + " sent by rank " + std::to_string(root));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
     }
   }
   error = first_error(group, error);
-  if (error.empty()) {
-    error = fetch_lacking(dir, m, holder, all_gather_bytes(group, lacks), leader, group);
-  }
-  if (leader && !has_manifest && error.empty()) {
-    try {
-      write_file_durably(dir / "manifest.pb", manifest_bytes.data(), manifest_bytes.size());
-      fsync_directory(dir.parent_path());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  error = first_error(group, error);
-  if (!error.empty()) throw CheckpointError("cannot put the memory checkpoint together: " + error);
+  if (!error.empty()) throw CheckpointError("cannot restore from the memory tier: " + error);
+  out.manifest = std::move(*m);
+  return out;
 }
 
 }  // namespace
@@ -235,10 +168,11 @@ std::optional<MemoryResume> find_memory_resumable(const fs::path& root, const Gr
     if (!note.empty() && group.rank() == 0) {
       log.warn("checkpoint: a memory copy is damaged (", note, "); another host's copy is used");
     }
-    put_together(dir, holder, mine, hosts.host_leader(), group);
+    MemoryResume out = sources(dir, step, holder, mine, hosts, group);
     const bool buddy = std::any_of(holder.begin(), holder.end(),
                                    [&](int64_t h) { return h >= group.size(); });
-    return MemoryResume{dir, step, buddy ? "memory-buddy" : "memory-local"};
+    out.tier = buddy ? "memory-buddy" : "memory-local";
+    return out;
   }
   return std::nullopt;
 }

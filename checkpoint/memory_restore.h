@@ -1,5 +1,5 @@
 // find_memory_resumable: the newest complete checkpoint of the memory tier that the
-// ranks of this launch can put together from their hosts' memory (docs/architecture.md,
+// ranks of this launch can read from their hosts' memory (docs/architecture.md,
 // "Checkpoints"; the tier is written by CheckpointWriter with CheckpointTier::per_host).
 //
 // Protocol, collective over the group (world W now; hosts as checkpoint/buddy_link.h):
@@ -10,11 +10,13 @@
 //      one as (buddy copy ? 1 : 0) x W + rank; the MIN over the ranks picks, for every
 //      file, a holder that wrote it itself when there is one. A step some file of which
 //      has no intact copy on any host of this launch is skipped, its reason logged.
-//   3. The chosen step is put together on every host: each file (and the manifest) that
-//      some host lacks is broadcast from its holder, checked against the manifest's XXH3
-//      and written by the lacking hosts' leaders (a copy marked as a buddy copy; the
-//      manifest last), so that memory_dir/step-N/ is a complete checkpoint on every host
-//      and is read like one on disk (CheckpointReader).
+//   3. For the chosen step, every rank learns which files its host holds intact (the
+//      leaders' offers, all-gathered) and the holder of each; the manifest is read on
+//      each host that has it and sent from the holder of file 0 to the others (checked
+//      like a file's: parse_manifest). Nothing is copied between hosts here: the restore
+//      reads its own host's files and receives only the byte ranges it needs of the
+//      others from their holders (read_with_peers, checkpoint/peer_read.h), so no host's
+//      tier ever holds more than its ranks' and their buddies' files.
 // The tier it restores from is "memory-local" when every file was its writer's own copy,
 // "memory-buddy" when one came from a buddy copy (its host lost, or its copy corrupt).
 #pragma once
@@ -25,20 +27,24 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.pb.h"
+#include "checkpoint/peer_read.h"
 #include "runtime/group.h"
 #include "runtime/log.h"
 
 namespace etr {
 
 struct MemoryResume {
-  std::filesystem::path dir;  // root/step-N, complete on every host of the group
+  std::filesystem::path dir;  // root/step-N: on this host, the files `files.here` marks
   uint64_t step = 0;
   std::string tier;  // "memory-local" or "memory-buddy"
+  PeerFiles files;   // where this rank reads each file from (read_with_peers)
+  ckpt::Manifest manifest;
 };
 
 // Collective over `group`. Nothing when no step is complete on the hosts of the group,
-// with `why_not` the reason (one sentence). Errors in writing the copies throw
-// CheckpointError on every rank.
+// with `why_not` the reason (one sentence). A manifest that cannot be sent or does not
+// check out throws CheckpointError on every rank.
 std::optional<MemoryResume> find_memory_resumable(const std::filesystem::path& root,
                                                   const Group& group, Logger& log,
                                                   std::string& why_not);

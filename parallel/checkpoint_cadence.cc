@@ -10,6 +10,7 @@
 #include "checkpoint/catalog.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/peer_read.h"
 #include "checkpoint/memory_restore.h"
 #include "parallel/memory_cadence.h"
 #include "runtime/adamw.h"
@@ -93,7 +94,7 @@ std::optional<ResumePoint> CheckpointCadence::find_resume(bool relaunch) const {
   const auto found = find_resumable(paths, grid_.world_group(), log_);
   if (found) {
     const bool fast = !c.fast_dir().empty() && found->parent_path() == fs::path(c.fast_dir());
-    return ResumePoint{*found, fast ? "fast" : "durable"};
+    return ResumePoint{*found, fast ? "fast" : "durable", nullptr};
   }
   std::string where;
   for (const auto& p : paths) where += (where.empty() ? "" : " and ") + p.string();
@@ -123,7 +124,10 @@ std::optional<ResumePoint> CheckpointCadence::find_in_memory(uint64_t disk_step)
   } catch (const CheckpointError& e) {
     why = e.what();
   }
-  if (m && m->step >= disk_step) return ResumePoint{m->dir, m->tier};
+  if (m && m->step >= disk_step) {
+    auto memory = std::make_shared<const MemoryResume>(std::move(*m));
+    return ResumePoint{memory->dir, memory->tier, memory};
+  }
   if (m) why = "its newest complete copy (step " + std::to_string(m->step) +
                ") is older than the disk's (step " + std::to_string(disk_step) + ")";
   if (grid_.rank() == 0) log_.info("checkpoint: not resuming from the memory tier: ", why, "; trying disk");
@@ -155,36 +159,58 @@ void CheckpointCadence::check_attachments(const ckpt::Manifest& m) const {
   }
 }
 
-Restored CheckpointCadence::restore(const std::filesystem::path& dir,
+Restored CheckpointCadence::restore(const ResumePoint& point,
                                     std::span<const HeldState> states) const {
   const auto t0 = std::chrono::steady_clock::now();
   Restored out;
   std::string error;
+  std::optional<CheckpointReader> reader;
+  std::vector<ShardRead> reads;  // this rank's, planned before any byte moves
+  uint64_t total = 0;
   try {
-    CheckpointReader reader(dir);
-    check_attachments(reader.manifest());
-    uint64_t total = 0;
-    for (const HeldState& s : states) {
-      for (const HeldRange& r : s.holder->held()) total += static_cast<uint64_t>(r.end - r.begin) * sizeof(float);
+    if (point.memory) {
+      reader.emplace(point.dir, point.memory->manifest);
+    } else {
+      reader.emplace(point.dir);
     }
-    ByteProgress progress(grid_.rank() == 0 ? &log_ : nullptr,
-                          "checkpoint " + dir.string() + ": rank 0 loading its share", total);
-    reader.set_progress(&progress);
+    check_attachments(reader->manifest());
     for (const HeldState& s : states) {
       FlatState& state = *s.holder;
       for (size_t i = 0; i < state.held().size(); ++i) {
         const HeldRange& r = state.held()[i];
-        reader.read_range(s.name, state.layout(), state.range<float>(s.name, i), r.begin, r.end);
+        for (const ShardRead& read : reader->plan_range(s.name, state.layout(), state.range<float>(s.name, i), r.begin, r.end)) {
+          reads.push_back(read);
+          total += read.bytes;
+        }
       }
     }
-    progress.finish();
-    out.manifest = reader.manifest();
-    out.bytes = reader.bytes_read();
   } catch (const std::exception& e) {
     error = e.what();
   }
   error = first_error(grid_.world_group(), error);
-  if (!error.empty()) throw CheckpointError("cannot resume from " + dir.string() + ": " + error);
+  if (error.empty() && point.memory) {
+    PeerReadResult got;
+    error = read_with_peers(*reader, point.memory->files, reads, grid_.world_group(), got);
+    out.received = got.received_bytes;
+    out.bytes = got.local_bytes + got.received_bytes;
+  } else if (error.empty()) {
+    ByteProgress progress(grid_.rank() == 0 ? &log_ : nullptr,
+                          "checkpoint " + point.dir.string() + ": rank 0 loading its share", total);
+    reader->set_progress(&progress);
+    try {
+      reader->read(reads);
+      progress.finish();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    out.bytes = reader->bytes_read();
+  }
+  error = first_error(grid_.world_group(), error);
+  if (!error.empty()) throw CheckpointError("cannot resume from " + point.dir.string() + ": " + error);
+  if (point.memory) {
+    for (uint64_t b : all_gather(grid_.world_group(), out.received)) out.moved += b;
+  }
+  out.manifest = reader->manifest();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

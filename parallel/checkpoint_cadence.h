@@ -46,17 +46,24 @@ struct BatchOrigin {
   uint64_t samples = 0;
 };
 
+struct MemoryResume;  // checkpoint/memory_restore.h
+
 // Where a run resumes from, and the tier that held it: "durable", "fast", "memory-local"
 // (the hosts' own in-memory copies) or "memory-buddy" (one from a buddy's copy).
 struct ResumePoint {
   std::filesystem::path dir;
   std::string tier;
+  // The memory tier's: where each file is read from (checkpoint/peer_read.h); null for
+  // the disk tiers, whose directory every rank reads.
+  std::shared_ptr<const MemoryResume> memory;
 };
 
 // What a restore brought back besides the states.
 struct Restored {
   ckpt::Manifest manifest;
-  uint64_t bytes = 0;    // read by this rank
+  uint64_t bytes = 0;     // read by this rank (received ones included)
+  uint64_t received = 0;  // of those, received from other hosts (a memory-tier restore)
+  uint64_t moved = 0;     // received from other hosts by all ranks together
   double seconds = 0;
 };
 
@@ -88,10 +95,12 @@ class CheckpointCadence {
   // is not older than the disk's; otherwise the memory tier is emptied (a fresh start
   // never resumes from an earlier run's copy).
   std::optional<ResumePoint> find_resume(bool relaunch) const;
-  // Collective: reads each state into the ranges its holder holds. Throws
-  // CheckpointError naming `dir` when any rank fails, or when the checkpoint's
-  // attachments are not this run's (set_attachments), name for name and byte for byte.
-  Restored restore(const std::filesystem::path& dir, std::span<const HeldState> states) const;
+  // Collective: reads each state into the ranges its holder holds (from the memory tier:
+  // what this rank's host lacks comes from the hosts that hold it, read_with_peers).
+  // Throws CheckpointError naming the directory when any rank fails, or when the
+  // checkpoint's attachments are not this run's (set_attachments), name for name and byte
+  // for byte.
+  Restored restore(const ResumePoint& point, std::span<const HeldState> states) const;
 
   // The manifest of a checkpoint after `position` (everything but tensors and files).
   ckpt::Manifest manifest(const DataPosition& position, const BatchOrigin& origin) const;

@@ -19,7 +19,7 @@ void TrainSession::resume() {
   elastic_->at(RankStage::kRestore, position_.step);
   const ElasticLaunch* launch = elastic_->launch();
   if (const auto point = checkpoints_->find_resume(launch && launch->restart > 0)) {
-    restore(point->dir, point->tier);
+    restore(*point);
   } else if (init_deferred_) {
     engine_->initialize_parameters(model_.init);
   }
@@ -27,9 +27,11 @@ void TrainSession::resume() {
   elastic_->at(RankStage::kStart, position_.step);
 }
 
-void TrainSession::restore(const std::filesystem::path& dir, const std::string& tier) {
+void TrainSession::restore(const ResumePoint& point) {
+  const std::filesystem::path& dir = point.dir;
+  const std::string& tier = point.tier;
   const std::vector<HeldState> states = engine_->held_states();
-  const Restored r = checkpoints_->restore(dir, states);
+  const Restored r = checkpoints_->restore(point, states);
   engine_->restored();
   const ckpt::Manifest& m = r.manifest;
   if (leader() && m.data().seed() != position_.seed) {
@@ -48,7 +50,9 @@ void TrainSession::restore(const std::filesystem::path& dir, const std::string& 
               m.data().samples_seen(), "; saved by ", m.layout().world_size(),
               " rank(s), now ", grid_->size(), "; rank 0 read ",
               format_bytes(static_cast<double>(r.bytes)), " in ",
-              std::to_string(r.seconds).substr(0, 5), " s (the ", tier, " tier)");
+              std::to_string(r.seconds).substr(0, 5), " s (the ", tier, " tier",
+              point.memory ? "; " + format_bytes(static_cast<double>(r.moved)) + " moved between hosts" : std::string(),
+              ")");
   }
 }
 

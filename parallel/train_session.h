@@ -150,7 +150,10 @@ class TrainSession {
   // Collective: loads the engine's states, data position and schedule from the
   // checkpoint directory `dir` (saved from any world size). Throws CheckpointError.
   // `tier`: where it was found ("durable", "fast", "memory-local", "memory-buddy").
-  void restore(const std::filesystem::path& dir, const std::string& tier = "durable");
+  void restore(const std::filesystem::path& dir, const std::string& tier = "durable") {
+    restore(ResumePoint{dir, tier, nullptr});
+  }
+  void restore(const ResumePoint& point);
   const std::optional<std::filesystem::path>& resumed_from() const { return resumed_from_; }
   const CheckpointWriter* checkpoint_writer() const { return checkpoints_->writer(); }
   const CheckpointWriter* memory_checkpoint_writer() const { return checkpoints_->memory_writer(); }

@@ -8,7 +8,8 @@
 #  a. host 2 lost: its processes killed, its link cut and its memory wiped; etr-run
 #     excludes it (its launch daemon's end names it). The relaunch on hosts 1 and 3
 #     restores from the memory tier: host 2's shard from the buddy copy host 1 keeps (the
-#     `restored` event says tier=memory-buddy), put together on host 3, which had nothing;
+#     `restored` event says tier=memory-buddy); host 3, which had nothing, receives the
+#     byte ranges its rank reads from host 1 (the log says how much moved between hosts);
 #     at most 1 step lost; the final parameters equal the reference's bitwise (2 ranks
 #     again: the same sums).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
@@ -63,6 +64,9 @@ grep -q "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.3:1" "$work/a.out" || { sh
 grep "restored" "$work/a.run/events"
 grep -q "restored step=[0-9]* world=2 tier=memory-buddy" "$work/a.run/events" ||
   { show; fail "a: the relaunch did not restore from the buddy's memory copy"; }
+moved=$(grep -o "tier; [0-9.]* [KMG]\?i\?B moved between hosts" "$work/a.out" | head -1)
+echo "a: the restore: $moved"
+[ -n "$moved" ] && ! echo "$moved" | grep -q "; 0 B moved" || { show; fail "a: host 3's rank received nothing from host 1"; }
 line=$(grep -o "the last launch completed step [0-9]*: [0-9]* steps\? lost" "$work/a.out")
 echo "a: $line"
 lost=$(echo "$line" | sed 's/.*: \([0-9]*\) steps\? lost/\1/')
