@@ -57,21 +57,18 @@ std::vector<int> Group::world_ranks() const {
 }
 
 // Both with the collective timeout (runtime/mpi_wait.h): a stopped or dead peer is a
-// CommError naming the group, not a hang. MPI_Comm_idup writes the new handle when it
-// completes, so the handle lives on the heap and stays with a request that timed out.
+// CommError naming the group, not a hang (found in the timed barrier before the blocking
+// call; a peer that dies between the two is left to etr-run's heartbeat watch).
 Group Group::dup(const std::string& name) const {
-  auto comm = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Comm_idup(comm_, comm.get(), &r));
   const std::string what = "duplicating the communicator of " + name_ + " for " + name;
-  try {
-    wait_with_timeout(r, what.c_str());
-  } catch (...) {
-    (void)comm.release();
-    throw;
-  }
-  MPI_CHECK(MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN));
-  return Group(*comm, name);
+  // As split: a barrier with the timeout finds a rank that never comes; then the
+  // blocking dup, which Open MPI completes in one pass (MPI_Comm_idup polled with
+  // wait_with_timeout took 11-35 ms a communicator on 3 hosts of 0.6 CPU).
+  control::barrier(comm_, what.c_str());
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(comm_, &comm));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  return Group(comm, name);
 }
 
 // MPI has no nonblocking split: every rank first meets in a barrier with the timeout, so
