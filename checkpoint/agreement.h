@@ -34,7 +34,7 @@ std::string first_error(const Group& group, const std::string& local);
 bool all_true(const Group& group, bool flag);
 
 // Collective: rank `root`'s `bytes` (any length), on every rank; sent in pieces of at
-// most 64 MiB (a file of the memory tier travels this way, checkpoint/memory_restore.h).
+// most 64 MiB (the memory tier's manifest travels this way, checkpoint/memory_restore.h).
 std::string broadcast_bytes(const Group& group, const std::string& bytes, int root);
 
 // Collective: the element-wise minimum of every rank's `values` (all of one length).

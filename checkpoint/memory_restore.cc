@@ -93,8 +93,11 @@ MemoryResume sources(const fs::path& dir, uint64_t step, const std::vector<int64
   for (size_t f = 0; f < files && hosts.host_leader(); ++f) held[f] = mine[f] != kNone ? 1 : 0;
   const std::vector<uint8_t> all = all_gather_bytes(group, held);
   int leader = me;  // the lowest rank of this rank's host
-  for (int r = 0; r < ranks && leader == me; ++r) {
-    if (hosts.host_of(r) == hosts.host_of(me)) leader = r;
+  for (int r = 0; r < me; ++r) {
+    if (hosts.host_of(r) == hosts.host_of(me)) {
+      leader = r;
+      break;
+    }
   }
   MemoryResume out{dir, step, "", {}, {}};
   for (size_t f = 0; f < files; ++f) {

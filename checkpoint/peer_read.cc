@@ -13,6 +13,7 @@
 
 #include "checkpoint/agreement.h"
 #include "runtime/error.h"
+#include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
 
 namespace etr {
@@ -147,10 +148,13 @@ std::string read_with_peers(CheckpointReader& reader, const PeerFiles& files,
     error = first_error(group, map_asked(*x, reader));
     if (!error.empty()) return error;
     post_transfers(*x, remote, group, result);
-    try {  // this host's files while the messages travel
+    try {  // this host's files while the messages travel (MPI advanced between reads)
       for (const ShardRead* r : local) {
         reader.read(std::span<const ShardRead>(r, 1));
         result.local_bytes += r->bytes;
+        int done = 0;
+        MPI_CHECK(MPI_Testall(static_cast<int>(x->requests.size()), x->requests.data(), &done,
+                              MPI_STATUSES_IGNORE));
       }
     } catch (const std::exception& e) {
       error = e.what();  // after the waits: the peers still need this rank's sends
@@ -158,8 +162,10 @@ std::string read_with_peers(CheckpointReader& reader, const PeerFiles& files,
     for (MPI_Request& r : x->requests) {
       wait_with_timeout(r, "the memory checkpoint's byte ranges between hosts");
     }
-  } catch (const CommError&) {
-    static_cast<void>(new std::shared_ptr<Exchange>(x));  // still active: leaked on purpose
+  } catch (...) {
+    // A timeout, or a failure while messages were being posted: they may still be
+    // active, so their buffers and mappings stay (leaked on purpose).
+    if (!x->requests.empty()) static_cast<void>(new std::shared_ptr<Exchange>(x));
     throw;
   }
   return error;

@@ -15,7 +15,11 @@
 //      each rank reads its own host's files (pread). Then every message is waited for
 //      with the communicator timeout.
 // Nothing is written to any host's tier: a host holds the files of its ranks and their
-// buddies only, as the memory model counts them.
+// buddies only, as the memory model counts them. The bytes received are not checked
+// against the manifest's XXH3 again (only whole files carry one): the holder verified its
+// copy when it offered it (checkpoint/memory_restore.h, step 2), and MPI's transport
+// carries them intact. Sends come from a read-only mapping of the tmpfs file (shared
+// memory and TCP take any pages; an RDMA transport may have to copy them first).
 #pragma once
 
 #include <cstdint>

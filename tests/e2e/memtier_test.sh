@@ -4,7 +4,8 @@
 #  reference: an uninterrupted 2-rank run under etr-run, memory tier off;
 #  a. memory tier every step (checkpoint.memory_every=1): one rank killed (kill -9)
 #     mid-run; etr-run's relaunch restores from the memory tier (the `restored` event says
-#     tier=memory-local), at most 1 step is lost (the relaunch line: the last launch's last
+#     tier=memory-local) and each rank reads its host's files, none from another rank (the
+#     log: "0 B moved between hosts"), at most 1 step is lost (the relaunch line: the last launch's last
 #     completed step against the restored one), and the final parameters equal the
 #     reference's bitwise; the completed job removes the tier's directory;
 #  c. a damaged memory copy: a run whose rank 1 fails at step 37 (ETR_FAIL_AT_STEP) leaves
@@ -90,6 +91,7 @@ victim=$([ -n "$mpi" ] && pgrep -P "$mpi" | tail -1)
 kill -KILL "$victim"
 finish a
 expect a "restored step=[0-9]* world=2 tier=memory-local" "$work/a.run/events" "the relaunch did not restore from the memory tier"
+expect a "memory-local tier; 0 B moved between hosts" "$work/a.out" "a rank on the one host did not read the host's own files"
 line=$(grep -o "the last launch completed step [0-9]*: [0-9]* steps\? lost" "$work/a.out")
 [ -n "$line" ] || { show a; fail "a: no relaunch line"; }
 echo "a: $line"
