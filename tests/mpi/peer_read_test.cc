@@ -23,21 +23,13 @@
 #include "checkpoint/peer_read.h"
 #include "mpi/checkpoint_test_util.h"
 #include "mpi/mpi_test_main.h"
+#include "unit/ragged_layout.h"
 
 namespace etr::testing {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr int kFiles = 3;
-
-ParamLayout ragged_layout() {
-  ParamLayout l;
-  l.add("a", Shape{7}, 0, false);       // [0, 7), padding to 16
-  l.add("b", Shape{13, 5}, 1, true);    // [16, 81), padding to 96
-  l.add("c", Shape{1}, 1, false);       // [96, 97), padding to 112
-  l.add("d", Shape{2, 3, 5}, 2, true);  // [112, 142)
-  return l;
-}
 
 // The complete checkpoint, written by rank 0 for kFiles writers; its path on every rank.
 fs::path write_complete(const fs::path& root, const ParamLayout& layout) {

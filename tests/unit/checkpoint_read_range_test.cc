@@ -16,20 +16,13 @@
 
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/offline.h"
+#include "unit/ragged_layout.h"
 
 namespace etr {
 namespace {
 
 namespace fs = std::filesystem;
-
-ParamLayout ragged_layout() {
-  ParamLayout l;
-  l.add("a", Shape{7}, 0, false);       // [0, 7), padding to 16
-  l.add("b", Shape{13, 5}, 1, true);    // [16, 81), padding to 96
-  l.add("c", Shape{1}, 1, false);       // [96, 97), padding to 112
-  l.add("d", Shape{2, 3, 5}, 2, true);  // [112, 142)
-  return l;
-}
+using testing::ragged_layout;
 
 ckpt::Manifest meta(int world) {
   ckpt::Manifest m;
