@@ -147,7 +147,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   Watch w(start_job(argv, job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
-    pump(w, g_stop_signal);
+    pump(w, g_stop_signal, wake_for(w, r));
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
     watch_heartbeats(w, r, hosts);
@@ -162,6 +162,19 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   r.status = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : 128 + WTERMSIG(w.status);
   if (r.status != kResizeExitCode) finish_evidence(r.oom, w.output, r.status);
   return r;
+}
+
+PumpWake Driver::wake_for(const Watch& w, const LaunchResult& r) const {
+  PumpWake k;  // discovery and the progress watchdog: every 100 ms is soon enough
+  k.by = std::min(k.by, next_due(w, r.first_error));
+  // While watch_heartbeats() reads the beats (until the launch failed otherwise): a beat
+  // wakes the wait, and so does the moment a rank would fall silent.
+  if (heartbeats_ && !w.reaped && r.first_error == Clock::time_point{}) {
+    k.fd = heartbeats_->fd();
+    k.by = std::min(k.by, heartbeats_->next_silence());
+    if (!w.remote_silent.empty()) k.by = std::min(k.by, w.remote_silent_at + kSilentGather);
+  }
+  return k;
 }
 
 std::vector<std::string> Driver::job_command(const std::vector<HostSlots>& hosts, int np,

@@ -117,6 +117,9 @@ class Driver {
   // the environment go into `env`).
   std::vector<std::string> job_command(const std::vector<HostSlots>& hosts, int np,
                                        JobEnvironment& env) const;
+  // How long launch()'s loop may wait for the job's output or exit (launch_watch.h): until
+  // the next thing due, a beat's arrival or 100 ms.
+  PumpWake wake_for(const Watch& w, const LaunchResult& r) const;
   // The pieces of launch()'s loop: the job's events, discovery while it runs.
   void read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np);
   void watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int np, LaunchResult& r);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -130,6 +131,14 @@ std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) 
 }  // namespace etr::launcher
 
 namespace etr::launcher {
+
+HeartbeatWatch::Clock::time_point HeartbeatWatch::next_silence() const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto& [rank, r] : ranks_) {
+    if (!r.gone && !r.reported) next = std::min(next, r.last + timeout_.current());
+  }
+  return next;
+}
 
 std::vector<HeartbeatWatch::Position> HeartbeatWatch::positions() const {
   std::vector<Position> out;

@@ -44,6 +44,11 @@ class HeartbeatWatch {
   void begin_launch(int launch);
   // Reads what arrived; the ranks that fell silent since the last call, each once.
   std::vector<Silent> poll(Clock::time_point now = Clock::now());
+  // The socket, readable when a beat has arrived (for etr-run's wait, launch_watch.h).
+  int fd() const { return fd_; }
+  // When the next rank falls silent unless it beats first (the time_point's max: none
+  // watched), so that etr-run's wait ends then and not a polling interval later.
+  Clock::time_point next_silence() const;
   int ranks_heard() const { return static_cast<int>(ranks_.size()); }
   // What each rank of the launch last said of its training (runtime/heartbeat.h), for the
   // progress watchdog (progress_watch.h); ranks that said goodbye are left out.

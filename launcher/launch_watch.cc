@@ -2,32 +2,58 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <thread>
 
 namespace etr::launcher {
 
-Watch::Watch(const JobProcess& job) : pid(job.pid), stderr_fd(job.stderr_fd), output(STDERR_FILENO) {}
+namespace {
 
-void pump(Watch& w, int stop_signal) {
-  if (!w.eof) {
-    pollfd p{w.stderr_fd, POLLIN, 0};
-    if (poll(&p, 1, 100) > 0) {
-      char buf[65536];
-      const ssize_t n = read(w.stderr_fd, buf, sizeof buf);
-      if (n > 0) {
-        w.output.feed(buf, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        w.eof = true;
-      }
-    }
-  } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// Through syscall(): Debian 12's glibc declares pidfd_open without C linkage for C++.
+int open_pidfd(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+Watch::Watch(const JobProcess& job)
+    : pid(job.pid), stderr_fd(job.stderr_fd), pidfd(open_pidfd(job.pid)), output(STDERR_FILENO) {}
+
+Watch::~Watch() {
+  if (pidfd >= 0) close(pidfd);
+}
+
+namespace {
+
+// What the job wrote to stderr, passed on; end of file once nobody holds it open.
+void read_stderr(Watch& w) {
+  char buf[65536];
+  const ssize_t n = read(w.stderr_fd, buf, sizeof buf);
+  if (n > 0) {
+    w.output.feed(buf, static_cast<size_t>(n));
+  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+    w.eof = true;
   }
+}
+
+}  // namespace
+
+void pump(Watch& w, int stop_signal, const PumpWake& wake) {
+  pollfd p[3];
+  nfds_t n = 0;
+  const int out = w.eof ? -1 : static_cast<int>(n);
+  if (!w.eof) p[n++] = {w.stderr_fd, POLLIN, 0};
+  if (!w.reaped && w.pidfd >= 0) p[n++] = {w.pidfd, POLLIN, 0};
+  if (wake.fd >= 0) p[n++] = {wake.fd, POLLIN, 0};
+  // Without a pidfd, mpirun's exit is noticed within 20 ms while a daemon holds stderr.
+  auto by = wake.by;
+  if (!w.reaped && w.pidfd < 0) by = std::min(by, Watch::Clock::now() + std::chrono::milliseconds(20));
+  const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(by - Watch::Clock::now()).count();
+  const int ready = poll(p, n, static_cast<int>(std::clamp<int64_t>(wait_ms, 0, 1000)));
+  if (ready > 0 && out >= 0 && p[out].revents != 0) read_stderr(w);
   if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
     w.reaped = true;
     w.reaped_at = Watch::Clock::now();
@@ -44,6 +70,22 @@ void pump(Watch& w, int stop_signal) {
     kill(w.pid, SIGTERM);
     w.stop_forwarded = true;
   }
+}
+
+Watch::Clock::time_point next_due(const Watch& w, Watch::Clock::time_point first_error) {
+  using Clock = Watch::Clock;
+  if (w.reaped) {
+    if (w.eof) return Clock::time_point::max();
+    return w.reaped_at + (w.stuck_signals == 2 ? std::chrono::milliseconds(kDrainAfterKill)
+                                               : std::chrono::milliseconds(kDrainAfterExit));
+  }
+  const bool decided = w.end_at != Clock::time_point{};
+  if (!decided && first_error == Clock::time_point{}) return Clock::time_point::max();
+  const auto due = decided ? w.end_at : first_error + kStuckMpirunGrace;
+  if (w.stuck_signals == 0) return due;
+  if (w.stuck_signals == 1) return due + (decided ? std::chrono::milliseconds(kDecidedKillAfter)
+                                                  : std::chrono::milliseconds(kStuckKillAfter));
+  return Clock::time_point::max();
 }
 
 void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error,

@@ -18,8 +18,14 @@ namespace etr::launcher {
 struct Watch {
   using Clock = std::chrono::steady_clock;
   explicit Watch(const JobProcess& job);
+  ~Watch();
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
   pid_t pid;
   int stderr_fd;
+  // Readable once mpirun has exited (pidfd_open), so that its end wakes pump() at once
+  // even while a daemon it left behind holds stderr open; -1 where the kernel has none.
+  int pidfd = -1;
   MpirunOutput output;
   Clock::time_point next_discovery;
   bool eof = false, reaped = false, started = false, stop_forwarded = false;
@@ -49,10 +55,22 @@ inline constexpr std::chrono::seconds kDrainAfterExit{2};
 // still holds it open.
 inline constexpr std::chrono::milliseconds kDrainAfterKill{50};
 
-// Passes on what the job wrote to stderr (100 ms at most), reaps it when it exits (and
-// stops reading kDrainAfterExit later), and forwards a stop signal (`stop_signal` != 0)
-// to it once.
-void pump(Watch& w, int stop_signal);
+// When pump() returns at the latest, and one more descriptor whose input wakes it (the
+// heartbeat socket: a beat is then read when it arrives, not up to a wait later).
+struct PumpWake {
+  int fd = -1;
+  Watch::Clock::time_point by = Watch::Clock::now() + std::chrono::milliseconds(100);
+};
+
+// Waits until the job writes to stderr (passed on), mpirun exits (reaped; its stderr is
+// read kDrainAfterExit longer), `wake.fd` has input or `wake.by` comes, whichever is
+// first; forwards a stop signal (`stop_signal` != 0) to mpirun once.
+void pump(Watch& w, int stop_signal, const PumpWake& wake = {});
+
+// The next time point at which the watch itself has something to do: end_stuck_mpirun()'s
+// next signal (`first_error`: as there), the end of the drain after mpirun's exit; the
+// time_point's max when none.
+Watch::Clock::time_point next_due(const Watch& w, Watch::Clock::time_point first_error);
 
 // How long mpirun may take to end a job after a rank's error (or a lost daemon) before
 // etr-run ends it: mpirun cannot reach the daemon of a host cut off by a partition to
