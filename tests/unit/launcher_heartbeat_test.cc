@@ -3,10 +3,7 @@
 // timeout is reported once, a goodbye is not silence, other launches' beats are ignored.
 #include "launcher/heartbeat_watch.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +14,7 @@
 
 #include "runtime/error.h"
 #include "runtime/heartbeat.h"
+#include "unit/heartbeat_datagram.h"
 
 namespace etr::launcher {
 namespace {
@@ -57,28 +55,15 @@ TEST(Heartbeat, BeatingRanksStayAliveAndAGoodbyeIsNotSilence) {
   EXPECT_TRUE(watch_for(w, 1500ms).empty()) << "ranks that left normally are not silent";
 }
 
-// One datagram to the watch's port on loopback, as a rank's heartbeat thread sends it.
-void send_raw(const std::string& target, const std::string& text) {
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1))));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  ASSERT_EQ(sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
-            static_cast<ssize_t>(text.size()));
-  close(fd);
-}
-
 TEST(Heartbeat, ASilentRankIsReportedOnceWithItsPid) {
   HeartbeatWatch w(fixed(1000ms));
   w.begin_launch(1);
   const std::string target = local_target(w);
   Heartbeat alive(target, 1, 0, 50ms);
   // Rank 1 beats once, then nothing (a stopped process never reaches its goodbye).
-  send_raw(target, "etr-hb 1 1 4242 h1 0 start");
-  send_raw(target, "etr-hb 2 3 4343 h1 0 start");  // another launch's rank 3: not this launch's
-  send_raw(target, "not a heartbeat");
+  send_datagram(target, "etr-hb 1 1 4242 h1 0 start");
+  send_datagram(target, "etr-hb 2 3 4343 h1 0 start");  // another launch's rank 3: not this launch's
+  send_datagram(target, "not a heartbeat");
   const auto got = watch_for(w, 1500ms);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].rank, 1);
@@ -107,7 +92,7 @@ TEST(Heartbeat, TheLearnedTimeoutFindsAStoppedRankSooner) {
   std::atomic<bool> stop{false};
   std::thread stopped([&] {
     while (!stop) {
-      send_raw(target, "etr-hb 3 1 4242 h1 0 compute");
+      send_datagram(target, "etr-hb 3 1 4242 h1 0 compute");
       std::this_thread::sleep_for(20ms);
     }
   });

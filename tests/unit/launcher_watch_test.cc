@@ -4,11 +4,8 @@
 // to an mpirun being ended, the end of the drain), not a polling interval later.
 #include "launcher/launch_watch.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +14,7 @@
 
 #include "launcher/heartbeat_watch.h"
 #include "launcher/job_process.h"
+#include "unit/heartbeat_datagram.h"
 
 namespace etr::launcher {
 namespace {
@@ -66,19 +64,6 @@ TEST(LaunchWatch, TheNextSignalToAnMpirunBeingEndedIsDue) {
   close(job.stderr_fd);
 }
 
-// One datagram to the watch's port on loopback, as a rank's heartbeat thread sends it.
-void beat(const std::string& target, const std::string& text) {
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1))));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  ASSERT_EQ(sendto(fd, text.data(), text.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
-            static_cast<ssize_t>(text.size()));
-  close(fd);
-}
-
 TEST(LaunchWatch, ABeatWakesTheWaitAndTheNextSilenceIsDue) {
   HeartbeatTimeoutOptions o;
   o.fixed = 800ms;
@@ -90,7 +75,7 @@ TEST(LaunchWatch, ABeatWakesTheWaitAndTheNextSilenceIsDue) {
   Watch w(job);
   std::thread rank([&] {
     std::this_thread::sleep_for(200ms);
-    beat(target, "etr-hb 1 0 4242 h1 0 compute");
+    send_datagram(target, "etr-hb 1 0 4242 h1 0 compute");
   });
   const auto t0 = Clock::now();
   pump(w, 0, PumpWake{hb.fd(), Clock::now() + 10s});
