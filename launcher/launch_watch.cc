@@ -44,8 +44,8 @@ void read_stderr(Watch& w) {
 void pump(Watch& w, int stop_signal, const PumpWake& wake) {
   pollfd p[3];
   nfds_t n = 0;
-  const int out = w.eof ? -1 : static_cast<int>(n);
-  if (!w.eof) p[n++] = {w.stderr_fd, POLLIN, 0};
+  const bool reading = !w.eof;  // stderr is p[0] while it is read
+  if (reading) p[n++] = {w.stderr_fd, POLLIN, 0};
   if (!w.reaped && w.pidfd >= 0) p[n++] = {w.pidfd, POLLIN, 0};
   if (wake.fd >= 0) p[n++] = {wake.fd, POLLIN, 0};
   // Without a pidfd, mpirun's exit is noticed within 20 ms while a daemon holds stderr.
@@ -53,15 +53,15 @@ void pump(Watch& w, int stop_signal, const PumpWake& wake) {
   if (!w.reaped && w.pidfd < 0) by = std::min(by, Watch::Clock::now() + std::chrono::milliseconds(20));
   const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(by - Watch::Clock::now()).count();
   const int ready = poll(p, n, static_cast<int>(std::clamp<int64_t>(wait_ms, 0, 1000)));
-  if (ready > 0 && out >= 0 && p[out].revents != 0) read_stderr(w);
+  if (ready > 0 && reading && p[0].revents != 0) read_stderr(w);
   if (!w.reaped && waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
     w.reaped = true;
     w.reaped_at = Watch::Clock::now();
   }
-  // After etr-run killed mpirun itself, what still holds the pipe (a launch agent's
-  // connection to a host cut off) has nothing left to say that matters.
-  const auto drain = w.stuck_signals == 2 ? kDrainAfterKill : kDrainAfterExit;
-  if (w.reaped && !w.eof && Watch::Clock::now() - w.reaped_at > drain) {
+  // The drain's end (next_due): kDrainAfterExit after the exit, kDrainAfterKill after
+  // etr-run killed mpirun itself (what still holds the pipe, a launch agent's connection
+  // to a host cut off, has nothing left to say that matters).
+  if (w.reaped && !w.eof && Watch::Clock::now() >= next_due(w, {})) {
     std::fprintf(stderr, "etr-run: mpirun has exited, but processes it left behind still hold "
                          "its output open: no longer reading it\n");
     w.eof = true;
@@ -90,15 +90,10 @@ Watch::Clock::time_point next_due(const Watch& w, Watch::Clock::time_point first
 
 void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_error,
                       const HeartbeatWatch* heartbeats) {
-  using std::chrono::steady_clock;
-  if (w.reaped) return;
-  const bool decided = w.end_at != steady_clock::time_point{};
-  if (!decided && first_error == steady_clock::time_point{}) return;
-  const auto due = decided ? w.end_at : first_error + kStuckMpirunGrace;
-  const auto late = steady_clock::now() - due;
-  if (late < std::chrono::seconds(0)) return;
+  // next_due() holds the schedule: the grace (or the decision), then the kill-after.
+  if (w.reaped || Watch::Clock::now() < next_due(w, first_error)) return;
   if (w.stuck_signals == 0) {
-    if (!decided) {
+    if (w.end_at == Watch::Clock::time_point{}) {
       std::fprintf(stderr,
                    "etr-run: mpirun has not ended the failed job %lld s after its first error (a "
                    "host it cannot reach?): ending mpirun\n",
@@ -106,7 +101,7 @@ void end_stuck_mpirun(Watch& w, std::chrono::steady_clock::time_point first_erro
     }
     kill(w.pid, SIGTERM);
     w.stuck_signals = 1;
-  } else if (w.stuck_signals == 1 && late >= (decided ? kDecidedKillAfter : kStuckKillAfter)) {
+  } else {
     kill(w.pid, SIGKILL);
     w.stuck_signals = 2;
     if (heartbeats) {

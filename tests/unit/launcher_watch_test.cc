@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +22,29 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = Watch::Clock;
+
+// etr-run decided to end the launch: SIGTERM at once, SIGKILL kDecidedKillAfter later
+// (this mpirun ignores SIGTERM, as one waiting on a daemon it cannot reach may as well).
+TEST(LaunchWatch, ADecidedEndSendsSigtermThenSigkillOnSchedule) {
+  const JobProcess job = start_job({"/bin/sh", "-c", "trap '' TERM; sleep 2"}, {});
+  Watch w(job);
+  std::this_thread::sleep_for(200ms);  // (the trap is set)
+  end_stuck_mpirun(w, {}, nullptr);
+  EXPECT_EQ(w.stuck_signals, 0) << "nothing failed, nothing decided";
+  w.end_at = Clock::now();
+  end_stuck_mpirun(w, {}, nullptr);
+  EXPECT_EQ(w.stuck_signals, 1) << "SIGTERM when decided";
+  end_stuck_mpirun(w, {}, nullptr);
+  EXPECT_EQ(w.stuck_signals, 1) << "no SIGKILL before kDecidedKillAfter";
+  const auto kill_at = next_due(w, {});
+  while (Clock::now() < kill_at) pump(w, 0, PumpWake{-1, kill_at});
+  EXPECT_FALSE(w.reaped) << "SIGTERM is ignored";
+  end_stuck_mpirun(w, {}, nullptr);
+  EXPECT_EQ(w.stuck_signals, 2);
+  while (!w.reaped) pump(w, 0, PumpWake{-1, Clock::now() + 1s});
+  EXPECT_TRUE(WIFSIGNALED(w.status) && WTERMSIG(w.status) == SIGKILL);
+  close(job.stderr_fd);
+}
 
 // mpirun exits 0.1 s after its start, leaving a child behind that holds stderr open for
 // 4 s (a launch agent's connection to a host cut off does that), longer than the drain.
