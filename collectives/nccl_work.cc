@@ -9,6 +9,7 @@
 #include "runtime/cuda_check.h"
 #include "runtime/cuda_device_guard.h"
 #include "runtime/error.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 
@@ -138,6 +139,7 @@ bool NcclWork::is_completed() {
 }
 
 void NcclWork::wait(std::chrono::milliseconds timeout) {
+  const PeerWaitScope waiting;
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
   // Back-off: spin with yields first (NCCL ops often finish within microseconds), then

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include "runtime/error.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 
@@ -27,6 +28,7 @@ bool HostWork::is_completed() {
 }
 
 void HostWork::wait(std::chrono::milliseconds timeout) {
+  const PeerWaitScope waiting;
   // Yield for a short while before sleeping: when the progress thread shares this
   // core, yielding hands it the core at once, and a sleep/wake-up pair (two system
   // calls and a context switch each) is saved on operations that take microseconds.

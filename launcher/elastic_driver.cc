@@ -138,7 +138,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   if (!o_.checkpoint_dir.empty()) vars[EnvNames::kRunCheckpointDir] = o_.checkpoint_dir;
   if (heartbeats_) {
     vars[EnvNames::kRunHeartbeat] = heartbeats_->target(hosts);
-    heartbeats_->begin_launch(env.restart);
+    heartbeats_->begin_launch(env.restart, np);
     if (progress_) progress_->begin_launch();
   }
   JobEnvironment job_env = job_environment(std::move(vars));

@@ -89,6 +89,9 @@ struct LaunchEnv {
 
 // "--heartbeat-timeout 3.00 s", "--heartbeat-timeout auto: 1.20 s": the timeout in force.
 std::string timeout_words(const HeartbeatWatch& h);
+// "0.58 s while every other rank waited on its peers (--heartbeat-timeout auto: 1.12 s;
+// 0.56 s for a stalled job)", or "1.20 s (--heartbeat-timeout auto: 1.20 s)".
+std::string silence_words(const HeartbeatWatch::Silent& s, const HeartbeatWatch& h);
 
 class Driver {
  public:

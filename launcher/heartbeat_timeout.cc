@@ -43,6 +43,11 @@ void HeartbeatTimeout::relearn() {
   current_ = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(learned * 1000)));
 }
 
+std::chrono::milliseconds HeartbeatTimeout::stalled() const {
+  if (!learning()) return current_;
+  return std::min(current_, std::max(current_ / 2, o_.stalled_floor));
+}
+
 std::string HeartbeatTimeout::describe() const {
   if (!learning()) return secs(to_seconds(current_)) + " (fixed)";
   if (seen_ < o_.min_gaps) {

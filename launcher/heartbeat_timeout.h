@@ -24,6 +24,8 @@ struct HeartbeatTimeoutOptions {
   std::chrono::milliseconds fixed{0};
   std::chrono::milliseconds initial{std::chrono::seconds(3)};  // until min_gaps were seen
   std::chrono::milliseconds floor{std::chrono::seconds(1)};    // --heartbeat-floor
+  // The stalled-job timeout's floor: two of a rank's 250 ms beats missed.
+  std::chrono::milliseconds stalled_floor{std::chrono::milliseconds(500)};
   std::chrono::milliseconds ceiling{std::chrono::seconds(30)};
   double multiple = 4;
   double quantile = 0.999;
@@ -41,6 +43,9 @@ class HeartbeatTimeout {
   void observe_gap(double seconds);
   // The timeout in force now.
   std::chrono::milliseconds current() const { return current_; }
+  // The timeout for a rank on which every other rank waits (heartbeat_watch.h): half the
+  // learned one, at least stalled_floor (and at most current()); current() when fixed.
+  std::chrono::milliseconds stalled() const;
   // How current() came about, for etr-run's lines: "1.20 s (4 x the 99.9th percentile,
   // 0.30 s, of the last 812 gaps between beats; at least 1.00 s)", "3.00 s (fixed)", ...
   std::string describe() const;

@@ -51,8 +51,9 @@ std::string HeartbeatWatch::target(const std::vector<HostSlots>& hosts) const {
   return "127.0.0.1:" + std::to_string(port_);
 }
 
-void HeartbeatWatch::begin_launch(int launch) {
+void HeartbeatWatch::begin_launch(int launch, int ranks) {
   launch_ = launch;
+  launch_ranks_ = ranks;
   ranks_.clear();
 }
 
@@ -101,12 +102,15 @@ void HeartbeatWatch::receive(Clock::time_point now) {
     }
     const std::optional<RankStage> stage = parse_stage(stage_text);
     if (!stage) continue;
+    long long waited = 0;  // (absent from an older rank's beats)
+    if (!(in >> waited) || waited < 0) waited = 0;
     Rank& r = ranks_[rank];
     const double arrived = arrival_seconds(m);
     if (r.arrived >= 0 && kind == "etr-hb" && !r.reported) timeout_.observe_gap(arrived - r.arrived);
     r.arrived = arrived;
     r.step = step;
     r.stage = *stage;
+    r.waited_ms = waited;
     r.last = now;
     r.pid = static_cast<pid_t>(pid);
     r.host = host;
@@ -121,11 +125,25 @@ std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) 
   receive(now);
   std::vector<Silent> out;
   for (auto& [rank, r] : ranks_) {
-    if (r.gone || r.reported || now - r.last < timeout_.current()) continue;
+    if (r.gone || r.reported) continue;
+    const auto silent = now - r.last;
+    const bool stalled = silent < timeout_.current() && silent >= timeout_.stalled() && others_wait(rank, now);
+    if (silent < timeout_.current() && !stalled) continue;
     r.reported = true;
-    out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(now - r.last).count()});
+    out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(silent).count(), stalled});
   }
   return out;
+}
+
+bool HeartbeatWatch::others_wait(int rank, Clock::time_point now) const {
+  if (launch_ranks_ < 2 || static_cast<int>(ranks_.size()) < launch_ranks_) return false;
+  for (const auto& [other, o] : ranks_) {
+    if (other == rank) continue;
+    if (o.gone || o.reported || now - o.last >= timeout_.stalled() || o.waited_ms < kPeersWaitAtLeast.count()) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace etr::launcher
@@ -135,7 +153,9 @@ namespace etr::launcher {
 HeartbeatWatch::Clock::time_point HeartbeatWatch::next_silence() const {
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [rank, r] : ranks_) {
-    if (!r.gone && !r.reported) next = std::min(next, r.last + timeout_.current());
+    if (r.gone || r.reported) continue;
+    next = std::min(next, r.last + timeout_.current());
+    if (others_wait(rank, Clock::now())) next = std::min(next, r.last + timeout_.stalled());
   }
   return next;
 }

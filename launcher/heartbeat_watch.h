@@ -3,7 +3,11 @@
 // it has beaten in this launch and then not for the timeout; a rank that said goodbye
 // (it left normally) is not waited for. Beats of earlier launches are ignored. The timeout
 // is fixed or learned from the gaps between each rank's beats (heartbeat_timeout.h), over
-// every launch of the run.
+// every launch of the run. A learned timeout has a shorter form for a stalled job
+// (HeartbeatTimeout::stalled): a rank silent for that long is declared failed when every
+// other rank of the launch beats and says it has been waiting on its peers for at least
+// kPeersWaitAtLeast (runtime/peer_wait.h). A silence alone may be a rank's hiccup while the
+// job trains on; a silence while all the others wait is the job stalled on that rank.
 #pragma once
 
 #include <sys/types.h>
@@ -28,7 +32,11 @@ class HeartbeatWatch {
     std::string host;     // the name the rank gave (its gethostname)
     bool local = false;   // it beat from one of this machine's addresses: its pid is ours to end
     double seconds = 0;   // since its last beat
+    bool stalled = false; // declared at the stalled timeout: every other rank waited on its peers
   };
+  // How long every other rank must have waited on its peers (at its last beat) for a silent
+  // rank to be declared at the stalled timeout: more than a ring step's usual wait.
+  static constexpr std::chrono::milliseconds kPeersWaitAtLeast{100};
   // Binds a UDP socket on every IPv4 address, on a port the kernel picks. Throws IoError.
   explicit HeartbeatWatch(HeartbeatTimeoutOptions timeout);
   ~HeartbeatWatch();
@@ -40,8 +48,9 @@ class HeartbeatWatch {
   // "address:port" for the ranks on `hosts`: loopback when every host is this machine,
   // else the address this machine sends to the first remote host from.
   std::string target(const std::vector<HostSlots>& hosts) const;
-  // A new launch: only its beats count from here.
-  void begin_launch(int launch);
+  // A new launch of `ranks` ranks (0: unknown, and no stalled-job timeout): only its beats
+  // count from here.
+  void begin_launch(int launch, int ranks = 0);
   // Reads what arrived; the ranks that fell silent since the last call, each once.
   std::vector<Silent> poll(Clock::time_point now = Clock::now());
   // The socket, readable when a beat has arrived (for etr-run's wait, launch_watch.h).
@@ -71,15 +80,20 @@ class HeartbeatWatch {
     bool local = false;
     int64_t step = 0;
     RankStage stage = RankStage::kStart;
+    int64_t waited_ms = 0;  // how long it had waited on its peers at its last beat
     bool gone = false;      // said goodbye
     bool reported = false;  // already returned as silent
   };
   void receive(Clock::time_point now);
+  // Every other rank of the launch beats (within the stalled timeout) and waited on its
+  // peers at its last beat: the job is stalled, on `rank` when it is silent.
+  bool others_wait(int rank, Clock::time_point now) const;
 
   HeartbeatTimeout timeout_;
   int fd_ = -1;
   int port_ = 0;
   int launch_ = -1;
+  int launch_ranks_ = 0;
   std::map<int, Rank> ranks_;
 };
 

@@ -32,6 +32,12 @@ std::string timeout_words(const HeartbeatWatch& h) {
   return h.timeout_model().learning() ? "--heartbeat-timeout auto: " + s : "--heartbeat-timeout " + s;
 }
 
+std::string silence_words(const HeartbeatWatch::Silent& s, const HeartbeatWatch& h) {
+  if (!s.stalled) return seconds(s.seconds) + " (" + timeout_words(h) + ")";
+  return seconds(s.seconds) + " while every other rank waited on its peers (" + timeout_words(h) + "; " +
+         seconds(static_cast<double>(h.timeout_model().stalled().count()) / 1000) + " for a stalled job)";
+}
+
 void Driver::say_heartbeat_timeout() {
   const HeartbeatTimeout& t = heartbeats_->timeout_model();
   if (!t.learning() || t.gaps_seen() < HeartbeatTimeoutOptions{}.min_gaps) return;
@@ -49,12 +55,11 @@ void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostS
   if (!heartbeats_ || w.reaped || r.first_error != Clock::time_point{}) return;
   const auto s = end_silent_rank(w, *heartbeats_);
   say_heartbeat_timeout();
-  const std::string timeout = timeout_words(*heartbeats_);
   if (s) {
     events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
     r.evidence.silent_rank = s->rank;
     say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ",
-        seconds(s->seconds), " (", timeout, "): declared failed, ending the launch");
+        silence_words(*s, *heartbeats_), ": declared failed, ending the launch");
     r.first_error = Clock::now();
     return;
   }
@@ -75,7 +80,7 @@ void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlo
     events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
   }
   const HeartbeatWatch::Silent& first = w.remote_silent.front();
-  const std::string timeout = timeout_words(*heartbeats_);
+  const std::string silence = silence_words(first, *heartbeats_);
   if (h) {
     r.evidence.silent_host = h->host;
     for (const auto& s : w.remote_silent) {  // blamed instead when the host still answers
@@ -89,13 +94,13 @@ void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlo
     r.silent_probe = std::async(std::launch::async, answering_hosts, probe_agent(),
                                 std::vector<std::string>{h->host}, kSilentProbeDeadline)
                          .share();
-    r.evidence.silent_for = seconds(first.seconds) + " (" + timeout + ")";
-    say("none of the ", h->slots, " rank(s) on ", h->host, " sent a heartbeat for ", seconds(first.seconds),
-        " (", timeout, "): the host is cut off or frozen; ending the launch");
+    r.evidence.silent_for = silence;
+    say("none of the ", h->slots, " rank(s) on ", h->host, " sent a heartbeat for ", silence,
+        ": the host is cut off or frozen; ending the launch");
   } else {
     r.evidence.silent_rank = first.rank;
-    say("rank ", first.rank, " (on ", first.host, ", another machine) sent no heartbeat for ",
-        seconds(first.seconds), " (", timeout, "): declared failed, ending the launch");
+    say("rank ", first.rank, " (on ", first.host, ", another machine) sent no heartbeat for ", silence,
+        ": declared failed, ending the launch");
   }
   r.first_error = w.end_at = Clock::now();
 }

@@ -12,6 +12,7 @@
 #include "runtime/kernels/device_ops.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 
@@ -40,6 +41,7 @@ int count_of(int64_t n) {
 
 void PipeRequest::wait() {
   if (done_) return;
+  const PeerWaitScope waiting;
   const auto timeout = collective_timeout();
   const Clock::time_point start = Clock::now();
   for (;;) {

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "runtime/error.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 namespace {
@@ -89,6 +90,7 @@ Heartbeat::Heartbeat(const std::string& target, int launch, int rank, std::chron
   if (fd_ < 0) throw ConfigError("ETR_RUN_HEARTBEAT='" + target + "' cannot be used: " + error);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
+  report_peer_waits_of_this_thread();
   body_ = std::to_string(launch) + " " + std::to_string(rank) + " " + std::to_string(getpid()) + " " + host;
   send("etr-hb");  // at once: etr-run counts the rank from here
   thread_ = std::thread([this] { loop(); });
@@ -114,7 +116,8 @@ void Heartbeat::set_position(int64_t step, RankStage stage) {
 void Heartbeat::send(const char* kind) {
   const std::string msg = std::string(kind) + " " + body_ + " " +
                           std::to_string(step_.load(std::memory_order_relaxed)) + " " +
-                          stage_name(static_cast<RankStage>(stage_.load(std::memory_order_relaxed)));
+                          stage_name(static_cast<RankStage>(stage_.load(std::memory_order_relaxed))) + " " +
+                          std::to_string(peer_wait_ms());
   // Non-blocking and unchecked: a full buffer or an unreachable etr-run loses one beat.
   if (::send(fd_, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) ++sent_;
 }

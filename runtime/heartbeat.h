@@ -1,13 +1,15 @@
 // Heartbeat: every rank of a job that etr-run launched tells it, independently of the
 // data plane, that its process is alive: a thread of its own sends one UDP datagram to
 // the address etr-run gave (ETR_RUN_HEARTBEAT = "address:port") every interval,
-//   "etr-hb <launch> <rank> <pid> <host> <step> <stage>"
+//   "etr-hb <launch> <rank> <pid> <host> <step> <stage> <waited>"
 // (<step>: the steps completed so far; <stage>: what the training thread is doing, a
-// RankStage's name) and "etr-bye ..." when the process leaves normally (so that a
+// RankStage's name; <waited>: how long, in ms, the training thread has been blocked on
+// its peers, 0 when it is not (runtime/peer_wait.h)) and "etr-bye ..." when the process leaves normally (so that a
 // rank that finished before the others is not taken for a silent one). A process that is
 // stopped (SIGSTOP, a frozen VM) or whose host is cut off falls silent, whatever its
 // training threads are doing, and etr-run declares it failed after --heartbeat-timeout
-// (launcher/heartbeat_watch.h). The step and stage let etr-run tell a process that lives but
+// (launcher/heartbeat_watch.h), sooner when all the other ranks say they wait on their
+// peers. The step and stage let etr-run tell a process that lives but
 // makes no progress (launcher/progress_watch.h). Sending never blocks and never throws: a
 // datagram lost is one beat missed.
 #pragma once
@@ -45,7 +47,8 @@ bool slow_stage(RankStage stage);
 class Heartbeat {
  public:
   // Inactive (no thread) when `target` is empty. ConfigError when it is not
-  // "address:port" with a numeric IPv4 or IPv6 address.
+  // "address:port" with a numeric IPv4 or IPv6 address. Construct it on the training
+  // thread: its beats report that thread's waits on peers.
   Heartbeat(const std::string& target, int launch, int rank,
             std::chrono::milliseconds every = std::chrono::milliseconds(250));
   ~Heartbeat();  // says goodbye and stops the thread

@@ -12,6 +12,7 @@
 #include "runtime/config/settings.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 namespace {
@@ -50,6 +51,7 @@ void set_collective_timeout(std::chrono::milliseconds timeout) {
 }
 
 void wait_with_timeout(MPI_Request& request, const char* what) {
+  const PeerWaitScope waiting;
   const std::chrono::milliseconds timeout = collective_timeout();
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
