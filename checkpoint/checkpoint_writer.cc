@@ -21,6 +21,7 @@
 #include "runtime/bytes.h"
 #include "runtime/error.h"
 #include "runtime/mpi_wait.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 namespace fs = std::filesystem;
@@ -298,6 +299,7 @@ std::string CheckpointWriter::take_snapshot(Pending& p, char* dest) {
 
 void CheckpointWriter::wait_for_snapshot() {
   if (!pending_ || pending_->copied.load(std::memory_order_acquire)) return;
+  const PeerWaitScope on_peers;  // the writer's start agreement waits on the other ranks
   writer_detail::Interval waited{Clock::now(), {}};
   pending_->copied.wait(false, std::memory_order_acquire);
   waited.end = Clock::now();

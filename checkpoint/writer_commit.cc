@@ -14,6 +14,7 @@
 #include "checkpoint/writer_pending.h"
 #include "runtime/bytes.h"
 #include "runtime/error.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 namespace fs = std::filesystem;
@@ -179,7 +180,10 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
 void CheckpointWriter::finish() {
   writer_detail::Interval waited{Clock::now(), {}};
   std::unique_ptr<Pending> p = std::move(pending_);
-  if (p->thread.joinable()) p->thread.join();
+  if (p->thread.joinable()) {
+    const PeerWaitScope on_peers;  // the writer's commit waits on the other ranks
+    p->thread.join();
+  }
   if (p->failure) std::rethrow_exception(p->failure);
   waited.end = Clock::now();
   p->caller_peer_wait += waited.overlap_seconds(p->start_wait) + waited.overlap_seconds(p->commit_wait);

@@ -5,7 +5,8 @@
 //
 // The waits that count are a communication's completion waited for on the thread that
 // called report_peer_waits_of_this_thread() (the training thread: a collective's Work,
-// an MPI request, a pipeline transfer); waits on other threads (a checkpoint writer's
+// an MPI request, a pipeline transfer, the checkpoint writer's snapshot or commit, which
+// wait on the other ranks' writers); waits on other threads (a checkpoint writer's
 // agreements, a progress engine's polls) do not, since training goes on meanwhile.
 #pragma once
 
