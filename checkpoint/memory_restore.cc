@@ -193,7 +193,23 @@ void clear_memory_tier(const fs::path& root) {
 }
 
 fs::path recycled_shard(const fs::path& root, const std::string& name) {
-  return root / kRecycle / name;
+  const fs::path bin = root / kRecycle;
+  std::error_code ec;
+  if (fs::exists(bin / name, ec)) return bin / name;
+  // Another world size names its files otherwise (shard-00000-of-00003.bin after
+  // -of-00002): any file's pages will do, the largest first (the fewest fresh pages).
+  fs::path best;
+  uintmax_t best_size = 0;
+  for (fs::directory_iterator it(bin, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".bin") continue;
+    std::error_code size_ec;
+    const uintmax_t size = it->file_size(size_ec);
+    if (!size_ec && (best.empty() || size > best_size)) {
+      best = it->path();
+      best_size = size;
+    }
+  }
+  return best.empty() ? bin / name : best;
 }
 
 std::vector<fs::path> prune_memory_tier(const fs::path& root, int keep) {

@@ -59,7 +59,10 @@ void clear_memory_tier(const std::filesystem::path& root);
 // root/.recycle/ (the previous ones there deleted): the next save writes over their tmpfs
 // pages (recycled_shard) instead of faulting in fresh ones. Returns what it deleted.
 std::vector<std::filesystem::path> prune_memory_tier(const std::filesystem::path& root, int keep);
-// Where a recycled shard file of that name would be (it may not exist).
+// The recycled file to write a shard file of that name over: the one of that name, else
+// (the world size changed, and the names with it) the largest one there, else the path
+// one of that name would have (which does not exist). Another rank of the host may take
+// the same file first: its rename fails and a fresh file is made (DurableFile).
 std::filesystem::path recycled_shard(const std::filesystem::path& root, const std::string& name);
 
 }  // namespace etr

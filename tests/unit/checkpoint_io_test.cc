@@ -28,6 +28,7 @@
 #include "checkpoint/checksum.h"
 #include "checkpoint/durable_file.h"
 #include "checkpoint/mapping_cache.h"
+#include "checkpoint/memory_restore.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -432,6 +433,37 @@ TEST_F(CheckpointIo, RelativePathInTheWorkingDirectory) {
   write_file_durably("plain.bin", "hello", 5);
   fs::current_path(cwd);
   EXPECT_EQ(read_all(dir_ / "plain.bin"), (std::vector<char>{'h', 'e', 'l', 'l', 'o'}));
+}
+
+// The memory tier's recycled files: the one of the asked name, else (another world size:
+// other names) the largest there, so that a relaunch at a new size writes over pages it
+// already has instead of faulting in fresh ones.
+TEST_F(CheckpointIo, ARecycledFileIsTakenByNameElseTheLargest) {
+  const fs::path bin = dir_ / ".recycle";
+  EXPECT_EQ(recycled_shard(dir_, "shard-00000-of-00002.bin"), bin / "shard-00000-of-00002.bin")
+      << "no bin: the path a file of that name would have";
+  fs::create_directory(bin);
+  write_file_durably(bin / "shard-00000-of-00003.bin", random_bytes(100, 1).data(), 100);
+  write_file_durably(bin / "shard-00001-of-00003.bin", random_bytes(300, 2).data(), 300);
+  write_file_durably(bin / "notes.txt", random_bytes(900, 3).data(), 900);  // not a shard file
+  EXPECT_EQ(recycled_shard(dir_, "shard-00000-of-00003.bin"), bin / "shard-00000-of-00003.bin");
+  EXPECT_EQ(recycled_shard(dir_, "shard-00000-of-00002.bin"), bin / "shard-00001-of-00003.bin");
+  // Written over through DurableFile, as the writer does: the largest file's inode, renamed.
+  struct stat before{};
+  ASSERT_EQ(::stat((bin / "shard-00001-of-00003.bin").c_str(), &before), 0);
+  const std::vector<char> data = random_bytes(200, 4);
+  {
+    DurableFile f(dir_ / "shard-00000-of-00002.bin", recycled_shard(dir_, "shard-00000-of-00002.bin"));
+    std::span<char> mapped = f.map(data.size());
+    std::memcpy(mapped.data(), data.data(), data.size());
+    f.commit();
+  }
+  struct stat after{};
+  ASSERT_EQ(::stat((dir_ / "shard-00000-of-00002.bin").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(read_all(dir_ / "shard-00000-of-00002.bin"), data);
+  EXPECT_EQ(recycled_shard(dir_, "shard-00001-of-00002.bin"), bin / "shard-00000-of-00003.bin")
+      << "the one left";
 }
 
 }  // namespace
