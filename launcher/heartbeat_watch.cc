@@ -96,9 +96,14 @@ void HeartbeatWatch::receive(Clock::time_point now) {
     int launch = -1, rank = -1;
     long pid = 0;
     long long step = 0;
-    if (!(in >> kind >> launch >> rank >> pid >> host >> step >> stage_text) ||
-        launch != launch_ || rank < 0 || (kind != "etr-hb" && kind != "etr-bye")) {
-      continue;  // another launch's, or not a heartbeat
+    if (!(in >> kind >> launch >> rank >> pid >> host >> step >> stage_text) || rank < 0 ||
+        (kind != "etr-hb" && kind != "etr-bye")) {
+      continue;  // not a heartbeat
+    }
+    if (launch != launch_) {
+      // A rank of a launch etr-run has ended (cut off meanwhile, now back): told to end.
+      if (launch < launch_ && kind == "etr-hb") end_stale(launch, from);
+      continue;
     }
     const std::optional<RankStage> stage = parse_stage(stage_text);
     if (!stage) continue;
@@ -119,6 +124,14 @@ void HeartbeatWatch::receive(Clock::time_point now) {
     r.local = is_local_address(address);
     if (kind == "etr-bye") r.gone = true;
   }
+}
+
+void HeartbeatWatch::end_stale(int launch, const sockaddr_in& from) {
+  const std::string text = "etr-end " + std::to_string(launch);
+  // Unchecked: the rank beats again, and is answered again, until it is gone.
+  ::sendto(fd_, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&from),
+           sizeof from);
+  ++stale_told_;
 }
 
 std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) {

@@ -10,6 +10,7 @@
 // job trains on; a silence while all the others wait is the job stalled on that rank.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -70,6 +71,9 @@ class HeartbeatWatch {
   // The pids of the launch's ranks on this machine that have not said goodbye: what is
   // left to end when mpirun was killed before it could end them.
   std::vector<pid_t> local_pids() const;
+  // How many beats of earlier launches were answered "etr-end <launch>" (runtime/heartbeat.h):
+  // ranks cut off from an ended launch, told to end their process.
+  int64_t stale_told() const { return stale_told_; }
 
  private:
   struct Rank {
@@ -85,6 +89,7 @@ class HeartbeatWatch {
     bool reported = false;  // already returned as silent
   };
   void receive(Clock::time_point now);
+  void end_stale(int launch, const sockaddr_in& from);
   // Every other rank of the launch beats (within the stalled timeout) and waited on its
   // peers at its last beat: the job is stalled, on `rank` when it is silent.
   bool others_wait(int rank, Clock::time_point now) const;
@@ -94,6 +99,7 @@ class HeartbeatWatch {
   int port_ = 0;
   int launch_ = -1;
   int launch_ranks_ = 0;
+  int64_t stale_told_ = 0;
   std::map<int, Rank> ranks_;
 };
 

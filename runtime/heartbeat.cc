@@ -82,8 +82,9 @@ bool slow_stage(RankStage stage) {
          stage != RankStage::kOptimizer;
 }
 
-Heartbeat::Heartbeat(const std::string& target, int launch, int rank, std::chrono::milliseconds every)
-    : every_(every) {
+Heartbeat::Heartbeat(const std::string& target, int launch, int rank, std::chrono::milliseconds every,
+                     std::function<void()> on_ended)
+    : launch_(launch), on_ended_(std::move(on_ended)), every_(every) {
   if (target.empty()) return;
   std::string error;
   fd_ = connect_udp(target, error);
@@ -122,9 +123,30 @@ void Heartbeat::send(const char* kind) {
   if (::send(fd_, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) ++sent_;
 }
 
+bool Heartbeat::ended_by_run() {
+  char buf[64];
+  bool ended = false;
+  for (ssize_t n; (n = ::recv(fd_, buf, sizeof buf - 1, MSG_DONTWAIT)) > 0;) {
+    buf[n] = '\0';
+    ended = ended || std::string_view(buf) == "etr-end " + std::to_string(launch_);
+  }
+  return ended;
+}
+
 void Heartbeat::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, every_, [this] { return stop_; })) send("etr-hb");
+  while (!wake_.wait_for(lock, every_, [this] { return stop_; })) {
+    send("etr-hb");
+    if (!ended_by_run()) continue;
+    if (on_ended_) {
+      on_ended_();
+      continue;
+    }
+    const std::string line = "etr: etr-run has ended launch " + std::to_string(launch_) +
+                             ", from which this rank was cut off; ending the process\n";
+    [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(1);
+  }
 }
 
 }  // namespace etr

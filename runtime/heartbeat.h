@@ -12,12 +12,19 @@
 // peers. The step and stage let etr-run tell a process that lives but
 // makes no progress (launcher/progress_watch.h). Sending never blocks and never throws: a
 // datagram lost is one beat missed.
+//
+// etr-run answers a beat of a launch it has already ended with "etr-end <launch>": a rank
+// that was cut off while etr-run ended its launch (a partition) and comes back after the
+// job was relaunched without it ends its process then, instead of holding its memory (a
+// GPU's, on a GPU node) until its collectives time out. Only etr-run can send it: the
+// socket is connected to etr-run's address and port, and the kernel drops other senders.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -49,8 +56,11 @@ class Heartbeat {
   // Inactive (no thread) when `target` is empty. ConfigError when it is not
   // "address:port" with a numeric IPv4 or IPv6 address. Construct it on the training
   // thread: its beats report that thread's waits on peers.
+  // `on_ended`: what the rank does when etr-run says its launch is over (called on the
+  // heartbeat's thread); by default it says so on stderr and ends the process (_exit(1)).
   Heartbeat(const std::string& target, int launch, int rank,
-            std::chrono::milliseconds every = std::chrono::milliseconds(250));
+            std::chrono::milliseconds every = std::chrono::milliseconds(250),
+            std::function<void()> on_ended = {});
   ~Heartbeat();  // says goodbye and stops the thread
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -64,8 +74,12 @@ class Heartbeat {
  private:
   void send(const char* kind);
   void loop();
+  // Reads what etr-run sent; true when it said this launch is over.
+  bool ended_by_run();
 
   int fd_ = -1;
+  int launch_ = 0;
+  std::function<void()> on_ended_;
   std::string body_;  // "<launch> <rank> <pid> <host>"
   std::atomic<int64_t> step_{0};
   std::atomic<uint8_t> stage_{static_cast<uint8_t>(RankStage::kStart)};

@@ -119,6 +119,30 @@ TEST(Heartbeat, TheLearnedTimeoutFindsAStoppedRankSooner) {
   EXPECT_LT(Clock::now() - t0, learned + 400ms) << "found after the learned timeout, not the initial 3 s";
 }
 
+// A rank of a launch etr-run has ended (cut off by a partition, back after the relaunch)
+// is told so by the watch when its beats arrive, and ends itself; a rank of the launch in
+// flight is never told.
+TEST(Heartbeat, ARankOfAnEndedLaunchIsToldToEnd) {
+  HeartbeatWatch w(fixed(5000ms));
+  w.begin_launch(1);
+  const std::string target = local_target(w);
+  std::atomic<int> ended{0};
+  Heartbeat current(target, 1, 0, 20ms, [&] { ++ended; });
+  EXPECT_TRUE(watch_for(w, 300ms).empty());
+  EXPECT_EQ(ended.load(), 0) << "a rank of the launch in flight is not told to end";
+  EXPECT_EQ(w.stale_told(), 0);
+  w.begin_launch(2);  // etr-run ended launch 1 and started the next one
+  const auto t0 = Clock::now();
+  while (ended.load() == 0 && Clock::now() - t0 < 2000ms) {
+    w.poll();
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(ended.load(), 1) << "the stale rank was told to end";
+  EXPECT_LT(Clock::now() - t0, 500ms) << "within a beat or two";
+  EXPECT_GE(w.stale_told(), 1);
+  EXPECT_EQ(w.ranks_heard(), 0) << "the stale rank does not count as one of launch 2's";
+}
+
 TEST(Heartbeat, ATargetThatIsNotAnAddressIsRefusedWithASentence) {
   for (const std::string bad : {"localhost:80", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:99999", "x:1"}) {
     try {
