@@ -16,6 +16,7 @@
 
 #include "collectives/learned_deadline.h"
 #include "collectives/work.h"
+#include "runtime/peer_wait.h"
 
 namespace etr {
 
@@ -99,6 +100,9 @@ class OpContext {
   unsigned idle_polls_ = 0;
   const std::vector<int>* world_ranks_ = nullptr;
   std::string learned_note_;
+  // A collective run on the training thread (a small one inline in the call, not on the
+  // progress engine's thread) is a wait on its peers for the heartbeat (runtime/peer_wait.h).
+  PeerWaitScope waiting_;
 };
 
 }  // namespace etr

@@ -176,7 +176,7 @@ HeartbeatWatch::Clock::time_point HeartbeatWatch::next_silence() const {
 std::vector<HeartbeatWatch::Position> HeartbeatWatch::positions() const {
   std::vector<Position> out;
   for (const auto& [rank, r] : ranks_) {
-    if (!r.gone) out.push_back({rank, r.step, r.stage});
+    if (!r.gone) out.push_back({rank, r.step, r.stage, r.waited_ms});
   }
   return out;
 }

@@ -66,6 +66,7 @@ class HeartbeatWatch {
     int rank = -1;
     int64_t step = 0;
     RankStage stage = RankStage::kStart;
+    int64_t waited_ms = 0;  // on its peers, at its last beat
   };
   std::vector<Position> positions() const;
   // The pids of the launch's ranks on this machine that have not said goodbye: what is

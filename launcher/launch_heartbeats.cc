@@ -25,6 +25,21 @@ const HostSlots* silent_host(const Watch& w, const std::vector<HostSlots>& assig
   return nullptr;
 }
 
+// The silent rank's event: which, where, and what every other rank said at its last beat
+// ("others=0:compute:120,1:checkpoint:0": rank, stage, ms waited on its peers), so that a
+// silence found at the full timeout rather than the stalled job's says why.
+std::string silent_event(const HeartbeatWatch::Silent& s, const HeartbeatWatch& h) {
+  std::string others;
+  for (const HeartbeatWatch::Position& p : h.positions()) {
+    if (p.rank == s.rank) continue;
+    if (!others.empty()) others.push_back(',');
+    others.append(std::to_string(p.rank)).append(":").append(stage_name(p.stage)).append(":");
+    others.append(std::to_string(p.waited_ms));
+  }
+  return "rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host + " stalled=" + (s.stalled ? "1" : "0") +
+         " others=" + (others.empty() ? "-" : others);
+}
+
 }  // namespace
 
 std::string timeout_words(const HeartbeatWatch& h) {
@@ -56,7 +71,7 @@ void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostS
   const auto s = end_silent_rank(w, *heartbeats_);
   say_heartbeat_timeout();
   if (s) {
-    events_out_->event("rank-silent rank=" + std::to_string(s->rank) + " host=" + s->host);
+    events_out_->event(silent_event(*s, *heartbeats_));
     r.evidence.silent_rank = s->rank;
     say("rank ", s->rank, " (pid ", s->pid, " on ", s->host, ") sent no heartbeat for ",
         silence_words(*s, *heartbeats_), ": declared failed, ending the launch");
@@ -77,7 +92,7 @@ void Driver::watch_heartbeats(Watch& w, LaunchResult& r, const std::vector<HostS
 void Driver::remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned,
                             const HostSlots* h) {
   for (const auto& s : w.remote_silent) {
-    events_out_->event("rank-silent rank=" + std::to_string(s.rank) + " host=" + s.host);
+    events_out_->event(silent_event(s, *heartbeats_));
   }
   const HeartbeatWatch::Silent& first = w.remote_silent.front();
   const std::string silence = silence_words(first, *heartbeats_);

@@ -175,7 +175,9 @@ stopped_ms=$(date +%s%3N)
 signal_rank c2 STOP
 finish c2
 completed c2
-# The other rank waits on the stopped one: declared at the stalled job's (half) timeout.
+# The other rank waits on the stopped one: declared at the stalled job's (half) timeout (the
+# event says what the other rank was doing at its last beat).
+grep "rank-silent" "$work/c2.run/events"
 expect_e c2 "sent no heartbeat for [0-9.]+ s while every other rank waited on its peers \(--heartbeat-timeout auto: [0-9.]+ s; [0-9.]+ s for a stalled job\): declared failed" "the silent rank was not declared failed at the stalled job's timeout"
 expect c2 "the job failed (exit status 137; rank [01] on localhost)" "the silent rank was not named"
 expect c2 "launch 2: 2 rank(s) on localhost:2 (after a failure, relaunch 1)" "not relaunched"
