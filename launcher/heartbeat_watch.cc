@@ -136,11 +136,13 @@ void HeartbeatWatch::end_stale(int launch, const sockaddr_in& from) {
 
 std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) {
   receive(now);
+  const bool stalled_job = all_but_one_wait(now);
   std::vector<Silent> out;
   for (auto& [rank, r] : ranks_) {
     if (r.gone || r.reported) continue;
     const auto silent = now - r.last;
-    const bool stalled = silent < timeout_.current() && silent >= timeout_.stalled() && others_wait(rank, now);
+    // (a rank silent past the stalled timeout is the one that does not wait)
+    const bool stalled = stalled_job && silent < timeout_.current() && silent >= timeout_.stalled();
     if (silent < timeout_.current() && !stalled) continue;
     r.reported = true;
     out.push_back({rank, r.pid, r.host, r.local, std::chrono::duration<double>(silent).count(), stalled});
@@ -148,15 +150,14 @@ std::vector<HeartbeatWatch::Silent> HeartbeatWatch::poll(Clock::time_point now) 
   return out;
 }
 
-bool HeartbeatWatch::others_wait(int rank, Clock::time_point now) const {
+bool HeartbeatWatch::all_but_one_wait(Clock::time_point now) const {
   if (launch_ranks_ < 2 || static_cast<int>(ranks_.size()) < launch_ranks_) return false;
-  for (const auto& [other, o] : ranks_) {
-    if (other == rank) continue;
-    if (o.gone || o.reported || now - o.last >= timeout_.stalled() || o.waited_ms < kPeersWaitAtLeast.count()) {
-      return false;
-    }
+  size_t waiting = 0;
+  for (const auto& [rank, r] : ranks_) {
+    const bool beats = !r.gone && !r.reported && now - r.last < timeout_.stalled();
+    if (beats && r.waited_ms >= kPeersWaitAtLeast.count()) ++waiting;
   }
-  return true;
+  return waiting + 1 == ranks_.size();
 }
 
 }  // namespace etr::launcher
@@ -165,10 +166,10 @@ namespace etr::launcher {
 
 HeartbeatWatch::Clock::time_point HeartbeatWatch::next_silence() const {
   Clock::time_point next = Clock::time_point::max();
+  const bool stalled_job = all_but_one_wait(Clock::now());
   for (const auto& [rank, r] : ranks_) {
     if (r.gone || r.reported) continue;
-    next = std::min(next, r.last + timeout_.current());
-    if (others_wait(rank, Clock::now())) next = std::min(next, r.last + timeout_.stalled());
+    next = std::min(next, r.last + (stalled_job ? timeout_.stalled() : timeout_.current()));
   }
   return next;
 }

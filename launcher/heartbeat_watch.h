@@ -91,9 +91,10 @@ class HeartbeatWatch {
   };
   void receive(Clock::time_point now);
   void end_stale(int launch, const sockaddr_in& from);
-  // Every other rank of the launch beats (within the stalled timeout) and waited on its
-  // peers at its last beat: the job is stalled, on `rank` when it is silent.
-  bool others_wait(int rank, Clock::time_point now) const;
+  // All the launch's ranks but one beat (within the stalled timeout) and waited on their
+  // peers at their last beat: the job is stalled, on that one when it falls silent. One
+  // pass over the ranks, whatever their number (a poll is due every 100 ms at most).
+  bool all_but_one_wait(Clock::time_point now) const;
 
   HeartbeatTimeout timeout_;
   int fd_ = -1;
