@@ -17,7 +17,9 @@
       the launches to replay: "NP FROM TO" lines, each launch's world size from the step
       it restored to the step the next one restored, the last to FINAL.
 
-FAULTS lines: "<unix ms> <class> <target>"; EVENTS lines: "<unix ms> <name> k=v...".
+FAULTS lines: "<unix ms> <class> <target>", and "<unix ms> back <target>" when a host
+partitioned or lost came back (without one, HOST_AWAY_S after its fault); EVENTS lines:
+"<unix ms> <name> k=v...".
 """
 import math
 import re
@@ -88,15 +90,54 @@ def rates(runs, faults):
     return {k: steps[k] / secs[k] for k in steps}
 
 
-def ceiling(faults, begin_ms, seconds, worth):
+def away_spans(faults, backs):
+    """(from, to) unix ms of each partition or lost host: to its "back" line, if any."""
+    spans = []
+    for ms, cls, target in faults:
+        if cls not in ("partition", "host"):
+            continue
+        back = [b for b, t in backs if t == target and b >= ms]
+        spans.append((ms, min(back) if back else ms + HOST_AWAY_S * 1000))
+    return spans
+
+
+def ceiling(away, begin_ms, seconds, worth):
     """The fraction of the fault-free steps a runtime with no overhead would do, a second
     on `up` hosts being worth worth(up) of one on all of them."""
-    away = [(ms, ms + HOST_AWAY_S * 1000) for ms, cls, _ in faults if cls in ("partition", "host")]
     dt, done = 100, 0.0
     for t in range(begin_ms, begin_ms + seconds * 1000, dt):
         up = HOSTS - sum(1 for a, b in away if a <= t < b)
         done += worth(up) if up > 0 else 0.0
     return done * dt / (seconds * 1000)
+
+
+def away_text(away):
+    secs = sorted((b - a) / 1000 for a, b in away)
+    return f"{secs[0]:.2f}-{secs[-1]:.2f} s" if secs else f"{HOST_AWAY_S} s"
+
+
+def grow_backs(backs, events):
+    """A line on the hosts' returns: from each "back" to etr-run's resize request and to
+    the first step of the launch on more ranks (a return while the job had already
+    relaunched for another reason is left out)."""
+    asked, grown = [], []
+    for ms, _ in backs:
+        later = [(t, n, f) for t, n, f in events if t >= ms]
+        req = next((t for t, n, _ in later if n == "resize-request"), None)
+        if req is None or any(n == "launch" and t < req for t, n, _ in later):
+            continue
+        asked.append((req - ms) / 1000)
+        launch = next(((t, f) for t, n, f in later if n == "launch" and t > req), None)
+        first = next((t for t, n, _ in later if launch and n == "first-step" and t > launch[0]), None)
+        if launch and launch[1].get("reason") == "resize" and first:
+            grown.append((first - ms) / 1000)
+    if not asked:
+        return
+    med = lambda v: sorted(v)[len(v) // 2]
+    text = f"hosts back: {len(backs)}; to etr-run's resize request: median {med(asked):.2f} s (max {max(asked):.2f})"
+    if grown:
+        text += f", to the first step on more ranks: median {med(grown):.2f} s (max {max(grown):.2f})"
+    print(text)
 
 
 def global_batch_of(output_path):
@@ -106,11 +147,14 @@ def global_batch_of(output_path):
 
 
 def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds):
-    faults = []
+    faults, backs = [], []
     with open(faults_path) as f:
         for line in f:
             ms, cls, target = line.split()
-            faults.append((int(ms), cls, target))
+            if cls == "back":
+                backs.append((int(ms), target))
+            else:
+                faults.append((int(ms), cls, target))
     runs = launches(read_events(events_path))
     print(f"{'#':>3} {'fault':>10} {'on':>4} {'detect s':>9} {'recover s':>10} {'steps lost':>11} {'restored from':>14}")
     lost_total = 0
@@ -135,6 +179,7 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
     kept = chaos_steps / ff_steps if ff_steps else float("nan")
     print(f"faults: {len(faults)}, launches: {len(runs)}, resizes (hosts back): {resizes}, "
           f"steps lost in all: {lost_total}")
+    grow_backs(backs, read_events(events_path))
     print(f"steps in {seconds} s: fault-free {ff_steps}, with faults {chaos_steps}: "
           f"goodput kept {kept * 100:.1f} %")
     batch = global_batch_of(output_path)
@@ -142,14 +187,15 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
         split = lambda up: math.ceil(batch / HOSTS) / math.ceil(batch / up)
         r = rates(runs, faults)
         measured = lambda up: min(1.0, r[up] / r[HOSTS]) if up in r and HOSTS in r else split(up)
-        c = ceiling(faults, runs[0]["ms"], seconds, measured)
+        away = away_spans(faults, backs)
+        c = ceiling(away, runs[0]["ms"], seconds, measured)
         shown = ", ".join(f"{k} rank(s) {v:.2f}" for k, v in sorted(r.items()))
         print(f"steps a second in this run, after each launch's first step: {shown}")
         print(f"ceiling (no time lost to detection, relaunch or recomputation; {HOSTS} hosts, "
-              f"each partition or lost host away {HOST_AWAY_S} s, a second with a host away "
+              f"each partition or lost host away {away_text(away)}, a second with a host away "
               f"worth what this run measured): {c * 100:.1f} %; kept of the ceiling: "
               f"{kept / c * 100:.1f} %; with the work split as etr splits the global batch of "
-              f"{batch} (compute-bound hosts): {ceiling(faults, runs[0]['ms'], seconds, split) * 100:.1f} %")
+              f"{batch} (compute-bound hosts): {ceiling(away, runs[0]['ms'], seconds, split) * 100:.1f} %")
         if HOSTS in r and ff_steps:
             # The goodput against the fault-free halves compares two stretches of time; a
             # machine whose speed wanders (a shared VM) moves the figure by its drift. The

@@ -88,7 +88,7 @@ stop() {  # NAME: etr-run stopped (SIGTERM), waited for
   wait "$etr_run_pid" 2>/dev/null || true
   etr_run_pid=
 }
-now_ms() { date +%s%3N; }
+now_ms() { local t=${EPOCHREALTIME//[!0-9]/}; echo $((10#$t / 1000)); }  # (no fork)
 # A rank's pid on host I (the oldest etr-train process in its namespace), or nothing.
 # (No pipeline: under pipefail a reader that stops early, or a last process that is not
 # etr-train, would fail it, and set -e would end the soak.)
@@ -114,50 +114,59 @@ echo "fault-free, first half: $ff1 steps in $half s"
 echo "== chaos: ${minutes} min, a fault every ${every} s (seed $seed)"
 RANDOM=$seed
 start chaos
-begin=$(date +%s)
+begin_ms=$(now_ms)
 : >"$work/faults"
-back2=0 back3=0  # when host 2 / 3 comes back (0: it is up)
-while [ $(($(date +%s) - begin)) -lt "$seconds" ]; do
-  sleep 1
-  t=$(date +%s)
+back2=0 back3=0  # when host 2 / 3 comes back, unix ms (0: it is up)
+# The loop wakes at each whole second of the run (a fault is due at every EVERY-th) and
+# at each host's return, 20 s to the millisecond after its fault (the report's ceiling
+# counts the time a host was away from these lines, "<ms> back hN").
+tick=1
+while [ "$tick" -le "$seconds" ]; do
+  wake=$((begin_ms + tick * 1000))
+  for b in back2 back3; do [ "${!b}" -gt 0 ] && [ "${!b}" -lt "$wake" ] && wake=${!b}; done
+  pause=$((wake - $(now_ms)))
+  [ "$pause" -le 0 ] || sleep "$((pause / 1000)).$(printf %03d $((pause % 1000)))"
+  now=$(now_ms)
   for h in 2 3; do
     b=back$h
-    if [ "${!b}" -gt 0 ] && [ "$t" -ge "${!b}" ]; then
+    if [ "${!b}" -gt 0 ] && [ "$now" -ge "${!b}" ]; then
       "$sim" heal "$h"
       printf -v "$b" 0
-      down=()
-      [ "$back2" -gt 0 ] && down+=(2)
-      [ "$back3" -gt 0 ] && down+=(3)
       up=(1)
-      for u in 2 3; do case " ${down[*]} " in *" $u "*) ;; *) up+=("$u") ;; esac; done
+      for u in 2 3; do b=back$u; [ "${!b}" -gt 0 ] || up+=("$u"); done
       list chaos "${up[@]}"
+      echo "$(now_ms) back h$h" >>"$work/faults"
     fi
   done
-  [ $(((t - begin) % every)) -eq $((every - 1)) ] || continue
-  [ $((t - begin)) -lt $((seconds - 10)) ] || continue
+  [ "$now" -ge $((begin_ms + tick * 1000)) ] || continue  # woken for a return
+  t=$tick
+  tick=$((tick + 1))
+  [ $((t % every)) -eq $((every - 1)) ] || continue
+  [ "$t" -lt $((seconds - 10)) ] || continue
   kind=$((RANDOM % 4))
   case $kind in
     0|1)
       target=$((1 + RANDOM % 3))
       pid=$(rank_on "$target")
-      [ -n "$pid" ] || { echo "  (no rank on h$target at $((t - begin)) s: no fault)"; continue; }
+      [ -n "$pid" ] || { echo "  (no rank on h$target at $t s: no fault)"; continue; }
       cls=$([ "$kind" = 0 ] && echo kill9 || echo sigstop)
       echo "$(now_ms) $cls h$target" >>"$work/faults"
       kill "-$([ "$kind" = 0 ] && echo KILL || echo STOP)" "$pid" ;;
     *)
       target=$((2 + RANDOM % 2))
       b=back$target
-      [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $((t - begin)) s: no fault)"; continue; }
+      [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $t s: no fault)"; continue; }
       cls=$([ "$kind" = 2 ] && echo partition || echo host)
-      echo "$(now_ms) $cls h$target" >>"$work/faults"
+      fault_ms=$(now_ms)
+      echo "$fault_ms $cls h$target" >>"$work/faults"
       if [ "$kind" = 3 ]; then "$sim" kill "$target"; "$sim" wipe "$target"; fi
       "$sim" cut "$target"
-      printf -v "$b" %d $((t + 20))
+      printf -v "$b" %d $((fault_ms + 20000))
       up=(1)
       for u in 2 3; do b=back$u; [ "${!b}" -gt 0 ] || up+=("$u"); done
       list chaos "${up[@]}" ;;
   esac
-  echo "  fault $((t - begin)) s: $cls on h$target"
+  echo "  fault $t s: $cls on h$target"
 done
 chaos_steps=$(progress chaos)
 stop
