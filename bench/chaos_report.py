@@ -47,7 +47,8 @@ def launches(events):
     for ms, name, f in events:
         if name == "launch":
             out.append({"ms": ms, "np": int(f.get("np", 0)), "restored": None,
-                        "tier": None, "first_ms": None, "first_step": None, "exit": None})
+                        "tier": None, "first_ms": None, "first_step": None, "exit": None,
+                        "resize_exit": None})
         elif not out:
             continue
         elif name == "restored":
@@ -59,6 +60,8 @@ def launches(events):
             if out[-1]["restored"] is None:
                 out[-1]["restored"] = int(f.get("step", 1)) - 1
                 out[-1]["tier"] = out[-1]["tier"] or ("none" if out[-1]["restored"] == 0 else "?")
+        elif name == "resize-exit":
+            out[-1]["resize_exit"] = ms
         elif name == "exit":
             out[-1]["exit"] = (ms, int(f.get("status", -1)), int(f.get("last_step", -1)))
     return out
@@ -76,14 +79,17 @@ def segments(events_path, final):
 
 def rates(runs, faults):
     """Steps a second on each number of ranks, measured: the steps after each launch's
-    first, over the time from its first step to its end or the first fault within it
-    (a broken launch does no step between the fault and its end)."""
+    first, over the time from its first step to the first fault within it (a broken
+    launch does no step between the fault and its end; it was half-way through a step
+    on average when the fault came, counted as half a step), else to the job's word that
+    it stopped to resize (its last step and that step's save done), else to its end."""
     steps, secs = {}, {}
     for l in runs:
         if l["first_ms"] is None or l["exit"] is None or l["first_step"] is None:
             continue
-        end = min([l["exit"][0]] + [ms for ms, _, _ in faults if l["first_ms"] < ms < l["exit"][0]])
-        n, t = l["exit"][2] - l["first_step"], (end - l["first_ms"]) / 1000
+        broken = [ms for ms, _, _ in faults if l["first_ms"] < ms < l["exit"][0]]
+        end = min(broken) if broken else (l["resize_exit"] or l["exit"][0])
+        n, t = l["exit"][2] - l["first_step"] + (0.5 if broken else 0.0), (end - l["first_ms"]) / 1000
         if n > 0 and t > 0:
             steps[l["np"]] = steps.get(l["np"], 0) + n
             secs[l["np"]] = secs.get(l["np"], 0.0) + t
