@@ -11,6 +11,7 @@
 
 #include "runtime/error.h"
 #include "runtime/env.h"
+#include "runtime/omp_env.h"
 
 extern char** environ;
 
@@ -19,12 +20,14 @@ namespace etr::launcher {
 JobEnvironment job_environment(std::map<std::string, std::string> vars) {
   JobEnvironment env;
   if (!env_value("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
+  if (!env_value("OPENBLAS_THREAD_TIMEOUT")) vars["OPENBLAS_THREAD_TIMEOUT"] = kOpenblasThreadTimeout;
   for (const auto& [k, v] : vars) env.forward.push_back(k);
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);
     const std::string name = kv.substr(0, kv.find('='));
     const bool ours = name.rfind("ETR_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
-                      name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS";
+                      name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS" ||
+                      name == "OPENBLAS_THREAD_TIMEOUT";
     if (ours && !vars.count(name)) env.forward.push_back(name);
   }
   env.vars = std::move(vars);

@@ -10,10 +10,11 @@
 
 namespace etr::launcher {
 
-// `vars` (the launch's ETR_RUN_* variables), plus GOMP_SPINCOUNT=10000 when etr-run's
-// environment has none (runtime/omp_env.h), and `forward`: the names mpirun must pass to
-// every rank, `vars`' and every ETR_*, OMP_*, GOMP_SPINCOUNT and OPENBLAS_NUM_THREADS
-// variable of etr-run's own environment.
+// `vars` (the launch's ETR_RUN_* variables), plus GOMP_SPINCOUNT=10000 and
+// OPENBLAS_THREAD_TIMEOUT=20 where etr-run's environment has none (runtime/omp_env.h),
+// and `forward`: the names mpirun must pass to every rank, `vars`' and every ETR_*,
+// OMP_*, GOMP_SPINCOUNT, OPENBLAS_NUM_THREADS and OPENBLAS_THREAD_TIMEOUT variable of
+// etr-run's own environment.
 struct JobEnvironment {
   std::map<std::string, std::string> vars;
   std::vector<std::string> forward;

@@ -22,6 +22,10 @@ void ensure_omp_spin_limit(char** argv) {
     setenv("GOMP_SPINCOUNT", "10000", 1);
     changed = true;
   }
+  if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {
+    setenv("OPENBLAS_THREAD_TIMEOUT", kOpenblasThreadTimeout, 1);
+    changed = true;
+  }
   if (!env_value("OPENBLAS_CORETYPE")) {
     // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 registers.
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

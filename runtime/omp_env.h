@@ -13,10 +13,18 @@
 // 32 GFLOP/s instead of 113 with OPENBLAS_CORETYPE=SkylakeX, and etr-bench train at 1,442
 // instead of 4,320 tokens/s. OPENBLAS_CORETYPE names the kernels to use instead.
 //
+// OpenBLAS's pthread build starts its threads when it loads, and each spins (yielding)
+// for 2^OPENBLAS_THREAD_TIMEOUT cycles, 2^28 by default (~0.1 s), before it sleeps: at
+// every process start, and after every BLAS call. A rank held to part of a CPU (a cgroup
+// quota, as on the chaos soak's hosts) lost that much of its share at each start: its
+// MPI_Init took 110-120 ms instead of 50-55 (measured with OpenBLAS preloaded into a
+// bare MPI program, 3 ranks of 0.6 CPU). 2^20 cycles (~0.4 ms) still spans the gaps between
+// one step's BLAS calls.
+//
 // Both libraries read their variables when they load, so a program that wants them must
 // have them in its environment from the start: ensure_omp_spin_limit() re-executes the
 // program once with GOMP_SPINCOUNT=10000 (unless the user set GOMP_SPINCOUNT or
-// OMP_WAIT_POLICY) and, when OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2
+// OMP_WAIT_POLICY), OPENBLAS_THREAD_TIMEOUT=20 (unless the user set it) and, when OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2
 // (unless the user set OPENBLAS_CORETYPE), with the matching OPENBLAS_CORETYPE. Call it
 // first thing in main(), before MPI or any thread starts.
 #pragma once
@@ -24,6 +32,8 @@
 #include <string_view>
 
 namespace etr {
+
+inline constexpr const char* kOpenblasThreadTimeout = "20";  // 2^20 cycles
 
 void ensure_omp_spin_limit(char** argv);
 

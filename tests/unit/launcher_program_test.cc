@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "launcher/job_process.h"
 #include "launcher/mpirun_output.h"
 #include "launcher/run_options.h"
 #include "unit/launcher_test_util.h"
@@ -20,6 +21,23 @@ namespace etr {
 namespace {
 
 using namespace launcher_test;  // NOLINT: the helpers of these tests
+
+// The job's environment holds the threading libraries' spin limits (runtime/omp_env.h),
+// forwarded to every rank, unless the user set them: then theirs travel.
+TEST(JobEnvironment, SpinLimitsUnlessTheUserSetThem) {
+  {
+    testing::ScopedEnv gomp("GOMP_SPINCOUNT", std::nullopt);
+    testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", std::nullopt);
+    const launcher::JobEnvironment env = launcher::job_environment({{"ETR_RUN_DIR", "/tmp/x"}});
+    EXPECT_EQ(env.vars.at("GOMP_SPINCOUNT"), "10000");
+    EXPECT_EQ(env.vars.at("OPENBLAS_THREAD_TIMEOUT"), "20");
+    EXPECT_THAT(env.forward, ::testing::IsSupersetOf({"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "ETR_RUN_DIR"}));
+  }
+  testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", "28");
+  const launcher::JobEnvironment env = launcher::job_environment({});
+  EXPECT_EQ(env.vars.count("OPENBLAS_THREAD_TIMEOUT"), 0u);  // the process's own value
+  EXPECT_THAT(env.forward, ::testing::Contains("OPENBLAS_THREAD_TIMEOUT"));
+}
 
 TEST(ProgramProblem, ExecutablesByPathOnPathOrInTheWorkingDirectory) {
   EXPECT_EQ(launcher::program_problem("/bin/sh"), "");
