@@ -49,6 +49,12 @@ done
 [ "$(id -u)" = 0 ] || { echo "run_chaos: needs root (network namespaces)" >&2; exit 2; }
 export ETR_CLUSTER_NAME=etrchaos
 sim=$root/tests/cluster/sim_cluster.sh
+# One soak at a time: sim_cluster.sh up (and a soak's cleanup) would take down another
+# soak's hosts under it.
+if ip netns list 2>/dev/null | grep -q "^$ETR_CLUSTER_NAME-sw\b"; then
+  echo "run_chaos: another soak's hosts are up (network namespace $ETR_CLUSTER_NAME-sw); wait for it to end, or remove them with: ETR_CLUSTER_NAME=$ETR_CLUSTER_NAME $sim down" >&2
+  exit 1
+fi
 work=$(mktemp -d /tmp/etr-chaos.XXXXXX)
 etr_run_pid=
 cleanup() {
