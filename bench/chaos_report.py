@@ -89,7 +89,8 @@ def rates(runs, faults):
             continue
         broken = [ms for ms, _, _ in faults if l["first_ms"] < ms < l["exit"][0]]
         end = min(broken) if broken else (l["resize_exit"] or l["exit"][0])
-        n, t = l["exit"][2] - l["first_step"] + (0.5 if broken else 0.0), (end - l["first_ms"]) / 1000
+        n = l["exit"][2] - l["first_step"] + (0.5 if broken else 0.0)
+        t = (end - l["first_ms"]) / 1000
         if n > 0 and t > 0:
             steps[l["np"]] = steps.get(l["np"], 0) + n
             secs[l["np"]] = secs.get(l["np"], 0.0) + t
@@ -134,15 +135,18 @@ def grow_backs(backs, events):
             continue
         asked.append((req - ms) / 1000)
         launch = next(((t, f) for t, n, f in later if n == "launch" and t > req), None)
-        first = next((t for t, n, _ in later if launch and n == "first-step" and t > launch[0]), None)
+        first = next((t for t, n, _ in later
+                      if launch and n == "first-step" and t > launch[0]), None)
         if launch and launch[1].get("reason") == "resize" and first:
             grown.append((first - ms) / 1000)
     if not asked:
         return
     med = lambda v: sorted(v)[len(v) // 2]
-    text = f"hosts back: {len(backs)}; to etr-run's resize request: median {med(asked):.2f} s (max {max(asked):.2f})"
+    text = (f"hosts back: {len(backs)}; to etr-run's resize request: median {med(asked):.2f} s "
+            f"(max {max(asked):.2f})")
     if grown:
-        text += f", to the first step on more ranks: median {med(grown):.2f} s (max {max(grown):.2f})"
+        text += (f", to the first step on more ranks: median {med(grown):.2f} s "
+                 f"(max {max(grown):.2f})")
     print(text)
 
 
@@ -161,7 +165,8 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
                 backs.append((int(ms), target))
             else:
                 faults.append((int(ms), cls, target))
-    runs = launches(read_events(events_path))
+    events = read_events(events_path)
+    runs = launches(events)
     print(f"{'#':>3} {'fault':>10} {'on':>4} {'detect s':>9} {'recover s':>10} {'steps lost':>11} {'restored from':>14}")
     lost_total = 0
     for i, (ms, cls, target) in enumerate(faults):
@@ -185,7 +190,7 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
     kept = chaos_steps / ff_steps if ff_steps else float("nan")
     print(f"faults: {len(faults)}, launches: {len(runs)}, resizes (hosts back): {resizes}, "
           f"steps lost in all: {lost_total}")
-    grow_backs(backs, read_events(events_path))
+    grow_backs(backs, events)
     print(f"steps in {seconds} s: fault-free {ff_steps}, with faults {chaos_steps}: "
           f"goodput kept {kept * 100:.1f} %")
     batch = global_batch_of(output_path)

@@ -19,8 +19,10 @@ namespace etr::launcher {
 
 JobEnvironment job_environment(std::map<std::string, std::string> vars) {
   JobEnvironment env;
-  if (!env_value("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = "10000";  // runtime/omp_env.h
-  if (!env_value("OPENBLAS_THREAD_TIMEOUT")) vars["OPENBLAS_THREAD_TIMEOUT"] = kOpenblasThreadTimeout;
+  if (!env_value("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = kGompSpinCount;  // runtime/omp_env.h
+  if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {
+    vars["OPENBLAS_THREAD_TIMEOUT"] = kOpenblasThreadTimeout;
+  }
   for (const auto& [k, v] : vars) env.forward.push_back(k);
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);

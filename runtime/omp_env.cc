@@ -19,7 +19,7 @@ const char* openblas_coretype_for(std::string_view corename, bool avx512, bool a
 void ensure_omp_spin_limit(char** argv) {
   bool changed = false;
   if (!env_value("GOMP_SPINCOUNT") && !env_value("OMP_WAIT_POLICY")) {
-    setenv("GOMP_SPINCOUNT", "10000", 1);
+    setenv("GOMP_SPINCOUNT", kGompSpinCount, 1);
     changed = true;
   }
   if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {

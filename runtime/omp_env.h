@@ -24,15 +24,19 @@
 // Both libraries read their variables when they load, so a program that wants them must
 // have them in its environment from the start: ensure_omp_spin_limit() re-executes the
 // program once with GOMP_SPINCOUNT=10000 (unless the user set GOMP_SPINCOUNT or
-// OMP_WAIT_POLICY), OPENBLAS_THREAD_TIMEOUT=20 (unless the user set it) and, when OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2
-// (unless the user set OPENBLAS_CORETYPE), with the matching OPENBLAS_CORETYPE. Call it
-// first thing in main(), before MPI or any thread starts.
+// OMP_WAIT_POLICY), OPENBLAS_THREAD_TIMEOUT=20 (unless the user set it) and, when
+// OpenBLAS fell back to Prescott on a CPU with AVX-512 or AVX2 (unless the user set
+// OPENBLAS_CORETYPE), with the matching OPENBLAS_CORETYPE. Call it first thing in main(),
+// before MPI or any thread starts. etr-run puts the two spin limits in every launch's
+// environment itself (launcher/job_process.h), so its ranks start once.
 #pragma once
 
 #include <string_view>
 
 namespace etr {
 
+// The spin limits' values, for ensure_omp_spin_limit() and etr-run's job environment.
+inline constexpr const char* kGompSpinCount = "10000";        // iterations
 inline constexpr const char* kOpenblasThreadTimeout = "20";  // 2^20 cycles
 
 void ensure_omp_spin_limit(char** argv);

@@ -31,7 +31,8 @@ TEST(JobEnvironment, SpinLimitsUnlessTheUserSetThem) {
     const launcher::JobEnvironment env = launcher::job_environment({{"ETR_RUN_DIR", "/tmp/x"}});
     EXPECT_EQ(env.vars.at("GOMP_SPINCOUNT"), "10000");
     EXPECT_EQ(env.vars.at("OPENBLAS_THREAD_TIMEOUT"), "20");
-    EXPECT_THAT(env.forward, ::testing::IsSupersetOf({"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "ETR_RUN_DIR"}));
+    EXPECT_THAT(env.forward, ::testing::IsSupersetOf(
+                                 {"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "ETR_RUN_DIR"}));
   }
   testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", "28");
   const launcher::JobEnvironment env = launcher::job_environment({});
