@@ -23,13 +23,14 @@ JobEnvironment job_environment(std::map<std::string, std::string> vars) {
   if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {
     vars["OPENBLAS_THREAD_TIMEOUT"] = kOpenblasThreadTimeout;
   }
+  if (!env_value("HWLOC_COMPONENTS")) vars["HWLOC_COMPONENTS"] = kHwlocComponents;
   for (const auto& [k, v] : vars) env.forward.push_back(k);
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);
     const std::string name = kv.substr(0, kv.find('='));
     const bool ours = name.rfind("ETR_", 0) == 0 || name.rfind("OMP_", 0) == 0 ||
                       name == "GOMP_SPINCOUNT" || name == "OPENBLAS_NUM_THREADS" ||
-                      name == "OPENBLAS_THREAD_TIMEOUT";
+                      name == "OPENBLAS_THREAD_TIMEOUT" || name == "HWLOC_COMPONENTS";
     if (ours && !vars.count(name)) env.forward.push_back(name);
   }
   env.vars = std::move(vars);

@@ -10,11 +10,20 @@
 
 namespace etr::launcher {
 
+// hwloc's discovery without PCI devices and the I/O objects behind them. Open MPI's
+// mpirun and each host's daemon (orted) load the host's topology at every launch, and
+// hwloc reads every PCI device's configuration space to find them: on a virtual machine,
+// 15 % of a bare MPI program's start-up CPU time, 40-60 ms of a launch on hosts held to
+// 0.6 CPU. Open MPI places and binds ranks by cores, caches and NUMA nodes, which hwloc
+// still finds; NCCL and etr find GPUs and NICs themselves.
+inline constexpr const char* kHwlocComponents = "-linux:pci,-linux:io,-pci";
+
 // `vars` (the launch's ETR_RUN_* variables), plus GOMP_SPINCOUNT=10000 and
-// OPENBLAS_THREAD_TIMEOUT=20 where etr-run's environment has none (runtime/omp_env.h),
-// and `forward`: the names mpirun must pass to every rank, `vars`' and every ETR_*,
-// OMP_*, GOMP_SPINCOUNT, OPENBLAS_NUM_THREADS and OPENBLAS_THREAD_TIMEOUT variable of
-// etr-run's own environment.
+// OPENBLAS_THREAD_TIMEOUT=20 (runtime/omp_env.h) and HWLOC_COMPONENTS=kHwlocComponents
+// where etr-run's environment has none (the launch shim passes HWLOC_COMPONENTS on to
+// each remote daemon: launch_shim.h), and `forward`: the names mpirun must pass to every
+// rank, `vars`' and every ETR_*, OMP_*, GOMP_SPINCOUNT, OPENBLAS_NUM_THREADS,
+// OPENBLAS_THREAD_TIMEOUT and HWLOC_COMPONENTS variable of etr-run's own environment.
 struct JobEnvironment {
   std::map<std::string, std::string> vars;
   std::vector<std::string> forward;

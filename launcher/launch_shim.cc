@@ -33,12 +33,62 @@ void forward_stop_signals() {
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-// The host in `args` from `first` on: the first word that is not an option.
-std::string host_in(const std::vector<std::string>& args, size_t first) {
+// The index of the first word at or after `first` that is not an option (the host);
+// args.size() when none.
+size_t host_index(const std::vector<std::string>& args, size_t first) {
   for (size_t i = first; i < args.size(); ++i) {
-    if (args[i].rfind('-', 0) != 0) return args[i];
+    if (args[i].rfind('-', 0) != 0) return i;
   }
-  return "";
+  return args.size();
+}
+
+// The remote daemon's variables the shim passes on (job_process.h sets them).
+std::vector<std::pair<std::string, std::string>> daemon_env() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const char* name : {"HWLOC_COMPONENTS"}) {
+    if (const char* v = std::getenv(name); v != nullptr) env.emplace_back(name, v);
+  }
+  return env;
+}
+
+}  // namespace
+
+std::vector<std::string> with_daemon_env(
+    std::vector<std::string> command,
+    const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string prefix = "env";
+  for (const auto& [name, value] : env) {
+    if (value.find('\'') != std::string::npos) return command;
+    prefix += " " + name + "='" + value + "'";
+  }
+  if (env.empty()) return command;
+  for (std::string& word : command) {
+    const size_t end = word.find_last_not_of(" \t");
+    if (end == std::string::npos) continue;
+    const size_t begin = word.find_last_of(" \t;", end) + 1;  // npos + 1 == 0
+    const std::string token = word.substr(begin, end + 1 - begin);
+    if (token == "orted" || token.ends_with("/orted")) {
+      word.insert(begin, prefix + " ");
+      break;
+    }
+  }
+  return command;
+}
+
+namespace {
+
+// The agent's argv: its words and options, the host, and the command with the daemon's
+// variables (args as run_launch_shim's, the host at host_at).
+std::vector<std::string> agent_command(const std::vector<std::string>& args, size_t host_at) {
+  const auto at = [&](size_t i) { return args.begin() + static_cast<std::ptrdiff_t>(i); };
+  std::vector<std::string> words(at(2), at(host_at));
+  if (host_at < args.size()) {
+    words.push_back(args[host_at]);
+    const std::vector<std::string> command =
+        with_daemon_env(std::vector<std::string>(at(host_at + 1), args.end()), daemon_env());
+    words.insert(words.end(), command.begin(), command.end());
+  }
+  return words;
 }
 
 }  // namespace
@@ -63,7 +113,9 @@ int run_launch_shim(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string run_dir = args[0];
-  const std::string host = host_in(args, 2 + static_cast<size_t>(n));
+  const size_t host_at = host_index(args, 2 + static_cast<size_t>(n));
+  const std::string host = host_at < args.size() ? args[host_at] : "";
+  std::vector<std::string> words = agent_command(args, host_at);
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // mpirun gone: end the daemon too
   forward_stop_signals();
   // The stop signals wait until the child's pid is known, so none is lost in between.
@@ -86,7 +138,7 @@ int run_launch_shim(const std::vector<std::string>& args) {
   }
   if (pid == 0) {
     std::vector<char*> argv;
-    for (size_t i = 2; i < args.size(); ++i) argv.push_back(const_cast<char*>(args[i].c_str()));
+    for (std::string& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
     execvp(argv[0], argv.data());
     std::fprintf(stderr, "etr-run: cannot run the launch agent %s: %s\n", argv[0], std::strerror(errno));

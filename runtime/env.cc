@@ -52,6 +52,7 @@ constexpr EnvVar kVars[] = {
     {"OPENBLAS_CORETYPE", K::kSystem, "OpenBLAS's kernels (set when it misdetects the CPU)"},
     {"GOMP_SPINCOUNT", K::kSystem, "libgomp's spinning before a thread sleeps"},
     {"OPENBLAS_THREAD_TIMEOUT", K::kSystem, "OpenBLAS's spinning before a thread sleeps (2^N cycles)"},
+    {"HWLOC_COMPONENTS", K::kSystem, "hwloc's discovery (etr-run's launches: no PCI devices)"},
     {"OMP_WAIT_POLICY", K::kSystem, "OpenMP's waiting policy"},
     {"TMPDIR", K::kSystem, "where etr-run puts its run directory by default"},
     {"PATH", K::kSystem, "where etr-run finds mpirun"},

@@ -16,6 +16,7 @@
 #include "launcher/hosts.h"
 #include "launcher/launch_shim.h"
 #include "launcher/mpirun_output.h"
+#include "unit/scoped_env.h"
 
 namespace etr::launcher {
 namespace {
@@ -258,10 +259,49 @@ TEST(LaunchShim, ADaemonThatDiesIsReportedWithItsHost) {
 }
 
 TEST(LaunchShim, ADaemonThatEndsWellIsNotReported) {
+  testing::ScopedEnv hwloc("HWLOC_COMPONENTS", std::nullopt);  // the command as it was
   int status = 0;
   const std::string events = run_shim("test \"$1 $2 $3\" = \"-x hB orted\"", &status);
   EXPECT_EQ(status, 0);  // and the agent got the host and the command
   EXPECT_EQ(events, "");
+}
+
+// ssh carries no variables: the daemon, started by a remote shell, gets etr-run's
+// HWLOC_COMPONENTS from the command itself.
+TEST(LaunchShim, TheRemoteDaemonGetsHwlocComponents) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("etr-shim-env-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto script = [&](const char* name, const std::string& body) {
+    std::ofstream(dir / name) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(dir / name, fs::perms::owner_all);
+  };
+  script("agent.sh", "shift 2; env -u HWLOC_COMPONENTS sh -c \"$*\"");  // like ssh -x HOST CMD
+  script("orted", "echo \"$HWLOC_COMPONENTS\" > " + (dir / "seen").string());
+  testing::ScopedEnv hwloc("HWLOC_COMPONENTS", "-linux:pci,-pci");
+  EXPECT_EQ(run_launch_shim({dir.string(), "1", (dir / "agent.sh").string(), "-x", "hB",
+                             " " + (dir / "orted").string(), "-mca", "ess", "env"}),
+            0);
+  std::ifstream in(dir / "seen");
+  std::string seen;
+  std::getline(in, seen);
+  EXPECT_EQ(seen, "-linux:pci,-pci");
+  fs::remove_all(dir);
+}
+
+TEST(LaunchShim, TheDaemonWordTakesTheVariablesAfterItsPrefix) {
+  const std::vector<std::pair<std::string, std::string>> env = {{"HWLOC_COMPONENTS", "-pci"}};
+  EXPECT_EQ(with_daemon_env({" orted", "-mca", "orted_x", "1"}, env),
+            (std::vector<std::string>{" env HWLOC_COMPONENTS='-pci' orted", "-mca", "orted_x", "1"}));
+  EXPECT_EQ(with_daemon_env({"PATH=/p/bin:$PATH ; export PATH ; /p/bin/orted", "-mca"}, env),
+            (std::vector<std::string>{
+                "PATH=/p/bin:$PATH ; export PATH ; env HWLOC_COMPONENTS='-pci' /p/bin/orted",
+                "-mca"}));
+  EXPECT_EQ(with_daemon_env({"hostname"}, env), std::vector<std::string>{"hostname"});
+  EXPECT_EQ(with_daemon_env({" orted"}, {{"HWLOC_COMPONENTS", "it's"}}),
+            std::vector<std::string>{" orted"});  // no quoting games: passed on as it was
+  EXPECT_EQ(with_daemon_env({" orted"}, {}), std::vector<std::string>{" orted"});
 }
 
 TEST(LaunchShim, TheAgentStringCarriesItsWords) {

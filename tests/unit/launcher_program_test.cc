@@ -24,20 +24,25 @@ using namespace launcher_test;  // NOLINT: the helpers of these tests
 
 // The job's environment holds the threading libraries' spin limits (runtime/omp_env.h),
 // forwarded to every rank, unless the user set them: then theirs travel.
-TEST(JobEnvironment, SpinLimitsUnlessTheUserSetThem) {
+TEST(JobEnvironment, SpinLimitsAndHwlocUnlessTheUserSetThem) {
   {
     testing::ScopedEnv gomp("GOMP_SPINCOUNT", std::nullopt);
     testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", std::nullopt);
+    testing::ScopedEnv hwloc("HWLOC_COMPONENTS", std::nullopt);
     const launcher::JobEnvironment env = launcher::job_environment({{"ETR_RUN_DIR", "/tmp/x"}});
     EXPECT_EQ(env.vars.at("GOMP_SPINCOUNT"), "10000");
     EXPECT_EQ(env.vars.at("OPENBLAS_THREAD_TIMEOUT"), "20");
-    EXPECT_THAT(env.forward, ::testing::IsSupersetOf(
-                                 {"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "ETR_RUN_DIR"}));
+    EXPECT_EQ(env.vars.at("HWLOC_COMPONENTS"), "-linux:pci,-linux:io,-pci");
+    EXPECT_THAT(env.forward,
+                ::testing::IsSupersetOf({"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT",
+                                         "HWLOC_COMPONENTS", "ETR_RUN_DIR"}));
   }
   testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", "28");
+  testing::ScopedEnv hwloc("HWLOC_COMPONENTS", "-pci");
   const launcher::JobEnvironment env = launcher::job_environment({});
   EXPECT_EQ(env.vars.count("OPENBLAS_THREAD_TIMEOUT"), 0u);  // the process's own value
-  EXPECT_THAT(env.forward, ::testing::Contains("OPENBLAS_THREAD_TIMEOUT"));
+  EXPECT_EQ(env.vars.count("HWLOC_COMPONENTS"), 0u);
+  EXPECT_THAT(env.forward, ::testing::IsSupersetOf({"OPENBLAS_THREAD_TIMEOUT", "HWLOC_COMPONENTS"}));
 }
 
 TEST(ProgramProblem, ExecutablesByPathOnPathOrInTheWorkingDirectory) {
