@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/elastic.h"
+#include "runtime/env.h"
 
 namespace etr::launcher {
 namespace {
@@ -46,7 +47,7 @@ size_t host_index(const std::vector<std::string>& args, size_t first) {
 std::vector<std::pair<std::string, std::string>> daemon_env() {
   std::vector<std::pair<std::string, std::string>> env;
   for (const char* name : {"HWLOC_COMPONENTS"}) {
-    if (const char* v = std::getenv(name); v != nullptr) env.emplace_back(name, v);
+    if (const char* v = env_value(name)) env.emplace_back(name, v);
   }
   return env;
 }
