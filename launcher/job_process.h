@@ -13,7 +13,7 @@ namespace etr::launcher {
 // hwloc's discovery without PCI devices and the I/O objects behind them. Open MPI's
 // mpirun and each host's daemon (orted) load the host's topology at every launch, and
 // hwloc reads every PCI device's configuration space to find them: on a virtual machine,
-// 15 % of a bare MPI program's start-up CPU time, 40-60 ms of a launch on hosts held to
+// ~14 % of a bare MPI program's start-up CPU time, 55-65 ms of a relaunch on hosts held to
 // 0.6 CPU. Open MPI places and binds ranks by cores, caches and NUMA nodes, which hwloc
 // still finds; NCCL and etr find GPUs and NICs themselves.
 inline constexpr const char* kHwlocComponents = "-linux:pci,-linux:io,-pci";
