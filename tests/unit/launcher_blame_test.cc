@@ -293,7 +293,8 @@ TEST(LaunchShim, TheRemoteDaemonGetsHwlocComponents) {
 TEST(LaunchShim, TheDaemonWordTakesTheVariablesAfterItsPrefix) {
   const std::vector<std::pair<std::string, std::string>> env = {{"HWLOC_COMPONENTS", "-pci"}};
   EXPECT_EQ(with_daemon_env({" orted", "-mca", "orted_x", "1"}, env),
-            (std::vector<std::string>{" env HWLOC_COMPONENTS='-pci' orted", "-mca", "orted_x", "1"}));
+            (std::vector<std::string>{" env HWLOC_COMPONENTS='-pci' orted", "-mca", "orted_x",
+                                      "1"}));
   EXPECT_EQ(with_daemon_env({"PATH=/p/bin:$PATH ; export PATH ; /p/bin/orted", "-mca"}, env),
             (std::vector<std::string>{
                 "PATH=/p/bin:$PATH ; export PATH ; env HWLOC_COMPONENTS='-pci' /p/bin/orted",

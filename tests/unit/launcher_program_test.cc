@@ -42,7 +42,8 @@ TEST(JobEnvironment, SpinLimitsAndHwlocUnlessTheUserSetThem) {
   const launcher::JobEnvironment env = launcher::job_environment({});
   EXPECT_EQ(env.vars.count("OPENBLAS_THREAD_TIMEOUT"), 0u);  // the process's own value
   EXPECT_EQ(env.vars.count("HWLOC_COMPONENTS"), 0u);
-  EXPECT_THAT(env.forward, ::testing::IsSupersetOf({"OPENBLAS_THREAD_TIMEOUT", "HWLOC_COMPONENTS"}));
+  EXPECT_THAT(env.forward,
+              ::testing::IsSupersetOf({"OPENBLAS_THREAD_TIMEOUT", "HWLOC_COMPONENTS"}));
 }
 
 TEST(ProgramProblem, ExecutablesByPathOnPathOrInTheWorkingDirectory) {
