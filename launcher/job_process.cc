@@ -19,10 +19,7 @@ namespace etr::launcher {
 
 JobEnvironment job_environment(std::map<std::string, std::string> vars) {
   JobEnvironment env;
-  if (!env_value("GOMP_SPINCOUNT")) vars["GOMP_SPINCOUNT"] = kGompSpinCount;  // runtime/omp_env.h
-  if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {
-    vars["OPENBLAS_THREAD_TIMEOUT"] = kOpenblasThreadTimeout;
-  }
+  for (const auto& [name, value] : missing_spin_limits()) vars[name] = value;  // omp_env.h
   if (!env_value("HWLOC_COMPONENTS")) vars["HWLOC_COMPONENTS"] = kHwlocComponents;
   for (const auto& [k, v] : vars) env.forward.push_back(k);
   for (char** e = environ; *e; ++e) {

@@ -18,10 +18,10 @@ namespace etr::launcher {
 // still finds; NCCL and etr find GPUs and NICs themselves.
 inline constexpr const char* kHwlocComponents = "-linux:pci,-linux:io,-pci";
 
-// `vars` (the launch's ETR_RUN_* variables), plus GOMP_SPINCOUNT=10000 and
-// OPENBLAS_THREAD_TIMEOUT=20 (runtime/omp_env.h) and HWLOC_COMPONENTS=kHwlocComponents
-// where etr-run's environment has none (the launch shim passes HWLOC_COMPONENTS on to
-// each remote daemon: launch_shim.h), and `forward`: the names mpirun must pass to every
+// `vars` (the launch's ETR_RUN_* variables), plus the spin limits etr-run's environment
+// lacks (runtime/omp_env.h: missing_spin_limits) and HWLOC_COMPONENTS=kHwlocComponents
+// where it has none (the launch shim passes HWLOC_COMPONENTS on to each remote daemon:
+// launch_shim.h), and `forward`: the names mpirun must pass to every
 // rank, `vars`' and every ETR_*, OMP_*, GOMP_SPINCOUNT, OPENBLAS_NUM_THREADS,
 // OPENBLAS_THREAD_TIMEOUT and HWLOC_COMPONENTS variable of etr-run's own environment.
 struct JobEnvironment {

@@ -16,14 +16,21 @@ const char* openblas_coretype_for(std::string_view corename, bool avx512, bool a
   return nullptr;
 }
 
-void ensure_omp_spin_limit(char** argv) {
-  bool changed = false;
+std::vector<std::pair<const char*, const char*>> missing_spin_limits() {
+  std::vector<std::pair<const char*, const char*>> out;
   if (!env_value("GOMP_SPINCOUNT") && !env_value("OMP_WAIT_POLICY")) {
-    setenv("GOMP_SPINCOUNT", kGompSpinCount, 1);
-    changed = true;
+    out.emplace_back("GOMP_SPINCOUNT", "10000");  // iterations
   }
   if (!env_value("OPENBLAS_THREAD_TIMEOUT")) {
-    setenv("OPENBLAS_THREAD_TIMEOUT", kOpenblasThreadTimeout, 1);
+    out.emplace_back("OPENBLAS_THREAD_TIMEOUT", "20");  // 2^20 cycles
+  }
+  return out;
+}
+
+void ensure_omp_spin_limit(char** argv) {
+  bool changed = false;
+  for (const auto& [name, value] : missing_spin_limits()) {
+    setenv(name, value, 1);
     changed = true;
   }
   if (!env_value("OPENBLAS_CORETYPE")) {

@@ -32,12 +32,16 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace etr {
 
-// The spin limits' values, for ensure_omp_spin_limit() and etr-run's job environment.
-inline constexpr const char* kGompSpinCount = "10000";        // iterations
-inline constexpr const char* kOpenblasThreadTimeout = "20";  // 2^20 cycles
+// The spin limits this process's environment lacks, as (name, value): GOMP_SPINCOUNT=10000
+// unless GOMP_SPINCOUNT or OMP_WAIT_POLICY is set (GOMP_SPINCOUNT would override the
+// user's policy), OPENBLAS_THREAD_TIMEOUT=20 unless it is set. For
+// ensure_omp_spin_limit() and etr-run's job environment alike.
+std::vector<std::pair<const char*, const char*>> missing_spin_limits();
 
 void ensure_omp_spin_limit(char** argv);
 

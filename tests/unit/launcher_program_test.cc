@@ -37,13 +37,16 @@ TEST(JobEnvironment, SpinLimitsAndHwlocUnlessTheUserSetThem) {
                 ::testing::IsSupersetOf({"GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT",
                                          "HWLOC_COMPONENTS", "ETR_RUN_DIR"}));
   }
+  testing::ScopedEnv gomp("GOMP_SPINCOUNT", std::nullopt);
+  testing::ScopedEnv policy("OMP_WAIT_POLICY", "active");  // GOMP_SPINCOUNT would override it
   testing::ScopedEnv blas("OPENBLAS_THREAD_TIMEOUT", "28");
   testing::ScopedEnv hwloc("HWLOC_COMPONENTS", "-pci");
   const launcher::JobEnvironment env = launcher::job_environment({});
+  EXPECT_EQ(env.vars.count("GOMP_SPINCOUNT"), 0u);
   EXPECT_EQ(env.vars.count("OPENBLAS_THREAD_TIMEOUT"), 0u);  // the process's own value
   EXPECT_EQ(env.vars.count("HWLOC_COMPONENTS"), 0u);
-  EXPECT_THAT(env.forward,
-              ::testing::IsSupersetOf({"OPENBLAS_THREAD_TIMEOUT", "HWLOC_COMPONENTS"}));
+  EXPECT_THAT(env.forward, ::testing::IsSupersetOf({"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT",
+                                                    "HWLOC_COMPONENTS"}));
 }
 
 TEST(ProgramProblem, ExecutablesByPathOnPathOrInTheWorkingDirectory) {
