@@ -32,10 +32,14 @@
 namespace etr::launcher {
 
 volatile sig_atomic_t g_stop_signal = 0;
+volatile sig_atomic_t g_stop_signals = 0;
 
 namespace {
 
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  g_stop_signals = g_stop_signals + 1;
+}
 
 }  // namespace
 
@@ -147,7 +151,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   Watch w(start_job(argv, job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
-    pump(w, g_stop_signal, wake_for(w, r));
+    pump(w, stop_to_forward(w), wake_for(w, r));
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
     watch_heartbeats(w, r, hosts);
@@ -167,6 +171,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
 PumpWake Driver::wake_for(const Watch& w, const LaunchResult& r) const {
   PumpWake k;  // discovery and the progress watchdog: every 100 ms is soon enough
   k.by = std::min(k.by, next_due(w, r.first_error));
+  if (w.stop_asked) k.by = std::min(k.by, w.stop_by);
   // While watch_heartbeats() reads the beats (until the launch failed otherwise): a beat
   // wakes the wait, and so does the moment a rank would fall silent.
   if (heartbeats_ && !w.reaped && r.first_error == Clock::time_point{}) {
@@ -194,6 +199,9 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
   for (const Event& e : events_->read_new()) {
     if (e.name == "started") w.started = true;
     if (e.name == "ready") r.ready_seen = true;
+    if (e.name == "stop-exit" && e.fields.count("saved") && e.fields.at("saved") == "1") {
+      r.stop_saved_step = e.fields.count("step") ? std::strtoll(e.fields.at("step").c_str(), nullptr, 10) : 0;
+    }
     if (e.name == "first-step" && !r.first_step_seen) {
       r.first_step_seen = true;
       if (env.reason != "start" && env.event_ms > 0) {
@@ -233,10 +241,31 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   if (w.resize_pending && w.started && !r.resize_requested && !w.reaped) {
     say(w.reason, ": asking the job to resize");
     events_out_->event("resize-request np=" + std::to_string(np));
-    w.output.expect_resize_exit();
+    w.output.expect_own_exit();
     kill(w.pid, SIGUSR1);
     r.resize_requested = true;
   }
+}
+
+int Driver::stop_to_forward(Watch& w) {
+  if (!g_stop_signal || w.reaped) return 0;
+  const bool graceful = w.started && o_.stop_timeout.count() > 0 && g_stop_signals < 2;
+  if (graceful && !w.stop_asked) {
+    say("signal ", g_stop_signal, ": asking the job to save its step and stop (",
+        seconds(static_cast<double>(o_.stop_timeout.count()) / 1000),
+        " at most, --stop-timeout; another signal ends it at once)");
+    events_out_->event("stop-request signal=" + std::to_string(g_stop_signal));
+    w.output.expect_own_exit();
+    kill(w.pid, SIGUSR2);  // mpirun forwards it to every rank (runtime/elastic.h)
+    w.stop_asked = true;
+    w.stop_by = Clock::now() + o_.stop_timeout;
+  }
+  if (graceful && Clock::now() < w.stop_by) return 0;
+  if (w.stop_asked && !w.stop_forwarded) {
+    say(g_stop_signals >= 2 ? "another signal" : "--stop-timeout passed",
+        ": ending the job without waiting for its save");
+  }
+  return g_stop_signal;
 }
 
 std::string Driver::shim_agent() const {

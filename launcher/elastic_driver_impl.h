@@ -35,6 +35,7 @@ namespace fs = std::filesystem;
 
 // The stop signal etr-run caught (0: none), passed to pump() (launch_watch.h).
 extern volatile sig_atomic_t g_stop_signal;
+extern volatile sig_atomic_t g_stop_signals;  // how many arrived
 
 template <typename... Args>
 void say(const Args&... args) {
@@ -61,6 +62,7 @@ struct LaunchResult {
   Clock::time_point first_error{};  // the first error or lost daemon heard of (else epoch)
   bool final_error = false;  // the job's "error ... final=1": a relaunch would fail alike
   bool resize_requested = false;
+  int64_t stop_saved_step = -1;  // the job's "stop-exit step=N saved=1" (-1: none)
   bool first_step_seen = false;
   bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
   std::string program_error;  // mpirun could not start the program (MpirunOutput)
@@ -132,6 +134,10 @@ class Driver {
   void remote_silence(Watch& w, LaunchResult& r, const std::vector<HostSlots>& assigned,
                       const HostSlots* silent);
   void watch_progress(Watch& w, LaunchResult& r);
+  // After a stop signal: asks a job that has started to save its step and stop (SIGUSR2,
+  // once), and returns the signal to end mpirun with (pump()) once a second signal came,
+  // --stop-timeout passed or the job had not started; 0 while it may still stop itself.
+  int stop_to_forward(Watch& w);
   // etr-run's line (and event) when the learned heartbeat timeout is first known, and
   // when it moves by a quarter or more.
   void say_heartbeat_timeout();

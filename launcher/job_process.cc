@@ -42,6 +42,11 @@ JobProcess start_job(const std::vector<std::string>& argv_s,
   if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     dup2(err[1], STDERR_FILENO);
+    // A group of its own: a terminal's Ctrl-C reaches etr-run alone, which asks the job to
+    // save and stop (mpirun would end it at once). Away from the terminal's foreground
+    // group, reading it would stop mpirun (SIGTTIN): the job's input is /dev/null.
+    setpgid(0, 0);
+    if (const int null = open("/dev/null", O_RDONLY); null >= 0) dup2(null, STDIN_FILENO);
     for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

@@ -36,7 +36,8 @@ struct JobProcess {
 };
 
 // Forks and executes argv[0] (PATH searched) with `vars` set, SIGINT and SIGTERM at their
-// defaults, and its stderr into a pipe. IoError when the pipe or the fork fails; a
+// defaults, in a process group of its own, stdin from /dev/null and its stderr into a
+// pipe. IoError when the pipe or the fork fails; a
 // program that cannot be executed writes one line to the pipe and exits 127.
 JobProcess start_job(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& vars);

@@ -30,6 +30,8 @@ struct Watch {
   Clock::time_point next_discovery;
   bool eof = false, reaped = false, started = false, stop_forwarded = false;
   bool resize_pending = false;
+  bool stop_asked = false;  // etr-run asked the job to save and stop (SIGUSR2)
+  Clock::time_point stop_by{};  // ... and ends it at this time
   int status = 0;
   std::string reason;  // why a resize is pending
   std::optional<Discovery> discovery;

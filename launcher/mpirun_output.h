@@ -40,8 +40,9 @@ class MpirunOutput {
   // Forwards whatever is held back (at the end of the job).
   void flush();
   // From now on, drop mpirun's report of the ranks' non-zero exit (every rank exits 75 for
-  // a resize) and its "Forwarding signal" line: etr-run says what happened itself.
-  void expect_resize_exit() { resizing_ = true; }
+  // a resize, 140 when asked to stop) and its "Forwarding signal" line: etr-run says what
+  // happened itself.
+  void expect_own_exit() { resizing_ = true; }
   // The first rank mpirun reported killed by a signal, or -1.
   int killed_rank() const { return killed_rank_; }
   // The signal that killed it (killed_signal_in), or 0.

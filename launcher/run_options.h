@@ -36,6 +36,10 @@ struct RunOptions {
   // --stuck-floor, --stuck-allowance.
   ProgressLimits progress;
   std::chrono::milliseconds min_np_timeout = std::chrono::minutes(10);
+  // After etr-run's first SIGINT, SIGTERM or SIGHUP, how long a job that has started may
+  // take to save its step and stop (asked with SIGUSR2) before it is ended; 0: ended at
+  // once (--stop-timeout).
+  std::chrono::milliseconds stop_timeout = std::chrono::minutes(2);
   std::chrono::milliseconds discovery_interval = std::chrono::seconds(1);
   // A discovery script's time to finish (never more than what is left of min_np_timeout
   // while etr-run waits for slots).

@@ -323,6 +323,11 @@ std::string CheckpointCadence::resize_tier() const {
   return config_.checkpoint().fast_dir().empty() ? "durable" : "fast";
 }
 
+std::string CheckpointCadence::stop_tier() const {
+  if (!writer_) return "";
+  return config_.checkpoint().dir().empty() ? "fast" : "durable";
+}
+
 bool CheckpointCadence::saved(int64_t step) const {
   if (!writer_ || writer_->stats().empty()) return false;
   const SaveStats& last = writer_->stats().back();

@@ -124,6 +124,8 @@ class CheckpointCadence {
   void wait_for_snapshot();
   // The tier a resize saves to: the fast one when there is one.
   std::string resize_tier() const;
+  // The tier a stop saves to: the durable one, else the fast one; "" when neither is set.
+  std::string stop_tier() const;
   // The last completed save was of `step` and succeeded.
   bool saved(int64_t step) const;
   // Collective, at the end of a finished run (after flush()): when its last step is saved

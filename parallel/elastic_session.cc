@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace etr {
 
@@ -53,6 +54,36 @@ bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
                      " saved=" + (checkpoints.saved(step) ? "1" : "0"));
   }
   return true;
+}
+
+void ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
+                          const std::function<bool(const std::string&)>& save) const {
+  const int sig = stop_signal();
+  const std::string why = sig != 0 ? "signal " + std::to_string(sig) + " (SIG" +
+                                         sigabbrev_np(sig) + ")" : "another rank's signal";
+  checkpoints.flush();  // a save in flight (perhaps of this very step) commits first
+  const std::string tier = checkpoints.stop_tier();
+  const CheckpointWriter* w = checkpoints.writer();
+  const auto saved = [&] {
+    const SaveStats* last = w && !w->stats().empty() ? &w->stats().back() : nullptr;
+    return last && last->ok && last->step == static_cast<uint64_t>(step) && last->tier == tier;
+  };
+  if (!tier.empty() && !saved()) {
+    if (leader()) log_.info(why, ": saving step ", step, " and stopping");
+    save(tier);
+    checkpoints.flush();
+  }
+  const bool ok = saved();
+  if (!leader()) return;
+  if (reporter_) reporter_->event("stop-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
+  if (ok) {
+    log_.info("stopped after step ", step, " on ", why, ": saved in ",
+              w->stats().back().dir.string(), "; --resume latest continues from it");
+  } else {
+    log_.warn("stopped after step ", step, " on ", why, ": ",
+              tier.empty() ? "nothing saved (no checkpoint.dir)"
+                           : "its checkpoint could not be saved (see above)");
+  }
 }
 
 void ElasticSession::log_relaunch(int64_t first_step) const {

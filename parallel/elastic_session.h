@@ -2,7 +2,8 @@
 // has the protocol). Rank 0 reports start-up, restore and progress to etr-run's run
 // directory and logs what a relaunch cost; when a resize is agreed on at a step boundary
 // (the request flag rides on the step's sums, so every rank sees it alike), the job saves
-// a checkpoint of that step and stops, for etr-run to relaunch it at the new size.
+// a checkpoint of that step and stops, for etr-run to relaunch it at the new size; a stop
+// (a signal, runtime/elastic.h) likewise saves the step and ends the run.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +45,12 @@ class ElasticSession {
   // job is not elastic and the request is ignored. `save(tier)` saves the current state.
   bool resize(int64_t step, CheckpointCadence& checkpoints,
               const std::function<bool(const std::string&)>& save) const;
+  // Collective: a stop was agreed on after `step` (some rank got SIGTERM, SIGINT or
+  // etr-run's SIGUSR2). Saves a durable checkpoint of `step` through `checkpoints` unless
+  // one is saved already (nothing without checkpoint.dir), says so, and tells etr-run
+  // ("stop-exit step=N saved=0|1"); elastic or not.
+  void stop(int64_t step, CheckpointCadence& checkpoints,
+            const std::function<bool(const std::string&)>& save) const;
 
  private:
   bool leader() const { return grid_.rank() == 0; }

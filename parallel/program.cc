@@ -100,6 +100,7 @@ int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
   }
   const RunSummary s = session.run();
   if (s.resized) return kResizeExitCode;
+  if (s.stopped) return 128 + s.stop_signal;  // as the signal would have ended it, but saved
   if (!s.sample.empty()) world.log().info("sample:\n", s.sample);
   if (world.rank() == 0) world.log().info(summary_line(s, world.size()));
   // Periodic saves that fail are reported and training goes on; a job whose last save
@@ -177,6 +178,7 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   // reports and survives, instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
   install_resize_signal_handler();  // etr-run's resize request may come at any time
+  install_stop_signal_handler();    // SIGTERM, SIGINT, SIGUSR2: save the step and stop
   CLI::App app{info.description, info.name};
   CommandLine cl;
   add_options(app, cl);

@@ -3,7 +3,7 @@
 namespace etr {
 
 void StepAgreement::agree(const Sum& sum, int n) {
-  double v[10] = {loss,
+  double v[11] = {loss,
                   resize ? 1.0 : 0.0,
                   nonfinite_norm ? 1.0 : 0.0,
                   replan ? 1.0 : 0.0,
@@ -12,8 +12,9 @@ void StepAgreement::agree(const Sum& sum, int n) {
                   norm_wait_seconds,
                   goodput_term,
                   compute_seconds,
-                  optimizer_seconds};
-  sum(v, 10);
+                  optimizer_seconds,
+                  stop ? 1.0 : 0.0};
+  sum(v, 11);
   loss = v[0];
   resize = v[1] > 0;
   nonfinite_norm = v[2] > 0;
@@ -24,6 +25,7 @@ void StepAgreement::agree(const Sum& sum, int n) {
   goodput_term = v[7];
   compute_seconds = v[8];
   optimizer_seconds = v[9];
+  stop = v[10] > 0;
   ranks = n;
 }
 

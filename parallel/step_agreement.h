@@ -1,7 +1,7 @@
 // StepAgreement: what every rank must decide alike after a step's backward, agreed in
 // one sum over the world's ranks (the loss's own sum: the rest rides on it at no extra
 // cost), so that all take the same branch: keep or skip the step, redo it smaller after
-// an out-of-memory error, resize, re-plan the micro-batch.
+// an out-of-memory error, resize, stop, re-plan the micro-batch.
 //
 // A rank fills in its own values; agree() sums each field over the ranks in place.
 // The sums are defined so that every rank reads the same decision:
@@ -21,6 +21,7 @@ namespace etr {
 struct StepAgreement {
   double loss = 0;           // this rank's loss summed over its tokens / (B T)
   bool resize = false;       // this rank asks for a resize (elastic)
+  bool stop = false;         // this rank was asked to stop (runtime/elastic.h: stop_signal)
   bool nonfinite_norm = false;  // this rank's gradient norm is not finite
   bool replan = false;       // this rank's memory budget wants another micro-batch
   bool out_of_memory = false;   // this rank met an out-of-memory error inside the step

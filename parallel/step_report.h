@@ -45,6 +45,8 @@ struct StepStats {
   // Some rank had a resize request (SIGUSR1 from etr-run) when the step's sums were
   // taken: every rank sees the same value.
   bool resize = false;
+  // Some rank had a stop request (SIGTERM, SIGINT, or SIGUSR2 from etr-run): likewise.
+  bool stop = false;
   // The loss or gradient norm was not finite and optimizer.skip_nonfinite_steps let the
   // step be skipped: parameters and moments are as before it (the data moved on).
   bool skipped = false;
@@ -91,6 +93,10 @@ struct RunSummary {
   // The run stopped early for etr-run to relaunch it at another size (a checkpoint of the
   // last step was saved); the program should exit with kResizeExitCode.
   bool resized = false;
+  // The run stopped early on a stop request (a durable checkpoint of the last step was
+  // saved, or tried); the program should exit with 128 + stop_signal.
+  bool stopped = false;
+  int stop_signal = 0;  // this rank's signal, SIGTERM's for a rank that got none
 };
 
 // The numbers of a step the progress line shows beside StepStats.

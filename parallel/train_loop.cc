@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "parallel/train_session.h"
 
@@ -77,6 +78,15 @@ RunSummary TrainSession::run() {
     sum.final_loss = s.loss;
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
+    if (s.stop && !finished()) {
+      elastic_->stop(step, *checkpoints_, [this](const std::string& tier) {
+        return save_checkpoint(tier);
+      });
+      sum.stopped = true;
+      sum.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
+      sum.steps = step - start;
+      break;
+    }
     if (s.resize && !finished() &&
         elastic_->resize(step, *checkpoints_, [this](const std::string& tier) {
           return save_checkpoint(tier);
@@ -89,10 +99,10 @@ RunSummary TrainSession::run() {
   elastic_->at(RankStage::kFinish, position_.step);
   flush_checkpoints();
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
-  if (!sum.resized && batch_->finished(position_.step)) {
+  if (!sum.resized && !sum.stopped && batch_->finished(position_.step)) {
     checkpoints_->release_memory_tier(static_cast<int64_t>(position_.step));
   }
-  if (!sum.resized) sum.steps = static_cast<int64_t>(position_.step) - start;
+  if (!sum.resized && !sum.stopped) sum.steps = static_cast<int64_t>(position_.step) - start;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sum.tokens_per_second = static_cast<double>(position_.samples_seen - start_samples) *
                          static_cast<double>(data_->seq_len()) / sum.seconds;
@@ -101,7 +111,7 @@ RunSummary TrainSession::run() {
   sum.oom_recoveries = oom_recoveries();
   sum.memory_replans = memory_replans();
   write_trace();
-  if (sum.resized) return sum;  // not done: the relaunched job samples and exports
+  if (sum.resized || sum.stopped) return sum;  // not done: the job resumed samples and exports
   if ((config_.log().sample_tokens() > 0 && program_.sample) ||
       (!config_.output().export_safetensors().empty() && program_.export_weights)) {
     engine_->materialize_parameters();  // collective: stage 3 gathers them

@@ -146,6 +146,7 @@ StepStats TrainSession::train_step() {
   }
   st.loss = agreed.loss;
   st.resize = agreed.resize;
+  st.stop = agreed.stop;
   if (pipeline_) {
     st.bubble = agreed.bubble_mean();
     st.norm_wait_seconds = agreed.norm_wait_mean();
@@ -208,6 +209,7 @@ StepAgreement TrainSession::local_agreement(double grad_norm, double compute_sec
   StepAgreement a;
   a.loss = step_loss();  // the sum over this rank's tokens of the per-token loss / (B T)
   a.resize = resize_requested();
+  a.stop = stop_signal() != 0;
   a.nonfinite_norm = !std::isfinite(grad_norm);
   a.replan = batch_->budget_wants_replan();  // the memory budget, re-read here
   a.out_of_memory = !step_.oom.empty();

@@ -27,6 +27,14 @@ extern "C" void on_resize_signal(int) {
   g_resize_requested.store(1);
 }
 
+// The first stop signal (install_stop_signal_handler), 0 before one: the same kind of flag.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_job_stop_signal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
+
 const char* env(const char* name) {
   const char* v = env_value(name);
   return v && *v ? v : nullptr;
@@ -119,6 +127,25 @@ void install_resize_signal_handler() {
 
 bool resize_requested() { return g_resize_requested.load() != 0; }
 void clear_resize_request() { g_resize_requested.store(0); }
+
+void install_stop_signal_handler() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_job_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR2, &sa, nullptr);  // etr-run's request: every time
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;  // a second SIGTERM or SIGINT ends the process
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction old = {};
+    // A signal ignored when the process started (nohup, a shell's background job) stays so.
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+int stop_signal() { return g_stop_signal.load(); }
+
+void clear_stop_request() { g_stop_signal.store(0); }
 
 ElasticReporter::ElasticReporter(ElasticLaunch launch) : launch_(std::move(launch)) {}
 

@@ -21,6 +21,9 @@
 // final=1 when a relaunch would fail the same way (a non-finite step), so etr-run stops.
 // Resizing: etr-run sends SIGUSR1 to mpirun, which forwards it to every rank; the ranks
 // agree at a step boundary, save a checkpoint and exit with kResizeExitCode.
+// Stopping: SIGTERM or SIGINT to any rank (a user, a scheduler), or SIGUSR2 (etr-run's
+// stop on its own SIGINT, SIGTERM or SIGHUP, forwarded by mpirun): the ranks agree at a
+// step boundary, save a durable checkpoint of that step and exit with 128 + the signal.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +69,14 @@ void install_resize_signal_handler();
 // True once SIGUSR1 arrived and until clear_resize_request().
 bool resize_requested();
 void clear_resize_request();
+
+// Installs the handler that records a stop request: SIGTERM, SIGINT (each caught once: a
+// second one ends the process as it would without the handler) and SIGUSR2. Call it
+// first thing in main(), as install_resize_signal_handler().
+void install_stop_signal_handler();
+// The first stop signal that arrived (SIGTERM, SIGINT or SIGUSR2); 0: none.
+int stop_signal();
+void clear_stop_request();  // for tests
 
 // Rank 0's reports to etr-run; every call is a no-op when `launch` is inactive. Writes
 // never throw: a report that cannot be written is not a reason to stop training.

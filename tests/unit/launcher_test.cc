@@ -454,7 +454,7 @@ std::string forwarded(const std::vector<std::string>& chunks, bool resizing, int
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   launcher::MpirunOutput out(fds[1]);
-  if (resizing) out.expect_resize_exit();
+  if (resizing) out.expect_own_exit();
   for (const auto& c : chunks) out.feed(c.data(), c.size());
   out.flush();
   ::close(fds[1]);
