@@ -41,10 +41,12 @@ TEST(StepAgreement, EveryFieldIsSummedAndEveryRankReadsTheSameDecision) {
   r[1].resize = true;
   r[2].out_of_memory = true;
   r[0].replan = true;
+  r[2].stop = true;
   agree_all(r);
   for (const StepAgreement& a : r) {
     EXPECT_DOUBLE_EQ(a.loss, 6.0);
     EXPECT_TRUE(a.resize);
+    EXPECT_TRUE(a.stop);
     EXPECT_TRUE(a.out_of_memory);
     EXPECT_TRUE(a.replan);
     EXPECT_FALSE(a.nonfinite_norm);
