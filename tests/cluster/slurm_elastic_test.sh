@@ -8,6 +8,11 @@
 # service, and the job grows back onto it (a step on h1 and h2) and completes. Its final
 # parameters equal an uninterrupted 2-rank etr-mpirun run's within 1e-3 (the same global
 # batch and data; 1 rank sums in another order than 2). The recovery time is etr-run's.
+# Then a stop: the same sbatch, and at step 40 `scancel --batch --signal=TERM` (what
+# `#SBATCH --signal=B:TERM@120` does before the time limit): etr-run asks the step to stop
+# (SIGUSR2, which srun forwards to the tasks), the ranks save their step and exit, etr-run
+# says so and exits 143; a second sbatch with --resume latest continues from that step and
+# ends bitwise equal to the reference (2 ranks throughout).
 # Skipped (exit 77, with the reason) without root, network namespaces or Slurm.
 # Usage: slurm_elastic_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
@@ -76,4 +81,33 @@ grep "etr-run: launch\|etr-run: recovered\|excluded\|failed (exit" "$out"
 [ -f "$(ckpt "$work/el.ck")/manifest.pb" ] || { show; fail "no checkpoint of step $steps"; }
 "$compare" "$(ckpt "$work/ref.ck")" "$(ckpt "$work/el.ck")" 1e-3 ||
   fail "the final parameters differ from the uninterrupted run's"
+
+echo "== a stop: scancel --batch --signal=TERM at step 40, then --resume latest"
+rm -rf "$work/run"
+out=$work/stop.out
+id=$(ETR_BUILD=$build ETR_CKPT_DIR=$work/stop.ck ETR_SLOW_RANK=0:20 \
+  ETR_RUN_ARGS="--run-dir $work/run --heartbeat-timeout 0" \
+  "$slurm" run sbatch --parsable --chdir="$root" --output="$out" \
+  "$root/examples/slurm/elastic.sbatch" "${job[@]}" --set checkpoint.every=0)
+[ -n "$id" ] || fail "sbatch gave no job id"
+running() { [ -n "$("$slurm" run squeue -h -j "$id" 2>/dev/null)" ]; }
+pid=  # (wait_for's check of the job: squeue's instead)
+for i in $(seq 1200); do at_step 40 && break; running || { show; fail "the job ended before step 40"; }; sleep 0.1; done
+at_step 40 || { show; fail "no step 40 within 120 s"; }
+"$slurm" run scancel --batch --signal=TERM "$id"
+for i in $(seq 600); do running || break; sleep 0.1; done
+running && { show; fail "the job did not stop within 60 s of SIGTERM"; }
+expect "signal 15: asking the job to save its step and stop" "etr-run did not ask the job to stop"
+expect "stopped by signal 15: the job saved step [0-9]* and stopped" "the job did not save its step"
+saved=$(sed -n 's/.*the job saved step \([0-9]*\) and stopped.*/\1/p' "$out")
+[ "$saved" -lt "$steps" ] || fail "the job finished before the stop"
+echo "saved step $saved at the stop"
+out=$work/resume.out
+ETR_BUILD=$build ETR_CKPT_DIR=$work/stop.ck ETR_RUN_ARGS="--run-dir $work/run" \
+  "$slurm" run sbatch --wait --chdir="$root" --output="$out" \
+  "$root/examples/slurm/elastic.sbatch" "${job[@]}" --set checkpoint.every=0 --resume latest ||
+  { show; fail "the resumed job failed"; }
+expect "resumed from step $saved" "the resumed job did not continue from step $saved"
+"$compare" "$(ckpt "$work/ref.ck")" "$(ckpt "$work/stop.ck")" 0 ||
+  fail "the stopped and resumed job's final parameters differ from the uninterrupted run's"
 echo "PASS"
