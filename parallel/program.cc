@@ -178,7 +178,6 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   // reports and survives, instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
   install_resize_signal_handler();  // etr-run's resize request may come at any time
-  install_stop_signal_handler();    // SIGTERM, SIGINT, SIGUSR2: save the step and stop
   CLI::App app{info.description, info.name};
   CommandLine cl;
   add_options(app, cl);
@@ -193,6 +192,8 @@ int run_training_program(int argc, char** argv, const ProgramInfo& info,
   ElasticLaunch launch;
   try {
     launch = ElasticLaunch::from_env();
+    // SIGUSR2 (and, not under etr-run, SIGTERM and SIGINT): save the step and stop.
+    install_stop_signal_handler(!launch.active);
     world = std::make_unique<World>(&argc, &argv);
   } catch (const std::exception& e) {
     print_error(info.name, e.what());

@@ -128,12 +128,13 @@ void install_resize_signal_handler() {
 bool resize_requested() { return g_resize_requested.load() != 0; }
 void clear_resize_request() { g_resize_requested.store(0); }
 
-void install_stop_signal_handler() {
+void install_stop_signal_handler(bool term_and_int) {
   struct sigaction sa = {};
   sa.sa_handler = on_job_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR2, &sa, nullptr);  // etr-run's request: every time
+  if (!term_and_int) return;
   sa.sa_flags = SA_RESTART | SA_RESETHAND;  // a second SIGTERM or SIGINT ends the process
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old = {};

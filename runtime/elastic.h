@@ -21,9 +21,10 @@
 // final=1 when a relaunch would fail the same way (a non-finite step), so etr-run stops.
 // Resizing: etr-run sends SIGUSR1 to mpirun, which forwards it to every rank; the ranks
 // agree at a step boundary, save a checkpoint and exit with kResizeExitCode.
-// Stopping: SIGTERM or SIGINT to any rank (a user, a scheduler), or SIGUSR2 (etr-run's
-// stop on its own SIGINT, SIGTERM or SIGHUP, forwarded by mpirun): the ranks agree at a
-// step boundary, save a durable checkpoint of that step and exit with 128 + the signal.
+// Stopping: SIGUSR2 (etr-run's stop on its own SIGINT, SIGTERM or SIGHUP, forwarded by
+// mpirun or srun), or, not under etr-run, SIGTERM or SIGINT to any rank (a user, a
+// scheduler): the ranks agree at a step boundary, save a durable checkpoint of that step
+// and exit with 128 + the signal.
 #pragma once
 
 #include <cstdint>
@@ -70,10 +71,12 @@ void install_resize_signal_handler();
 bool resize_requested();
 void clear_resize_request();
 
-// Installs the handler that records a stop request: SIGTERM, SIGINT (each caught once: a
-// second one ends the process as it would without the handler) and SIGUSR2. Call it
-// first thing in main(), as install_resize_signal_handler().
-void install_stop_signal_handler();
+// Installs the handler that records a stop request: SIGUSR2 and, with `term_and_int`,
+// SIGTERM and SIGINT (each caught once: a second one ends the process as it would
+// without the handler). Call it before MPI starts, as install_resize_signal_handler().
+// Under etr-run only SIGUSR2: a SIGTERM to the ranks there is mpirun's or srun's teardown
+// of a failed launch, which must end a rank blocked on a dead peer at once.
+void install_stop_signal_handler(bool term_and_int = true);
 // The first stop signal that arrived (SIGTERM, SIGINT or SIGUSR2); 0: none.
 int stop_signal();
 void clear_stop_request();  // for tests

@@ -463,6 +463,16 @@ TEST(StopSignal, ASignalIgnoredAtTheStartStaysIgnored) {
   signal(SIGUSR2, SIG_DFL);
 }
 
+TEST(StopSignal, UnderEtrRunOnlySigusr2IsCaught) {
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  install_stop_signal_handler(/*term_and_int=*/false);
+  EXPECT_NE(handler_of(SIGUSR2), SIG_DFL);
+  EXPECT_EQ(handler_of(SIGTERM), SIG_DFL) << "mpirun's teardown must end a rank at once";
+  EXPECT_EQ(handler_of(SIGINT), SIG_DFL);
+  signal(SIGUSR2, SIG_DFL);
+}
+
 // ---- runtime/elastic: the SIGUSR1 resize flag -----------------------------------------
 
 TEST(ResizeSignal, Sigusr1SetsTheFlagUntilCleared) {
