@@ -128,9 +128,10 @@ class CheckpointCadence {
   std::string stop_tier() const;
   // The last completed save was of `step` and succeeded.
   bool saved(int64_t step) const;
-  // Collective, at the end of a finished run (after flush()): when its last step is saved
-  // on disk, each host's leader empties and removes the memory tier's directory (its
-  // tmpfs pages are the host's RAM); otherwise the copies stay for a relaunch.
+  // Collective, at the end of a finished or stopped run (after flush()): when its last
+  // step is saved on disk, each host's leader empties and removes the memory tier's
+  // directory (its tmpfs pages are the host's RAM); otherwise the copies stay for a
+  // relaunch.
   void release_memory_tier(int64_t last_step);
 
  private:

@@ -3,10 +3,12 @@
 # that a step takes a few ms and a signal lands mid-run; durable checkpoints only at the
 # end, so that the stop's save is the one there is):
 #  reference: an uninterrupted run under etr-run;
-#  a. SIGTERM to etr-run mid-run: it asks the job to stop (SIGUSR2), the ranks agree at the
-#     next step boundary, save that step and exit 140; etr-run says so and exits 143; no step
-#     is lost (the saved step is the last one completed); the same command with --resume
-#     latest continues from it and ends bitwise equal to the reference;
+#  a. SIGTERM to etr-run mid-run (the memory tier on, every step): it asks the job to stop
+#     (SIGUSR2), the ranks agree at the next step boundary, save that step to disk and exit
+#     140, and the memory tier's directory is removed (its copies are host RAM); etr-run
+#     says so and exits 143; no step is lost (the saved step is the last one completed);
+#     the same command with --resume latest continues from it and ends bitwise equal to
+#     the reference;
 #  b. SIGTERM to one rank of a plain mpirun job (as a scheduler or a user would): every
 #     rank saves the same step and the job exits 143; resumed with plain mpirun, bitwise
 #     equal to the reference;
@@ -25,7 +27,7 @@ pid=
 cleanup() {
   if [ -n "$pid" ]; then pkill -KILL -P "$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; fi
   pkill -KILL -f "$work/" 2>/dev/null
-  [ -n "${KEEP:-}" ] || rm -rf "$work"
+  [ -n "${KEEP:-}" ] || rm -rf "$work" "/dev/shm/etr-stop-test-$$"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -84,7 +86,8 @@ finish ref
 [ "$status" -eq 0 ] || { show ref; fail "ref: exit status $status"; }
 
 echo "== a. SIGTERM to etr-run"
-start a
+mem=/dev/shm/etr-stop-test-$$
+start a -- --set checkpoint.memory_every=1 --set checkpoint.memory_dir="$mem"
 wait_step a 100
 kill -TERM "$pid"
 finish a
@@ -98,6 +101,8 @@ grep -q "exit status=140 last_step=$saved\$" "$work/a.run/events" ||
   { show a; fail "a: the ranks did not exit 140 at the saved step $saved (steps lost)"; }
 expect a "stopped by signal 15: the job saved step $saved and stopped" "etr-run's sentence"
 [ -f "$(ckpt "$work/a.ck" "$saved")/manifest.pb" ] || fail "a: no checkpoint of step $saved"
+grep -q "step-0*$saved (memory) saved" "$work/a.out" || { show a; fail "a: the memory tier did not save"; }
+[ ! -e "$mem" ] || { ls -la "$mem"; rm -rf "$mem"; fail "a: the memory tier's directory was left"; }
 echo "ok a: saved step $saved"
 ck=a start a2 -- --resume latest
 finish a2
