@@ -99,9 +99,9 @@ RunSummary TrainSession::run() {
   elastic_->at(RankStage::kFinish, position_.step);
   flush_checkpoints();
   if (checkpoints_->writer()) reporter_->checkpoints(checkpoints_->writer()->stats());
-  // Done, or stopped with the step on disk: the memory tier's copies (host RAM) are not
-  // needed by a relaunch (a later --resume latest reads the disk).
-  if (!sum.resized && (sum.stopped || batch_->finished(position_.step))) {
+  // Done (the schedule's end or schedule.stop_at_step), or stopped: once the step is on
+  // disk the memory tier's copies (host RAM) are not needed (--resume latest reads it).
+  if (!sum.resized && (sum.stopped || finished())) {
     checkpoints_->release_memory_tier(static_cast<int64_t>(position_.step));
   }
   if (!sum.resized && !sum.stopped) sum.steps = static_cast<int64_t>(position_.step) - start;

@@ -8,6 +8,8 @@
 #     log: "0 B moved between hosts"), at most 1 step is lost (the relaunch line: the last launch's last
 #     completed step against the restored one), and the final parameters equal the
 #     reference's bitwise; the completed job removes the tier's directory;
+#  b. a run in parts (schedule.stop_at_step): the part's last step is on disk, so its end
+#     removes the memory tier's directory (host RAM) as a completed run's does;
 #  c. a damaged memory copy: a run whose rank 1 fails at step 37 (ETR_FAIL_AT_STEP) leaves
 #     memory copy 35 or 36 and disk copy 30 (saved synchronously: checkpoint.async=false
 #     applies to the disk tiers); one byte of the memory copy's shard file is
@@ -99,6 +101,13 @@ lost=$(echo "$line" | sed 's/.*: \([0-9]*\) steps\? lost/\1/')
 [ "$lost" -le 1 ] || { show a; fail "a: $lost steps lost (at most 1 with the memory tier)"; }
 [ ! -e "$mem" ] || fail "a: the memory tier is still there after the job completed"
 same_params a
+
+echo "== b. a run that ends at schedule.stop_at_step leaves no memory tier behind"
+rm -rf "$mem"
+"$mpirun" -np 2 "${job[@]}" "${memory[@]}" --set checkpoint.dir="$work/b.ck" \
+  --set schedule.stop_at_step=25 >"$work/b.out" 2>&1 || { cat "$work/b.out"; fail "b: the run failed"; }
+[ -f "$(ckpt "$work/b.ck" 25)/manifest.pb" ] || { cat "$work/b.out"; fail "b: no checkpoint of step 25"; }
+[ ! -e "$mem" ] || fail "b: the memory tier is still there after a run to stop_at_step: $(ls -A "$mem" | tr '\n' ' ')"
 
 echo "== c. a damaged memory copy falls back to disk"
 rm -rf "$mem"
