@@ -151,7 +151,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
   Watch w(start_job(argv, job_env.vars));
   w.next_discovery = Clock::now() + o_.discovery_interval;
   while (!(w.eof && w.reaped)) {
-    pump(w, stop_to_forward(w), wake_for(w, r));
+    pump(w, watch_stop(w), wake_for(w, r));
     read_events(w, r, env, np);
     watch_discovery(w, hosts, np, r);
     watch_heartbeats(w, r, hosts);
@@ -171,7 +171,7 @@ LaunchResult Driver::launch(const std::vector<HostSlots>& hosts, int np, const L
 PumpWake Driver::wake_for(const Watch& w, const LaunchResult& r) const {
   PumpWake k;  // discovery and the progress watchdog: every 100 ms is soon enough
   k.by = std::min(k.by, next_due(w, r.first_error));
-  if (w.stop_asked) k.by = std::min(k.by, w.stop_by);
+  if (w.stop_asked && w.end_at == Clock::time_point{}) k.by = std::min(k.by, w.stop_by);
   // While watch_heartbeats() reads the beats (until the launch failed otherwise): a beat
   // wakes the wait, and so does the moment a rank would fall silent.
   if (heartbeats_ && !w.reaped && r.first_error == Clock::time_point{}) {
@@ -200,7 +200,8 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
     if (e.name == "started") w.started = true;
     if (e.name == "ready") r.ready_seen = true;
     if (e.name == "stop-exit" && e.fields.count("saved") && e.fields.at("saved") == "1") {
-      r.stop_saved_step = e.fields.count("step") ? std::strtoll(e.fields.at("step").c_str(), nullptr, 10) : 0;
+      const auto step = e.fields.find("step");
+      r.stop_saved_step = step != e.fields.end() ? std::strtoll(step->second.c_str(), nullptr, 10) : 0;
     }
     if (e.name == "first-step" && !r.first_step_seen) {
       r.first_step_seen = true;
@@ -247,10 +248,10 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   }
 }
 
-int Driver::stop_to_forward(Watch& w) {
+int Driver::watch_stop(Watch& w) {
   if (!g_stop_signal || w.reaped) return 0;
-  const bool graceful = w.started && o_.stop_timeout.count() > 0 && g_stop_signals < 2;
-  if (graceful && !w.stop_asked) {
+  if (!w.stop_asked && (!w.started || o_.stop_timeout.count() == 0)) return g_stop_signal;
+  if (!w.stop_asked) {
     say("signal ", g_stop_signal, ": asking the job to save its step and stop (",
         seconds(static_cast<double>(o_.stop_timeout.count()) / 1000),
         " at most, --stop-timeout; another signal ends it at once)");
@@ -260,12 +261,13 @@ int Driver::stop_to_forward(Watch& w) {
     w.stop_asked = true;
     w.stop_by = Clock::now() + o_.stop_timeout;
   }
-  if (graceful && Clock::now() < w.stop_by) return 0;
-  if (w.stop_asked && !w.stop_forwarded) {
-    say(g_stop_signals >= 2 ? "another signal" : "--stop-timeout passed",
+  const bool again = g_stop_signals >= 2;
+  if (w.end_at == Clock::time_point{} && (again || Clock::now() >= w.stop_by)) {
+    say(again ? "another signal" : "--stop-timeout passed",
         ": ending the job without waiting for its save");
+    w.end_at = Clock::now();  // end_stuck_mpirun(): SIGTERM, then SIGKILL
   }
-  return g_stop_signal;
+  return 0;
 }
 
 std::string Driver::shim_agent() const {
@@ -302,7 +304,7 @@ void Driver::prepare_run_dir() {
 void catch_stop_signals() {
   struct sigaction sa = {};
   sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
+  sigfillset(&sa.sa_mask);  // one at a time: g_stop_signals counts each
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 

@@ -135,9 +135,11 @@ class Driver {
                       const HostSlots* silent);
   void watch_progress(Watch& w, LaunchResult& r);
   // After a stop signal: asks a job that has started to save its step and stop (SIGUSR2,
-  // once), and returns the signal to end mpirun with (pump()) once a second signal came,
-  // --stop-timeout passed or the job had not started; 0 while it may still stop itself.
-  int stop_to_forward(Watch& w);
+  // once); on a second signal or after --stop-timeout, decides to end the launch
+  // (w.end_at: end_stuck_mpirun's SIGTERM, then SIGKILL). Returns the signal for pump()
+  // to forward to mpirun when the job is ended at once (not started yet, or
+  // --stop-timeout 0), else 0.
+  int watch_stop(Watch& w);
   // etr-run's line (and event) when the learned heartbeat timeout is first known, and
   // when it moves by a quarter or more.
   void say_heartbeat_timeout();

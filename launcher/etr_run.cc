@@ -65,9 +65,9 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
       ->each([&f](const std::string&) { f.cooldown_given = true; });
   app.add_option("--min-np-timeout", f.min_np_timeout_s, "Seconds to wait for --min-np usable slots "
                  "before giving up (default 600)");
-  app.add_option("--stop-timeout", f.stop_timeout_s, "On SIGINT, SIGTERM or SIGHUP, seconds the job "
-                 "may take to save its step and stop before it is ended (a second signal ends it at "
-                 "once; 0: at once; default 120)");
+  app.add_option("--stop-timeout", f.stop_timeout_s, "On SIGINT, SIGTERM or SIGHUP, seconds the "
+                 "job may take to save its step and stop before it is ended (a second signal ends "
+                 "it at once; 0: at once; default 120)");
   app.add_option("--discovery-interval", f.interval_s, "Seconds between host discoveries (default 1)");
   app.add_option("--discovery-timeout", f.discovery_timeout_s, "Seconds a discovery script may run; "
                  "then it and every process it started are ended and the discovery counts as "
@@ -170,7 +170,8 @@ int run(etr::launcher::RunOptions& o, const Flags& f) {
   o.discovery_interval = ms(f.interval_s, "--discovery-interval");
   o.discovery_timeout = ms(f.discovery_timeout_s, "--discovery-timeout");
   if (!(f.stop_timeout_s >= 0 && f.stop_timeout_s <= 1e9)) {
-    throw etr::ConfigError("--stop-timeout must be a number of seconds in [0, 1e9] (0: end the job at once)");
+    throw etr::ConfigError(
+        "--stop-timeout must be a number of seconds in [0, 1e9] (0: end the job at once)");
   }
   o.stop_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.stop_timeout_s * 1000));
   set_heartbeat(o, f, ms);

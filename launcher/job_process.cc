@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,15 +39,25 @@ JobProcess start_job(const std::vector<std::string>& argv_s,
                      const std::map<std::string, std::string>& vars) {
   int err[2];
   if (pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     dup2(err[1], STDERR_FILENO);
     // A group of its own: a terminal's Ctrl-C reaches etr-run alone, which asks the job to
     // save and stop (mpirun would end it at once). Away from the terminal's foreground
-    // group, reading it would stop mpirun (SIGTTIN): the job's input is /dev/null.
+    // group, reading it would stop mpirun (SIGTTIN): the job's input is /dev/null; and
+    // writing to it would too with `stty tostop` (SIGTTOU, ignored). Out of etr-run's group,
+    // a kill of that group misses mpirun: etr-run's death ends it (PR_SET_PDEATHSIG; the
+    // fork is on the main thread, which lives as long as etr-run).
     setpgid(0, 0);
-    if (const int null = open("/dev/null", O_RDONLY); null >= 0) dup2(null, STDIN_FILENO);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // etr-run died before the prctl
+    signal(SIGTTOU, SIG_IGN);
+    if (const int null = open("/dev/null", O_RDONLY); null >= 0) {
+      dup2(null, STDIN_FILENO);
+      if (null != STDIN_FILENO) close(null);
+    }
     for (const auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

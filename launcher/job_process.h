@@ -36,9 +36,10 @@ struct JobProcess {
 };
 
 // Forks and executes argv[0] (PATH searched) with `vars` set, SIGINT and SIGTERM at their
-// defaults, in a process group of its own, stdin from /dev/null and its stderr into a
-// pipe. IoError when the pipe or the fork fails; a
-// program that cannot be executed writes one line to the pipe and exits 127.
+// defaults, SIGTTOU ignored, in a process group of its own that etr-run's death ends
+// (SIGTERM), stdin from /dev/null and its stderr into a pipe. IoError when the pipe or
+// the fork fails; a program that cannot be executed writes one line to the pipe and
+// exits 127.
 JobProcess start_job(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& vars);
 

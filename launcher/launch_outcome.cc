@@ -58,7 +58,7 @@ void Driver::probe_hosts(FailureEvidence& e, const LaunchResult& r,
 std::optional<int> Driver::after_launch(const LaunchResult& r,
                                         const std::vector<HostSlots>& assigned,
                                         int64_t last_step, LaunchEnv& env) {
-  if (g_stop_signal) {
+  if (g_stop_signal && r.status != 0) {
     if (r.stop_saved_step >= 0) {
       say("stopped by signal ", g_stop_signal, ": the job saved step ", r.stop_saved_step,
           " and stopped; run the same command with the job's --resume latest to continue");

@@ -75,7 +75,9 @@ void ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
   }
   const bool ok = saved();
   if (!leader()) return;
-  if (reporter_) reporter_->event("stop-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
+  if (reporter_) {
+    reporter_->event("stop-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
+  }
   if (ok) {
     log_.info("stopped after step ", step, " on ", why, ": saved in ",
               w->stats().back().dir.string(), "; --resume latest continues from it");

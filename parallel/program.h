@@ -12,10 +12,11 @@
 // Exit status: 0 done; 1 a user error (one sentence on stderr: bad config, missing file,
 // non-finite loss, a failed last checkpoint); 2 a command-line usage error or an internal
 // error; 75 (kResizeExitCode) stopped at a step boundary for etr-run to relaunch the job
-// at another size; 128 + N stopped by signal N (SIGTERM, SIGINT, or SIGUSR2 from etr-run;
-// a rank that got none: SIGTERM's) at a step boundary after saving a durable checkpoint
-// of that step (runtime/elastic.h). Under mpirun, an error after the configuration ends the whole job
-// (MPI_Abort) so that no peer waits for the communication timeout.
+// at another size; 128 + N stopped by signal N (SIGTERM, SIGINT, or SIGUSR2 from etr-run:
+// under etr-run every rank 140, elsewhere a rank that got none 143) at a step boundary
+// after saving a durable checkpoint of that step (runtime/elastic.h). Under mpirun, an
+// error after the configuration ends the whole job (MPI_Abort) so that no peer waits for
+// the communication timeout.
 #pragma once
 
 #include <functional>

@@ -96,7 +96,7 @@ struct RunSummary {
   // The run stopped early on a stop request (a durable checkpoint of the last step was
   // saved, or tried); the program should exit with 128 + stop_signal.
   bool stopped = false;
-  int stop_signal = 0;  // this rank's signal, SIGTERM's for a rank that got none
+  int stop_signal = 0;  // SIGUSR2 under etr-run; else this rank's, SIGTERM without one
 };
 
 // The numbers of a step the progress line shows beside StepStats.

@@ -83,7 +83,10 @@ RunSummary TrainSession::run() {
         return save_checkpoint(tier);
       });
       sum.stopped = true;
-      sum.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
+      // The same status on every rank: under etr-run each got SIGUSR2 (or will); else
+      // SIGTERM's for a rank that got none.
+      const int own = stop_signal() != 0 ? stop_signal() : SIGTERM;
+      sum.stop_signal = elastic_->active() ? SIGUSR2 : own;
       sum.steps = step - start;
       break;
     }

@@ -30,9 +30,20 @@ extern "C" void on_resize_signal(int) {
 // The first stop signal (install_stop_signal_handler), 0 before one: the same kind of flag.
 std::atomic<int> g_stop_signal{0};
 
+// Whether install_stop_signal_handler caught SIGTERM, SIGINT (written before the handler
+// is installed, read by it).
+bool g_caught_term = false, g_caught_int = false;
+
 extern "C" void on_job_stop_signal(int sig) {
   int none = 0;
   g_stop_signal.compare_exchange_strong(none, sig);
+  if (sig != SIGTERM && sig != SIGINT) return;
+  // Either one, once: the next SIGTERM or SIGINT ends the process (sigaction is
+  // async-signal-safe; both are blocked while this runs, so a second one waits for it).
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  if (g_caught_term) sigaction(SIGTERM, &dfl, nullptr);
+  if (g_caught_int) sigaction(SIGINT, &dfl, nullptr);
 }
 
 const char* env(const char* name) {
@@ -135,11 +146,14 @@ void install_stop_signal_handler(bool term_and_int) {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR2, &sa, nullptr);  // etr-run's request: every time
   if (!term_and_int) return;
-  sa.sa_flags = SA_RESTART | SA_RESETHAND;  // a second SIGTERM or SIGINT ends the process
+  sigaddset(&sa.sa_mask, SIGTERM);
+  sigaddset(&sa.sa_mask, SIGINT);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old = {};
-    // A signal ignored when the process started (nohup, a shell's background job) stays so.
+    // A signal ignored when the process started (a shell's background job, a parent that
+    // ignored it) stays so.
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    (sig == SIGTERM ? g_caught_term : g_caught_int) = true;
     sigaction(sig, &sa, nullptr);
   }
 }

@@ -72,8 +72,9 @@ bool resize_requested();
 void clear_resize_request();
 
 // Installs the handler that records a stop request: SIGUSR2 and, with `term_and_int`,
-// SIGTERM and SIGINT (each caught once: a second one ends the process as it would
-// without the handler). Call it before MPI starts, as install_resize_signal_handler().
+// SIGTERM and SIGINT (caught once: after either, the next SIGTERM or SIGINT ends the
+// process as it would without the handler; one ignored at the start stays ignored).
+// Call it before MPI starts, as install_resize_signal_handler().
 // Under etr-run only SIGUSR2: a SIGTERM to the ranks there is mpirun's or srun's teardown
 // of a failed launch, which must end a rank blocked on a dead peer at once.
 void install_stop_signal_handler(bool term_and_int = true);

@@ -135,9 +135,15 @@ same_params b "$work/b.ck"
 echo "ok b: step $saved saved on one rank's SIGTERM, resumed, bitwise equal"
 
 echo "== c. a hung rank: --stop-timeout 1"
+# hung NAME: waits until NAME's rank 1 hangs (its message), then 0.3 s more.
+hung() {
+  local i
+  for i in $(seq 600); do grep -q "hangs at step 50" "$work/$1.out" 2>/dev/null && break; sleep 0.05; done
+  grep -q "hangs at step 50" "$work/$1.out" || { show "$1"; fail "$1: the hang was not injected"; }
+  sleep 0.3
+}
 ETR_TEST_HANG_AT_STEP=50:1 start c --stop-timeout 1
-wait_step c 49
-sleep 0.5
+hung c
 kill -TERM "$pid"
 finish c 30
 [ "$status" -eq 143 ] || { show c; fail "c: exit status $status, not 143"; }
@@ -148,8 +154,7 @@ echo "ok c"
 
 echo "== d. a hung rank: a second signal"
 ETR_TEST_HANG_AT_STEP=50:1 start d --stop-timeout 60
-wait_step d 49
-sleep 0.5
+hung d
 kill -TERM "$pid"
 sleep 0.5
 kill -INT "$pid"
