@@ -199,9 +199,10 @@ void Driver::read_events(Watch& w, LaunchResult& r, const LaunchEnv& env, int np
   for (const Event& e : events_->read_new()) {
     if (e.name == "started") w.started = true;
     if (e.name == "ready") r.ready_seen = true;
-    if (e.name == "stop-exit" && e.fields.count("saved") && e.fields.at("saved") == "1") {
+    const bool exit_event = e.name == "stop-exit" || e.name == "resize-exit";
+    if (exit_event && e.fields.count("saved") && e.fields.at("saved") == "1") {
       const auto step = e.fields.find("step");
-      r.stop_saved_step = step != e.fields.end() ? std::strtoll(step->second.c_str(), nullptr, 10) : 0;
+      r.saved_step = step != e.fields.end() ? std::strtoll(step->second.c_str(), nullptr, 10) : 0;
     }
     if (e.name == "first-step" && !r.first_step_seen) {
       r.first_step_seen = true;

@@ -62,7 +62,8 @@ struct LaunchResult {
   Clock::time_point first_error{};  // the first error or lost daemon heard of (else epoch)
   bool final_error = false;  // the job's "error ... final=1": a relaunch would fail alike
   bool resize_requested = false;
-  int64_t stop_saved_step = -1;  // the job's "stop-exit step=N saved=1" (-1: none)
+  // The job's "stop-exit step=N saved=1", or a resize's "resize-exit ..." (-1: none).
+  int64_t saved_step = -1;
   bool first_step_seen = false;
   bool ready_seen = false;  // rank 0 got through its setup (config, model, restore)
   std::string program_error;  // mpirun could not start the program (MpirunOutput)

@@ -59,8 +59,8 @@ std::optional<int> Driver::after_launch(const LaunchResult& r,
                                         const std::vector<HostSlots>& assigned,
                                         int64_t last_step, LaunchEnv& env) {
   if (g_stop_signal && r.status != 0) {
-    if (r.stop_saved_step >= 0) {
-      say("stopped by signal ", g_stop_signal, ": the job saved step ", r.stop_saved_step,
+    if (r.saved_step >= 0) {  // (a resize that was under way saved it as well)
+      say("stopped by signal ", g_stop_signal, ": the job saved step ", r.saved_step,
           " and stopped; run the same command with the job's --resume latest to continue");
     } else {
       say("stopped by signal ", g_stop_signal, "; the job was ended (last step ", last_step, ")");
