@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
     return etr::launcher::run_mpirun_flags(std::vector<std::string>(argv + 2, argv + argc));
   }
   CLI::App app{"etr-run: runs an MPI training job elastically: relaunches it from its newest "
-               "checkpoint when a worker fails and resizes it when slots come or go.",
+               "checkpoint when a worker fails and resizes it when slots come or go. SIGINT "
+               "(Ctrl-C), SIGTERM or SIGHUP stops it once its step is saved (--stop-timeout).",
                "etr-run"};
   etr::launcher::RunOptions o;
   o.mpirun = ETR_MPIEXEC;
