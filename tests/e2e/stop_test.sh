@@ -14,11 +14,14 @@
 #     equal to the reference;
 #  c. a rank hangs (ETR_TEST_HANG_AT_STEP), so no step boundary comes: etr-run ends the
 #     job after --stop-timeout (1 s), exit 143, nothing saved;
-#  d. the same hang, --stop-timeout 60: a second signal (SIGINT) ends the job at once
-#     (exit 130, well before 60 s);
+#  d. the same hang, --stop-timeout 60: a second SIGTERM ends the job at once (well before
+#     60 s);
 #  e. a single process (no MPI launcher), hung: the first SIGINT leaves it running (a stop
 #     waits for the step boundary), the second ends it (the handler is gone after the
-#     first: the default action).
+#     first: the default action);
+#  f. etr-run started as a script's background job (SIGINT ignored, as bash starts one):
+#     SIGINT leaves it running (the terminal's Ctrl-C is not meant for it), SIGTERM stops it
+#     with a save.
 # Usage: stop_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE ETR_MPIRUN
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4 mpirun=$5
@@ -157,9 +160,9 @@ ETR_TEST_HANG_AT_STEP=50:1 start d --stop-timeout 60
 hung d
 kill -TERM "$pid"
 sleep 0.5
-kill -INT "$pid"
+kill -TERM "$pid"
 finish d 30
-[ "$status" -eq 130 ] || { show d; fail "d: exit status $status, not 130"; }
+[ "$status" -eq 143 ] || { show d; fail "d: exit status $status, not 143"; }
 [ "$took" -lt 20 ] || { show d; fail "d: the second signal did not end the job at once ($took s)"; }
 expect d "another signal: ending the job without waiting for its save" "no sentence"
 echo "ok d"
@@ -182,4 +185,17 @@ finish e 30
 [ "$status" -eq 130 ] || { show e; fail "e: exit status $status, not 130"; }
 grep -q "stopped after step" "$work/e.out" && { show e; fail "e: a hung process reported a stop"; }
 echo "ok e"
+echo "== f. etr-run started with SIGINT ignored (a script's background job): SIGINT leaves it"
+start f
+wait_step f 50
+kill -INT "$pid"
+sleep 1
+kill -0 "$pid" 2>/dev/null || { show f; fail "f: SIGINT ended an etr-run that started with it ignored"; }
+grep -q "asking the job" "$work/f.out" && { show f; fail "f: an ignored SIGINT asked the job to stop"; }
+kill -TERM "$pid"
+finish f
+[ "$status" -eq 143 ] || { show f; fail "f: exit status $status, not 143"; }
+expect f "the job saved step [0-9]* and stopped" "SIGTERM after the ignored SIGINT did not stop it with a save"
+echo "ok f"
+
 echo PASS
