@@ -249,6 +249,17 @@ void Driver::watch_discovery(Watch& w, const std::vector<HostSlots>& hosts, int 
   }
 }
 
+bool Driver::stop_again() {
+  const int n = g_stop_signals;
+  if (stop_first_ == Clock::time_point{}) {
+    stop_first_ = Clock::now();
+    stop_counted_ = n;
+  } else if (n > stop_counted_ && Clock::now() - stop_first_ < kStopSameRequest) {
+    stop_counted_ = n;
+  }
+  return n > stop_counted_;
+}
+
 int Driver::watch_stop(Watch& w) {
   if (!g_stop_signal || w.reaped) return 0;
   if (!w.stop_asked && (!w.started || o_.stop_timeout.count() == 0)) return g_stop_signal;
@@ -262,7 +273,7 @@ int Driver::watch_stop(Watch& w) {
     w.stop_asked = true;
     w.stop_by = Clock::now() + o_.stop_timeout;
   }
-  const bool again = g_stop_signals >= 2;
+  const bool again = stop_again();
   if (w.end_at == Clock::time_point{} && (again || Clock::now() >= w.stop_by)) {
     say(again ? "another signal" : "--stop-timeout passed",
         ": ending the job without waiting for its save");

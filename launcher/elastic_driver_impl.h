@@ -33,6 +33,9 @@ namespace etr::launcher {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
+// Signals within this time of etr-run's first stop signal are the same request.
+inline constexpr std::chrono::seconds kStopSameRequest{1};
+
 // The stop signal etr-run caught (0: none), passed to pump() (launch_watch.h).
 extern volatile sig_atomic_t g_stop_signal;
 extern volatile sig_atomic_t g_stop_signals;  // how many arrived
@@ -141,6 +144,8 @@ class Driver {
   // to forward to mpirun when the job is ended at once (not started yet, or
   // --stop-timeout 0), else 0.
   int watch_stop(Watch& w);
+  // A stop signal after the first request, and not within kStopSameRequest of it.
+  bool stop_again();
   // etr-run's line (and event) when the learned heartbeat timeout is first known, and
   // when it moves by a quarter or more.
   void say_heartbeat_timeout();
@@ -169,6 +174,11 @@ class Driver {
   void reprobe_unreachable();
   std::shared_future<std::vector<std::string>> reprobe_;  // the hosts that answered
   Clock::time_point next_reprobe_{};
+  // The stop: when etr-run first saw a stop signal, and how many it counts as that first
+  // request (those within kStopSameRequest of it: one Ctrl-C often arrives through two
+  // paths, the terminal's process group and a wrapper script's trap).
+  Clock::time_point stop_first_{};
+  int stop_counted_ = 0;
 
   const RunOptions& o_;
   HostHealth health_;

@@ -3,7 +3,8 @@
 # that a step takes a few ms and a signal lands mid-run; durable checkpoints only at the
 # end, so that the stop's save is the one there is):
 #  reference: an uninterrupted run under etr-run;
-#  a. SIGTERM to etr-run mid-run (the memory tier on, every step): it asks the job to stop
+#  a. SIGTERM to etr-run mid-run (the memory tier on, every step), and again 50 ms later
+#     (one request: signals within a second of the first are the same): it asks the job to stop
 #     (SIGUSR2), the ranks agree at the next step boundary, save that step to disk and exit
 #     140, and the memory tier's directory is removed (its copies are host RAM); etr-run
 #     says so and exits 143; no step is lost (the saved step is the last one completed);
@@ -14,8 +15,8 @@
 #     equal to the reference;
 #  c. a rank hangs (ETR_TEST_HANG_AT_STEP), so no step boundary comes: etr-run ends the
 #     job after --stop-timeout (1 s), exit 143, nothing saved;
-#  d. the same hang, --stop-timeout 60: a second SIGTERM ends the job at once (well before
-#     60 s);
+#  d. the same hang, --stop-timeout 60: a second SIGTERM 1.5 s later ends the job at once
+#     (well before 60 s);
 #  e. a single process (no MPI launcher), hung: the first SIGINT leaves it running (a stop
 #     waits for the step boundary), the second ends it (the handler is gone after the
 #     first: the default action);
@@ -93,6 +94,8 @@ mem=/dev/shm/etr-stop-test-$$
 start a -- --set checkpoint.memory_every=1 --set checkpoint.memory_dir="$mem"
 wait_step a 100
 kill -TERM "$pid"
+sleep 0.05
+kill -TERM "$pid"  # within a second: the same request (a Ctrl-C through a wrapper's trap too)
 finish a
 [ "$status" -eq 143 ] || { show a; fail "a: exit status $status, not 143"; }
 expect a "signal 15: asking the job to save its step and stop" "etr-run did not ask the job to stop"
@@ -159,7 +162,7 @@ echo "== d. a hung rank: a second signal"
 ETR_TEST_HANG_AT_STEP=50:1 start d --stop-timeout 60
 hung d
 kill -TERM "$pid"
-sleep 0.5
+sleep 1.5
 kill -TERM "$pid"
 finish d 30
 [ "$status" -eq 143 ] || { show d; fail "d: exit status $status, not 143"; }
