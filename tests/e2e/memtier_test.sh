@@ -115,7 +115,8 @@ rm -rf "$mem"
 ETR_FAIL_AT_STEP=37:1 "$mpirun" -np 2 "${job[@]}" "${memory[@]}" --set checkpoint.dir="$work/c.ck" \
   --set checkpoint.async=false \
   >"$work/c1.out" 2>&1 && { cat "$work/c1.out"; fail "c: the run with a failure at step 37 succeeded"; }
-newest=$(ls -d "$mem"/step-* 2>/dev/null | tail -1)
+# (the newest complete copy: a save of step 37 may have begun when the rank failed)
+newest=$(for d in "$mem"/step-*; do [ -f "$d/manifest.pb" ] && echo "$d"; done | tail -1)
 [ -n "$newest" ] && [ -f "$newest/shard-00000-of-00002.bin" ] || { cat "$work/c1.out"; ls -la "$mem"; fail "c: no memory copy"; }
 echo "c: damaging $newest/shard-00000-of-00002.bin"
 printf '\xff' | dd of="$newest/shard-00000-of-00002.bin" bs=1 seek=100 conv=notrunc status=none
