@@ -318,10 +318,7 @@ void catch_stop_signals() {
   sa.sa_handler = on_stop_signal;
   sigfillset(&sa.sa_mask);  // one at a time: g_stop_signals counts each
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    // One ignored when etr-run started stays so: SIGHUP under nohup, SIGINT for a shell
-    // script's background job (the terminal's Ctrl-C is not meant for it).
-    struct sigaction old = {};
-    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    if (signal_ignored(sig)) continue;  // SIGHUP under nohup, a script's background job
     sigaction(sig, &sa, nullptr);
   }
 }

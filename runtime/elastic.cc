@@ -149,16 +149,18 @@ void install_stop_signal_handler(bool term_and_int) {
   sigaddset(&sa.sa_mask, SIGTERM);
   sigaddset(&sa.sa_mask, SIGINT);
   for (int sig : {SIGTERM, SIGINT}) {
-    struct sigaction old = {};
-    // A signal ignored when the process started (a shell's background job, a parent that
-    // ignored it) stays so.
-    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    if (signal_ignored(sig)) continue;
     (sig == SIGTERM ? g_caught_term : g_caught_int) = true;
     sigaction(sig, &sa, nullptr);
   }
 }
 
 int stop_signal() { return g_stop_signal.load(); }
+
+bool signal_ignored(int sig) {
+  struct sigaction old = {};
+  return sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN;
+}
 
 void clear_stop_request() { g_stop_signal.store(0); }
 

@@ -80,6 +80,9 @@ void clear_resize_request();
 void install_stop_signal_handler(bool term_and_int = true);
 // The first stop signal that arrived (SIGTERM, SIGINT or SIGUSR2); 0: none.
 int stop_signal();
+// `sig` is ignored (SIG_IGN) now: a process leaves such a signal ignored (SIGHUP under
+// nohup, SIGINT for a shell script's background job) rather than catch it.
+bool signal_ignored(int sig);
 void clear_stop_request();  // for tests
 
 // Rank 0's reports to etr-run; every call is a no-op when `launch` is inactive. Writes
