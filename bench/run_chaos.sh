@@ -22,7 +22,8 @@
 #
 #   bench/run_chaos.sh BUILD_DIR [--minutes M] [--every S] [--seed N] [--set KEY=VALUE]...
 #
-# Defaults: 10 minutes, a fault every 30 s, seed 1. --set passes settings to etr-train
+# Defaults: 10 minutes, a fault every 30 s, seed 1, each fault drawn from all four classes
+# (ETR_CHAOS_FAULTS="sigstop partition" draws from those only). --set passes settings to etr-train
 # (e.g. the checkpoint cadence). ETR_CHAOS_RUN_ARGS adds etr-run flags; etr-run runs with
 # --blacklist-cooldown 20 (a host found silent or lost is excluded for 20 s, as long as a
 # fault keeps it away) and --blacklist-after 0 (one rank's failures exclude no host). Run nothing else
@@ -46,6 +47,14 @@ while [ $# -gt 0 ]; do
     *) echo "run_chaos: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+read -ra classes <<<"${ETR_CHAOS_FAULTS:-kill9 sigstop partition host}"
+for c in "${classes[@]}"; do
+  case $c in kill9|sigstop|partition|host) ;; *)
+    echo "run_chaos: ETR_CHAOS_FAULTS names '$c'; the fault classes are kill9 sigstop partition host" >&2
+    exit 2 ;;
+  esac
+done
+[ ${#classes[@]} -gt 0 ] || { echo "run_chaos: ETR_CHAOS_FAULTS names no fault class" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "run_chaos: needs root (network namespaces)" >&2; exit 2; }
 export ETR_CLUSTER_NAME=etrchaos
 sim=$root/tests/cluster/sim_cluster.sh
@@ -149,23 +158,21 @@ while [ "$tick" -le "$seconds" ]; do
   tick=$((tick + 1))
   [ $((t % every)) -eq $((every - 1)) ] || continue
   [ "$t" -lt $((seconds - 10)) ] || continue
-  kind=$((RANDOM % 4))
-  case $kind in
-    0|1)
+  cls=${classes[RANDOM % ${#classes[@]}]}
+  case $cls in
+    kill9|sigstop)
       target=$((1 + RANDOM % 3))
       pid=$(rank_on "$target")
       [ -n "$pid" ] || { echo "  (no rank on h$target at $t s: no fault)"; continue; }
-      cls=$([ "$kind" = 0 ] && echo kill9 || echo sigstop)
       echo "$(now_ms) $cls h$target" >>"$work/faults"
-      kill "-$([ "$kind" = 0 ] && echo KILL || echo STOP)" "$pid" ;;
+      kill "-$([ "$cls" = kill9 ] && echo KILL || echo STOP)" "$pid" ;;
     *)
       target=$((2 + RANDOM % 2))
       b=back$target
       [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $t s: no fault)"; continue; }
-      cls=$([ "$kind" = 2 ] && echo partition || echo host)
       fault_ms=$(now_ms)
       echo "$fault_ms $cls h$target" >>"$work/faults"
-      if [ "$kind" = 3 ]; then "$sim" kill "$target"; "$sim" wipe "$target"; fi
+      if [ "$cls" = host ]; then "$sim" kill "$target"; "$sim" wipe "$target"; fi
       "$sim" cut "$target"
       printf -v "$b" %d $((fault_ms + 20000))
       up=(1)

@@ -45,7 +45,10 @@ void HeartbeatTimeout::relearn() {
 
 std::chrono::milliseconds HeartbeatTimeout::stalled() const {
   if (!learning()) return current_;
-  return std::min(current_, std::max(current_ / 2, o_.stalled_floor));
+  if (seen_ < o_.min_gaps) return std::min(current_, std::max(current_ / 2, o_.stalled_floor));
+  const auto learned = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(o_.stalled_multiple * quantile_ * 1000)));
+  return std::min(current_, std::max(learned, o_.stalled_floor));
 }
 
 std::string HeartbeatTimeout::describe() const {
@@ -61,7 +64,8 @@ std::string HeartbeatTimeout::describe() const {
   return secs(to_seconds(current_)) + " (learned: " + m + " x the " + q + "th percentile, " +
          secs(quantile_) + ", of the last " + std::to_string(gaps_.size()) +
          " gaps between beats; at least " + secs(to_seconds(o_.floor)) + ", at most " +
-         secs(to_seconds(o_.ceiling)) + ")";
+         secs(to_seconds(o_.ceiling)) + "); " + secs(to_seconds(stalled())) +
+         " for a rank on which every other rank waits";
 }
 
 }  // namespace etr::launcher

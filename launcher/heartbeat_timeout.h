@@ -1,5 +1,5 @@
 // etr-run's heartbeat timeout (--heartbeat-timeout): fixed, or learned from the beats
-// (`auto`, the default). A rank beats every 250 ms from a thread of its own
+// (`auto`, the default). A rank beats every 100 ms from a thread of its own
 // (runtime/heartbeat.h); how far apart two of its beats arrive depends on the machine (a
 // loaded host, a throttled cgroup, a busy network), not on training. The learned timeout
 // is a multiple of a high quantile of the gaps seen between consecutive beats of each
@@ -24,8 +24,10 @@ struct HeartbeatTimeoutOptions {
   std::chrono::milliseconds fixed{0};
   std::chrono::milliseconds initial{std::chrono::seconds(3)};  // until min_gaps were seen
   std::chrono::milliseconds floor{std::chrono::seconds(1)};    // --heartbeat-floor
-  // The stalled-job timeout's floor: two of a rank's 250 ms beats missed.
-  std::chrono::milliseconds stalled_floor{std::chrono::milliseconds(500)};
+  // The stalled-job timeout: stalled_multiple x the learned quantile of the gaps, at least
+  // stalled_floor (two and a half of a rank's 100 ms beats).
+  std::chrono::milliseconds stalled_floor{std::chrono::milliseconds(250)};
+  double stalled_multiple = 2.5;
   std::chrono::milliseconds ceiling{std::chrono::seconds(30)};
   double multiple = 4;
   double quantile = 0.999;
@@ -43,8 +45,10 @@ class HeartbeatTimeout {
   void observe_gap(double seconds);
   // The timeout in force now.
   std::chrono::milliseconds current() const { return current_; }
-  // The timeout for a rank on which every other rank waits (heartbeat_watch.h): half the
-  // learned one, at least stalled_floor (and at most current()); current() when fixed.
+  // The timeout for a rank on which every other rank waits (heartbeat_watch.h), at most
+  // current(): stalled_multiple x the learned quantile of the gaps (a silence that long
+  // while the others wait is no late beat), at least stalled_floor; half of current() until
+  // min_gaps were seen; current() when fixed.
   std::chrono::milliseconds stalled() const;
   // How current() came about, for etr-run's lines: "1.20 s (4 x the 99.9th percentile,
   // 0.30 s, of the last 812 gaps between beats; at least 1.00 s)", "3.00 s (fixed)", ...

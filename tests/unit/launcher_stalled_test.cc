@@ -166,22 +166,30 @@ TEST(StalledJob, AFixedTimeoutHasNoShorterForm) {
   EXPECT_GE(d.after, 0.75);
 }
 
-TEST(StalledJob, TheStalledTimeoutIsHalfTheLearnedOneWithinItsFloor) {
+TEST(StalledJob, TheStalledTimeoutFollowsTheLearnedGapsWithinItsFloor) {
   HeartbeatTimeoutOptions o;
   o.min_gaps = 4;
   o.floor = 100ms;
   HeartbeatTimeout t(o);
+  t.observe_gap(0.5);
+  EXPECT_EQ(t.stalled(), 1500ms) << "before min_gaps: half the initial 3 s";
   for (int i = 0; i < 8; ++i) t.observe_gap(0.5);  // learned: 4 x 0.5 s = 2 s
   EXPECT_EQ(t.current(), 2000ms);
-  EXPECT_EQ(t.stalled(), 1000ms);
+  EXPECT_EQ(t.stalled(), 1250ms) << "2.5 x the gaps' 99.9th percentile (0.5 s)";
+  HeartbeatTimeout beats(o);
+  for (int i = 0; i < 8; ++i) beats.observe_gap(0.12);  // 100 ms beats that arrive a bit late
+  EXPECT_EQ(beats.current(), 480ms);
+  EXPECT_EQ(beats.stalled(), 300ms);
   HeartbeatTimeout quick(o);
-  for (int i = 0; i < 8; ++i) quick.observe_gap(0.05);  // learned: 0.2 s; half is below the 0.5 s floor
+  for (int i = 0; i < 8; ++i) quick.observe_gap(0.05);  // 2.5 x 0.05 s is below the 0.25 s floor
   EXPECT_EQ(quick.current(), 200ms);
   EXPECT_EQ(quick.stalled(), 200ms) << "never longer than the timeout itself";
   o.stalled_floor = 50ms;
   HeartbeatTimeout low(o);
   for (int i = 0; i < 8; ++i) low.observe_gap(0.05);
-  EXPECT_EQ(low.stalled(), 100ms);
+  EXPECT_EQ(low.stalled(), 125ms);
+  EXPECT_NE(low.describe().find("s for a rank on which every other rank waits"), std::string::npos)
+      << low.describe();
 }
 
 TEST(StalledJob, TheNextSilenceIsAtTheStalledTimeoutWhileTheOthersWait) {
