@@ -56,7 +56,7 @@ bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
   return true;
 }
 
-void ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
+bool ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
                           const std::function<bool(const std::string&)>& save) const {
   const int sig = stop_signal();
   const std::string why = sig != 0 ? "signal " + std::to_string(sig) + " (SIG" +
@@ -74,7 +74,7 @@ void ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
     checkpoints.flush();
   }
   const bool ok = saved();
-  if (!leader()) return;
+  if (!leader()) return ok || tier.empty();
   if (reporter_) {
     reporter_->event("stop-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
   }
@@ -86,6 +86,7 @@ void ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
               tier.empty() ? "nothing saved (no checkpoint.dir)"
                            : "its checkpoint could not be saved (see above)");
   }
+  return ok || tier.empty();
 }
 
 void ElasticSession::log_relaunch(int64_t first_step) const {

@@ -48,8 +48,9 @@ class ElasticSession {
   // Collective: a stop was agreed on after `step` (some rank got SIGTERM, SIGINT or
   // etr-run's SIGUSR2). Saves a durable checkpoint of `step` through `checkpoints` unless
   // one is saved already (nothing without checkpoint.dir), says so, and tells etr-run
-  // ("stop-exit step=N saved=0|1"); elastic or not.
-  void stop(int64_t step, CheckpointCadence& checkpoints,
+  // ("stop-exit step=N saved=0|1"); elastic or not. Returns false when a checkpoint was
+  // tried and not saved (true when saved, or when there is nowhere to save one).
+  bool stop(int64_t step, CheckpointCadence& checkpoints,
             const std::function<bool(const std::string&)>& save) const;
 
  private:

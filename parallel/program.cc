@@ -100,7 +100,10 @@ int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
   }
   const RunSummary s = session.run();
   if (s.resized) return kResizeExitCode;
-  if (s.stopped) return 128 + s.stop_signal;  // as the signal would have ended it, but saved
+  // As the signal would have ended it, but saved; a stop whose checkpoint failed is an
+  // error (its steps since the last checkpoint are lost: a scheduler must not take it for
+  // a clean preemption).
+  if (s.stopped) return s.stop_save_failed ? 1 : 128 + s.stop_signal;
   if (!s.sample.empty()) world.log().info("sample:\n", s.sample);
   if (world.rank() == 0) world.log().info(summary_line(s, world.size()));
   // Periodic saves that fail are reported and training goes on; a job whose last save

@@ -97,6 +97,7 @@ struct RunSummary {
   // saved, or tried); the program should exit with 128 + stop_signal.
   bool stopped = false;
   int stop_signal = 0;  // SIGUSR2 under etr-run; else this rank's, SIGTERM without one
+  bool stop_save_failed = false;  // the stop's checkpoint was tried and not saved
 };
 
 // The numbers of a step the progress line shows beside StepStats.

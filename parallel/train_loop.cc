@@ -79,7 +79,7 @@ RunSummary TrainSession::run() {
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
     if (s.stop && !finished()) {
-      elastic_->stop(step, *checkpoints_, [this](const std::string& tier) {
+      sum.stop_save_failed = !elastic_->stop(step, *checkpoints_, [this](const std::string& tier) {
         return save_checkpoint(tier);
       });
       sum.stopped = true;

@@ -22,7 +22,10 @@
 #     first: the default action);
 #  f. etr-run started as a script's background job (SIGINT ignored, as bash starts one):
 #     SIGINT leaves it running (the terminal's Ctrl-C is not meant for it), SIGTERM stops it
-#     with a save.
+#     with a save;
+#  g. a single process whose stop's save fails (a file-size limit: the write fails with
+#     EFBIG): it says so and exits 1, not 143 (a scheduler must not take it for a clean
+#     preemption: the steps since the last checkpoint are lost).
 # Usage: stop_test.sh ETR_RUN ETR_TRAIN CONFIG CKPT_COMPARE ETR_MPIRUN
 set -u
 etr_run=$1 train=$2 config=$3 compare=$4 mpirun=$5
@@ -200,5 +203,20 @@ finish f
 [ "$status" -eq 143 ] || { show f; fail "f: exit status $status, not 143"; }
 expect f "the job saved step [0-9]* and stopped" "SIGTERM after the ignored SIGINT did not stop it with a save"
 echo "ok f"
+
+echo "== g. one process, SIGTERM, the save fails (ulimit -f)"
+# (its output through a pipe: the limit is the process's, and its log must not hit it)
+# (a model whose checkpoint is larger than the limit, which MPI's own files are not)
+( ulimit -f 16000; exec "${job[@]}" --set schedule.max_steps=1000000 --set log.log_every=5 \
+    --set model.d_model=256 --set model.n_head=4 --set checkpoint.dir="$work/g.ck" ) \
+  > >(cat >"$work/g.out") 2>&1 &
+pid=$!
+for i in $(seq 1200); do grep -q "step *10/" "$work/g.out" 2>/dev/null && break; sleep 0.05; done
+grep -q "step *10/" "$work/g.out" || { show g; fail "g: no step 10 within 60 s"; }
+kill -TERM "$pid"
+finish g 60
+[ "$status" -eq 1 ] || { show g; fail "g: exit status $status, not 1"; }
+expect g "its checkpoint could not be saved" "no sentence for the failed save"
+echo "ok g"
 
 echo PASS
