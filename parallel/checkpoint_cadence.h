@@ -154,4 +154,12 @@ class CheckpointCadence {
   std::chrono::steady_clock::time_point last_step_end_;  // {}: no step boundary yet
 };
 
+// Collective over `group`, for a program's fresh start (checkpoint.resume ""), before its
+// session is built: ConfigError when checkpoint.dir or checkpoint.fast_dir holds complete
+// checkpoints (an earlier run's, whose steps the new run's would interleave with; a later
+// --resume latest would take whichever is newest). Rank 0's listing decides for every rank.
+// (Not the session's own check: a trainer of its own may build a session and restore a
+// named checkpoint into it.)
+void refuse_earlier_checkpoints(const config::CheckpointConfig& c, const Group& group);
+
 }  // namespace etr

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/checkpoint_cadence.h"
 #include "runtime/bytes.h"
 #include "runtime/cli_help.h"
 #include "runtime/config/settings.h"
@@ -93,6 +94,10 @@ void print_memory_plan(TrainSession& session, World& world) {
 
 int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
           const ProgramInfo& info, const TrainProgram& program, bool plan_only) {
+  // (before the session empties the memory tier, which a --resume latest may still want)
+  if (!plan_only && config.checkpoint().resume().empty()) {
+    refuse_earlier_checkpoints(config.checkpoint(), world.group());
+  }
   TrainSession session(config, world.group(), world.log(), program, &elastic);
   if (plan_only) {
     print_memory_plan(session, world);

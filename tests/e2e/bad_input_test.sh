@@ -164,6 +164,22 @@ expect_fail 1 'comm\.device_backend = "gpu" is not a device backend \(auto, nccl
 expect_fail 1 'runtime\.precision = "fp16" is not auto, fp32 or bf16' -- "${train_tiny[@]}" --set runtime.precision=fp16
 expect_fail 1 'runtime\.precision = bf16 is not available here: parallel\.zero_stage = 1' -- \
   "${train_tiny[@]}" --set runtime.precision=bf16 --set parallel.zero_stage=1
+# A fresh start into a checkpoint directory that holds an earlier run's checkpoints (the
+# two runs' steps would interleave there): refused, naming the newest and --resume latest;
+# the earlier run's checkpoints are left as they were, and --resume latest continues.
+"${train_tiny[@]}" --set schedule.max_steps=12 --set checkpoint.every=5 \
+  --set "checkpoint.dir=$work/earlier" >/dev/null 2>&1 || echo "FAIL: the earlier run failed"
+expect_fail 1 "$work/earlier holds checkpoints of an earlier run \(the newest: step 12\); --resume latest continues" -- \
+  "${train_tiny[@]}" --set schedule.max_steps=20 --set checkpoint.every=5 --set "checkpoint.dir=$work/earlier"
+n=$((n + 1))
+if [ "$(ls "$work/earlier")" = "$(printf 'step-000000005\nstep-000000010\nstep-000000012')" ] &&
+  "${train_tiny[@]}" --set schedule.max_steps=20 --set checkpoint.every=5 \
+    --set "checkpoint.dir=$work/earlier" --resume latest 2>&1 | grep -q "resumed from $work/earlier/step-000000012"; then
+  echo "ok $n: the earlier run's checkpoints untouched, --resume latest continues from step 12"
+else
+  echo "FAIL $n: the earlier run's checkpoints after the refusal: $(ls "$work/earlier" | tr '\n' ' ')"
+  failures=$((failures + 1))
+fi
 # --help prints its text before MPI starts: here MPI cannot (no plugins to load).
 n=$((n + 1))
 if OMPI_MCA_mca_base_component_path=/nonexistent timeout 30 "$train" --help </dev/null >"$work/help.out" 2>&1 &&
