@@ -313,6 +313,7 @@ smoke() {
   local name=$1 device=$2 t0=$SECONDS rc
   shift 2
   local ckpt="$B/ckpt-$name"
+  rm -rf "$ckpt"  # (a check run again: a fresh start refuses an earlier run's checkpoints)
   echo "== $name (runtime.device=$device): $*"
   timeout -k 10 120 "${traced[@]}" "$@" </dev/null --config "$B/configs/tiny.pbtxt" --set schedule.max_steps=6 \
     --set checkpoint.dir="$ckpt" --set checkpoint.every=3 --set runtime.device="$device" >"$steps/$name.out" 2>&1
