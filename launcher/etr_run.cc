@@ -79,10 +79,11 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "is excluded as unreachable unless it still answers the launch agent (a frozen "
                  "rank). 'auto' (the default) learns it: 4 x the 99.9th percentile of the gaps "
                  "between each rank's beats over the run, at least --heartbeat-floor, at most 30 "
-                 "s; 3 s until 200 gaps were seen; for a rank while every other rank's beats say it "
-                 "is blocked waiting on its peers (the job is stalled on the silent one), 2.5 x "
-                 "that percentile (at least 0.25 s; half the timeout until learned). Seconds: that timeout, fixed, for both; 0: off, and "
-                 "the progress watchdog with it");
+                 "s; 3 s until 200 gaps were seen; for a rank while every other rank's beats "
+                 "say it is blocked waiting on its peers (the job is stalled on the silent "
+                 "one), 2.5 x that percentile (at least 0.25 s; half the timeout until "
+                 "learned). Seconds: that timeout, fixed, for both; 0: off, and the progress "
+                 "watchdog with it");
   app.add_option("--heartbeat-floor", f.heartbeat_floor_s, "Seconds: the shortest heartbeat timeout "
                  "'auto' may learn (default 1)");
   app.add_option("--stuck-after", f.stuck_after, "The progress watchdog: a job none of whose ranks "

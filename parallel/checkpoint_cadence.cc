@@ -341,21 +341,22 @@ void CheckpointCadence::release_memory_tier(int64_t last_step) {
 }
 
 void refuse_earlier_checkpoints(const config::CheckpointConfig& c, const Group& group) {
+  const std::array<std::string, 2> roots = {c.dir(), c.fast_dir()};
   uint64_t found = 0;  // the newest complete checkpoint's step + 1; 0: none
-  std::string where;
-  for (const std::string& root : {c.dir(), c.fast_dir()}) {
-    if (root.empty() || group.rank() != 0) continue;
-    for (const CheckpointEntry& e : list_checkpoints(root)) {
+  uint64_t where = 0;  // its index in roots
+  for (size_t i = 0; i < roots.size() && group.rank() == 0; ++i) {
+    if (roots[i].empty()) continue;
+    for (const CheckpointEntry& e : list_checkpoints(roots[i])) {
       if (e.has_manifest && e.step + 1 > found) {
         found = e.step + 1;
-        where = root;
+        where = i;
       }
     }
   }
   found = broadcast<uint64_t>(group, found, 0);
   if (found == 0) return;
-  if (group.rank() != 0) where = "the checkpoint directory";
-  throw ConfigError(where + " holds checkpoints of an earlier run (the newest: step " +
+  where = broadcast<uint64_t>(group, where, 0);  // every rank's sentence names the same
+  throw ConfigError(roots[where] + " holds checkpoints of an earlier run (the newest: step " +
                     std::to_string(found - 1) + "); --resume latest continues from it, or "
                     "remove them (or set another checkpoint.dir) to start over");
 }

@@ -74,7 +74,8 @@ bool ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
     checkpoints.flush();
   }
   const bool ok = saved();
-  if (!leader()) return ok || tier.empty();
+  const bool not_failed = ok || tier.empty();  // (nowhere to save is no failure)
+  if (!leader()) return not_failed;
   if (reporter_) {
     reporter_->event("stop-exit step=" + std::to_string(step) + " saved=" + (ok ? "1" : "0"));
   }
@@ -86,7 +87,7 @@ bool ElasticSession::stop(int64_t step, CheckpointCadence& checkpoints,
               tier.empty() ? "nothing saved (no checkpoint.dir)"
                            : "its checkpoint could not be saved (see above)");
   }
-  return ok || tier.empty();
+  return not_failed;
 }
 
 void ElasticSession::log_relaunch(int64_t first_step) const {

@@ -96,7 +96,12 @@ int train(const TrainConfig& config, World& world, ElasticReporter& elastic,
           const ProgramInfo& info, const TrainProgram& program, bool plan_only) {
   // (before the session empties the memory tier, which a --resume latest may still want)
   if (!plan_only && config.checkpoint().resume().empty()) {
-    refuse_earlier_checkpoints(config.checkpoint(), world.group());
+    try {
+      refuse_earlier_checkpoints(config.checkpoint(), world.group());
+    } catch (const ConfigError& e) {  // agreed on every rank: said once, no abort
+      if (world.rank() == 0) print_error(info.name, e.what());
+      return 1;
+    }
   }
   TrainSession session(config, world.group(), world.log(), program, &elastic);
   if (plan_only) {

@@ -94,7 +94,8 @@ struct RunSummary {
   // last step was saved); the program should exit with kResizeExitCode.
   bool resized = false;
   // The run stopped early on a stop request (a durable checkpoint of the last step was
-  // saved, or tried); the program should exit with 128 + stop_signal.
+  // saved, or tried); the program should exit with 128 + stop_signal, or 1 when that
+  // save was tried and failed (stop_save_failed).
   bool stopped = false;
   int stop_signal = 0;  // SIGUSR2 under etr-run; else this rank's, SIGTERM without one
   bool stop_save_failed = false;  // the stop's checkpoint was tried and not saved

@@ -79,9 +79,8 @@ RunSummary TrainSession::run() {
     after_step(s, start, sum);
     const int64_t step = static_cast<int64_t>(position_.step);
     if (s.stop && !finished()) {
-      sum.stop_save_failed = !elastic_->stop(step, *checkpoints_, [this](const std::string& tier) {
-        return save_checkpoint(tier);
-      });
+      const auto save = [this](const std::string& tier) { return save_checkpoint(tier); };
+      sum.stop_save_failed = !elastic_->stop(step, *checkpoints_, save);
       sum.stopped = true;
       // The same status on every rank: under etr-run each got SIGUSR2 (or will); else
       // SIGTERM's for a rank that got none.
