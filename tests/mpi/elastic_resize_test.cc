@@ -6,7 +6,9 @@
 //  - a request at any moment while async saves are in flight stops the job at the next
 //    step boundary, every rank at the same step, with that step's checkpoint the newest;
 //  - resuming from the resize checkpoint continues exactly: bitwise equal to the run
-//    that never stopped (same layout).
+//    that never stopped (same layout);
+//  - with the memory tier saving every step, the resize writes nothing to disk (the step
+//    is in the memory tier) and the relaunch resumes from the memory tier at that step.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -129,6 +131,50 @@ TEST(ElasticResize, RequestDuringAsyncSavesStopsEveryRankAtOneStepWithItsCheckpo
   const auto m = read_manifest(newest);
   EXPECT_EQ(m.step(), step);
   EXPECT_EQ(m.data().samples_seen(), t.position().samples_seen);
+  clear_resize_request();
+}
+
+TEST(ElasticResize, AStepInTheMemoryTierIsNotSavedToDiskAgain) {
+  install_resize_signal_handler();
+  clear_resize_request();
+  SharedTempDir tmp(world().group(), "elastic_resize_memory");
+  const std::string ck = (tmp.path() / "ck").string(), mem = (tmp.path() / "mem").string();
+  const std::vector<std::string> settings = {
+      "checkpoint.dir=" + ck, "checkpoint.every=1000", "checkpoint.memory_every=1",
+      "checkpoint.memory_dir=" + mem, "schedule.max_steps=100000"};
+  uint64_t step = 0;
+  {
+    ElasticReporter reporter(launch_in(tmp.path() / "run"));
+    Trainer t(tiny_config(settings), world().group(), test_log(), &reporter);
+    std::thread requester;
+    if (world().rank() == 0) {
+      requester = std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        std::raise(SIGUSR1);
+      });
+    }
+    const auto s = t.run();
+    if (requester.joinable()) requester.join();
+    ASSERT_TRUE(s.resized);
+    step = t.position().step;
+  }
+  ASSERT_GT(step, 0u);
+  EXPECT_TRUE(fs::exists(fs::path(mem) / step_dir_name(step) / "manifest.pb"));
+  EXPECT_FALSE(fs::exists(fs::path(ck) / step_dir_name(step)));  // no disk save of it
+  if (world().rank() == 0) {
+    const std::string exit = "resize-exit step=" + std::to_string(step) + " saved=1";
+    EXPECT_NE(read_text(tmp.path() / "run" / "events").find(exit), std::string::npos);
+  }
+  // The relaunch (etr-run's restart 1, --resume latest) takes the step from memory.
+  ElasticLaunch relaunch = launch_in(tmp.path() / "run2");
+  relaunch.restart = 1;
+  ElasticReporter reporter(relaunch);
+  std::vector<std::string> resume = settings;
+  resume.push_back("checkpoint.resume=latest");
+  Trainer t(tiny_config(resume), world().group(), test_log(), &reporter);
+  ASSERT_TRUE(t.resumed_from().has_value());
+  EXPECT_EQ(*t.resumed_from(), fs::path(mem) / step_dir_name(step));
+  EXPECT_EQ(t.position().step, step);
   clear_resize_request();
 }
 
