@@ -73,7 +73,8 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
-                            const ParamLayout& layout, std::span<const NamedState> states) {
+                            const ParamLayout& layout, std::span<const NamedState> states,
+                            double staged_seconds) {
   if (pending_) finish();
   const auto t0 = Clock::now();
   if (tier.per_host && !async_) {
@@ -107,13 +108,14 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->t0 = t0;
   p->begins = std::move(begins);
   const fs::path file = p->partial / plan.file_name(group_.rank());
+  p->staged = staged_seconds;
   if (!async_) return save_now(*p, plan, buffers, file);
   p->plan = std::make_unique<ShardPlan>(plan);
   p->buffers = std::move(buffers);
   Pending* raw = p.get();
   p->thread = std::thread([this, raw, file] { write_in_background(*raw, file); });
   pending_ = std::move(p);
-  pending_->stall = seconds_since(t0);
+  pending_->stall = seconds_since(t0) + staged_seconds;
   return true;
 }
 
@@ -125,7 +127,7 @@ bool CheckpointWriter::save_now(Pending& p, const ShardPlan& plan,
   const auto c0 = Clock::now();
   p.result = agree_and_publish(p, group_);
   record(p, seconds_since(c0));
-  stats_.back().stall_seconds = stats_.back().total_seconds;
+  stats_.back().stall_seconds = stats_.back().total_seconds + p.staged;
   return stats_.back().ok;
 }
 

@@ -78,8 +78,9 @@ struct SaveStats {
   bool ok = false;
   std::string error;          // why not (the first failing rank's sentence)
   uint64_t bytes = 0;         // of all shard files
-  double stall_seconds = 0;   // the caller's time in save() (async: plus its wait in
-                              // wait_for_snapshot(); the previous save's commit not in it)
+  double stall_seconds = 0;   // the caller's time producing the states and in save()
+                              // (async: plus its wait in wait_for_snapshot(); the
+                              // previous save's commit not in it)
   double write_seconds = 0;   // slowest rank's shard write, fsync included
   double total_seconds = 0;   // save() to manifest committed
   double commit_seconds = 0;  // the caller's time in the commit (this rank's; async: its
@@ -110,8 +111,10 @@ class CheckpointWriter {
   // async: they and `layout` must stay unchanged (and alive) until wait_for_snapshot()
   // returns. Returns false when a synchronous save failed; an async one returns true, and
   // its outcome is in stats() once poll(), the next save() or flush() records its commit.
+  // `staged_seconds`: the caller's time producing `states` for this save (a ZeRO rank's
+  // exchange of its shards into its writer range), charged to the save's stall.
   bool save(const CheckpointTier& tier, ckpt::Manifest meta, const ParamLayout& layout,
-            std::span<const NamedState> states);
+            std::span<const NamedState> states, double staged_seconds = 0);
   // Not collective: returns once the pending async save no longer reads the states
   // given to save() (its snapshot is taken); at once when nothing is pending. Call it
   // before changing them.

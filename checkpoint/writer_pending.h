@@ -70,7 +70,8 @@ struct CheckpointWriter::Pending {
   std::string start_error;             // the agreed failure to make the directory
   writer_detail::ShardInfo info{0, 0, 0};
   writer_detail::Clock::time_point t0;
-  double stall = 0;       // the training thread's: save() and wait_for_snapshot()
+  double staged = 0;      // the caller's time producing the states (save()'s staged_seconds)
+  double stall = 0;       // the training thread's: that, save() and wait_for_snapshot()
   double writer_cpu = 0;  // the writer thread's CPU seconds, its commit included
   double peer_wait = 0;   // in the agreements, waiting for the last rank to arrive
   // The first agreement of the start and of the commit: the waits for the last rank

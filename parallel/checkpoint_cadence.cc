@@ -251,12 +251,15 @@ ckpt::Manifest CheckpointCadence::manifest(const DataPosition& position,
 }
 
 bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta,
-                             const ParamLayout& layout, std::span<const NamedState> states) {
-  if (tier == "memory" && memory_writer_) return memory_writer_->save(memory_, meta, layout, states);
+                             const ParamLayout& layout, std::span<const NamedState> states,
+                             double staged_seconds) {
+  if (tier == "memory" && memory_writer_) {
+    return memory_writer_->save(memory_, meta, layout, states, staged_seconds);
+  }
   if (!writer_) throw ConfigError("no checkpoint directory is configured (checkpoint.dir)");
   const CheckpointTier& t = tier == "fast" ? fast_ : durable_;
   if (t.dir.empty()) throw ConfigError("the " + tier + " checkpoint tier has no directory");
-  return writer_->save(t, meta, layout, states);
+  return writer_->save(t, meta, layout, states, staged_seconds);
 }
 
 void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
@@ -284,13 +287,17 @@ void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& pos
   const bool memory = memory_writer_ && memory_cadence_->due(step);
   if (tier.empty() && !memory) return;
   wait_for_snapshot();  // `states` may reuse the buffers the last saves read
-  const std::vector<NamedState> s = states();  // once: both saves read the same buffers
+  const auto s0 = std::chrono::steady_clock::now();
+  // Once: both saves read the same buffers. A ZeRO rank's exchange of its shards (and its
+  // wait for the parameters' gathers) is the training thread's: the first save's stall.
+  const std::vector<NamedState> s = states();
+  const double staged = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
   const ckpt::Manifest meta = manifest(position, origin);
   if (memory) {
-    memory_writer_->save(memory_, meta, layout, s);
+    memory_writer_->save(memory_, meta, layout, s, staged);
     memory_cadence_->saved(step);
   }
-  if (!tier.empty()) save(tier, meta, layout, s);
+  if (!tier.empty()) save(tier, meta, layout, s, memory ? 0.0 : staged);
 }
 
 // Collective (the memory tier's commits are): each committed memory save's cost to

@@ -219,6 +219,31 @@ TEST(CheckpointSave, ASnapshotWaitBehindALateRankIsAPeerWait) {
   }
 }
 
+// The caller's time producing the states (a ZeRO rank's exchange of its shards, before
+// save()) is charged to the save: in stall_seconds, so in the log's "step stall" and in
+// training_cost(), which the memory tier's bounded cadence reads; async and sync alike.
+TEST(CheckpointSave, TheTimeStagingTheStatesIsChargedToTheSave) {
+  constexpr double kStaged = 0.25;
+  for (const bool async : {true, false}) {
+    SharedTempDir tmp(world().group(), async ? "ckpt_staged_async" : "ckpt_staged_sync");
+    ParamLayout layout;
+    layout.add("w", Shape{4096}, 0, false);
+    std::vector<float> w(4096, 0.5f);
+    CheckpointWriter writer(world().group(), async, test_log());
+    ckpt::Manifest meta;
+    meta.set_step(1);
+    meta.set_writer("checkpoint_save_test");
+    const NamedState states[] = {{"param", w.data()}};
+    EXPECT_TRUE(writer.save(CheckpointTier{tmp.path(), "durable", 0}, meta, layout, states, kStaged));
+    writer.flush();
+    const SaveStats& st = writer.stats().back();
+    EXPECT_TRUE(st.ok) << st.error;
+    EXPECT_GE(st.stall_seconds, kStaged) << (async ? "async" : "sync");
+    EXPECT_GE(writer.training_cost(st), kStaged - st.peer_wait_seconds) << (async ? "async" : "sync");
+    EXPECT_LT(st.stall_seconds, kStaged + 5.0);  // the staging once, not more
+  }
+}
+
 TEST(CheckpointSave, AsyncAndSyncWriteIdenticalCheckpoints) {
   SharedTempDir tmp(world().group(), "ckpt_async");
   const fs::path async_dir = tmp.path() / "async", sync_dir = tmp.path() / "sync";
