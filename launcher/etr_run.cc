@@ -73,15 +73,15 @@ void add_options(CLI::App& app, etr::launcher::RunOptions& o, Flags& f) {
                  "then it and every process it started are ended and the discovery counts as "
                  "failed (never longer than what is left of --min-np-timeout; default 10)");
   app.add_option("--heartbeat-timeout", f.heartbeat_timeout, "How long a rank's heartbeat (a UDP "
-                 "datagram every 100 ms from a thread of its own) may be silent before etr-run "
+                 "datagram every 50 ms from a thread of its own) may be silent before etr-run "
                  "declares it failed and relaunches the job: a stopped or frozen worker. A rank "
                  "on this machine is killed; when every rank of another host is silent, the host "
                  "is excluded as unreachable unless it still answers the launch agent (a frozen "
                  "rank). 'auto' (the default) learns it: 4 x the 99.9th percentile of the gaps "
                  "between each rank's beats over the run, at least --heartbeat-floor, at most 30 "
-                 "s; 3 s until 200 gaps were seen; for a rank while every other rank's beats "
+                 "s; 3 s until 400 gaps were seen; for a rank while every other rank's beats "
                  "say it is blocked waiting on its peers (the job is stalled on the silent "
-                 "one), 2.5 x that percentile (at least 0.25 s; half the timeout until "
+                 "one), 2.5 x that percentile (at least 0.125 s; half the timeout until "
                  "learned). Seconds: that timeout, fixed, for both; 0: off, and the progress "
                  "watchdog with it");
   app.add_option("--heartbeat-floor", f.heartbeat_floor_s, "Seconds: the shortest heartbeat timeout "

@@ -1,5 +1,5 @@
 // etr-run's heartbeat timeout (--heartbeat-timeout): fixed, or learned from the beats
-// (`auto`, the default). A rank beats every 100 ms from a thread of its own
+// (`auto`, the default). A rank beats every 50 ms from a thread of its own
 // (runtime/heartbeat.h); how far apart two of its beats arrive depends on the machine (a
 // loaded host, a throttled cgroup, a busy network), not on training. The learned timeout
 // is a multiple of a high quantile of the gaps seen between consecutive beats of each
@@ -25,13 +25,13 @@ struct HeartbeatTimeoutOptions {
   std::chrono::milliseconds initial{std::chrono::seconds(3)};  // until min_gaps were seen
   std::chrono::milliseconds floor{std::chrono::seconds(1)};    // --heartbeat-floor
   // The stalled-job timeout: stalled_multiple x the learned quantile of the gaps, at least
-  // stalled_floor (two and a half of a rank's 100 ms beats).
-  std::chrono::milliseconds stalled_floor{std::chrono::milliseconds(250)};
+  // stalled_floor (two and a half of a rank's 50 ms beats).
+  std::chrono::milliseconds stalled_floor{std::chrono::milliseconds(125)};
   double stalled_multiple = 2.5;
   std::chrono::milliseconds ceiling{std::chrono::seconds(30)};
   double multiple = 4;
   double quantile = 0.999;
-  int min_gaps = 200;   // ~17 s of 3 ranks' beats
+  int min_gaps = 400;   // ~7 s of 3 ranks' beats
   int window = 4096;    // the newest gaps the quantile is taken over
 };
 

@@ -59,7 +59,7 @@ class Heartbeat {
   // `on_ended`: what the rank does when etr-run says its launch is over (called on the
   // heartbeat's thread); by default it says so on stderr and ends the process (_exit(1)).
   Heartbeat(const std::string& target, int launch, int rank,
-            std::chrono::milliseconds every = std::chrono::milliseconds(100),
+            std::chrono::milliseconds every = std::chrono::milliseconds(50),
             std::function<void()> on_ended = {});
   ~Heartbeat();  // says goodbye and stops the thread
   Heartbeat(const Heartbeat&) = delete;

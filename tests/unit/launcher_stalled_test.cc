@@ -177,13 +177,17 @@ TEST(StalledJob, TheStalledTimeoutFollowsTheLearnedGapsWithinItsFloor) {
   EXPECT_EQ(t.current(), 2000ms);
   EXPECT_EQ(t.stalled(), 1250ms) << "2.5 x the gaps' 99.9th percentile (0.5 s)";
   HeartbeatTimeout beats(o);
-  for (int i = 0; i < 8; ++i) beats.observe_gap(0.12);  // 100 ms beats that arrive a bit late
+  for (int i = 0; i < 8; ++i) beats.observe_gap(0.12);  // beats that arrive late
   EXPECT_EQ(beats.current(), 480ms);
   EXPECT_EQ(beats.stalled(), 300ms);
   HeartbeatTimeout quick(o);
-  for (int i = 0; i < 8; ++i) quick.observe_gap(0.05);  // 2.5 x 0.05 s is below the 0.25 s floor
-  EXPECT_EQ(quick.current(), 200ms);
-  EXPECT_EQ(quick.stalled(), 200ms) << "never longer than the timeout itself";
+  for (int i = 0; i < 8; ++i) quick.observe_gap(0.04);  // 2.5 x 0.04 s is below the 0.125 s floor
+  EXPECT_EQ(quick.current(), 160ms);
+  EXPECT_EQ(quick.stalled(), 125ms);
+  HeartbeatTimeout quicker(o);
+  for (int i = 0; i < 8; ++i) quicker.observe_gap(0.02);  // the timeout: its 0.1 s floor
+  EXPECT_EQ(quicker.current(), 100ms);
+  EXPECT_EQ(quicker.stalled(), 100ms) << "never longer than the timeout itself";
   o.stalled_floor = 50ms;
   HeartbeatTimeout low(o);
   for (int i = 0; i < 8; ++i) low.observe_gap(0.05);
