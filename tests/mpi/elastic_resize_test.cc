@@ -55,6 +55,21 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
+// Runs `t` while rank 0 raises etr-run's resize request (SIGUSR1) `after` into the run,
+// at a moment no rank chooses.
+auto run_with_a_request_after(Trainer& t, std::chrono::milliseconds after) {
+  std::thread requester;
+  if (world().rank() == 0) {
+    requester = std::thread([after] {
+      std::this_thread::sleep_for(after);
+      std::raise(SIGUSR1);
+    });
+  }
+  const auto s = t.run();
+  if (requester.joinable()) requester.join();
+  return s;
+}
+
 TEST(ElasticResize, RequestBeforeTrainingIsNotLostAndResumingContinuesExactly) {
   install_resize_signal_handler();
   clear_resize_request();
@@ -110,15 +125,7 @@ TEST(ElasticResize, RequestDuringAsyncSavesStopsEveryRankAtOneStepWithItsCheckpo
   Trainer t(tiny_config({"checkpoint.dir=" + ck, "checkpoint.every=1", "checkpoint.async=true",
                          "checkpoint.keep=2", "schedule.max_steps=100000"}),
             world().group(), test_log(), &reporter);
-  std::thread requester;
-  if (world().rank() == 0) {
-    requester = std::thread([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(150));
-      std::raise(SIGUSR1);
-    });
-  }
-  const auto s = t.run();
-  if (requester.joinable()) requester.join();
+  const auto s = run_with_a_request_after(t, std::chrono::milliseconds(150));
   ASSERT_TRUE(s.resized);
   const uint64_t step = t.position().step;
   EXPECT_GT(step, 0u);
@@ -146,15 +153,7 @@ TEST(ElasticResize, AStepInTheMemoryTierIsNotSavedToDiskAgain) {
   {
     ElasticReporter reporter(launch_in(tmp.path() / "run"));
     Trainer t(tiny_config(settings), world().group(), test_log(), &reporter);
-    std::thread requester;
-    if (world().rank() == 0) {
-      requester = std::thread([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(150));
-        std::raise(SIGUSR1);
-      });
-    }
-    const auto s = t.run();
-    if (requester.joinable()) requester.join();
+    const auto s = run_with_a_request_after(t, std::chrono::milliseconds(150));
     ASSERT_TRUE(s.resized);
     step = t.position().step;
   }
