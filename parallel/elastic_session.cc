@@ -45,15 +45,13 @@ bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
               " and stopping so that etr-run relaunches the job at its new size");
   }
   checkpoints.flush();  // a save in flight (perhaps of this very step) commits first
-  // The relaunch restores from the memory tier when it holds the step (each host's copy,
-  // or its buddy's): a disk save would only delay the relaunch.
-  const auto saved = [&] { return checkpoints.saved(step) || checkpoints.saved_in_memory(step); };
-  if (!saved()) {
+  if (!checkpoints.saved(step)) {
     save(checkpoints.resize_tier());
     checkpoints.flush();
   }
   if (leader()) {
-    reporter_->event("resize-exit step=" + std::to_string(step) + " saved=" + (saved() ? "1" : "0"));
+    reporter_->event("resize-exit step=" + std::to_string(step) +
+                     " saved=" + (checkpoints.saved(step) ? "1" : "0"));
   }
   return true;
 }

@@ -41,9 +41,8 @@ class ElasticSession {
     if (reporter_) reporter_->position(static_cast<int64_t>(step), stage);
   }
   // Collective: a resize was agreed on after `step`. Returns true when the run must stop
-  // (a checkpoint of `step` is in the memory tier, or was saved to disk through
-  // `checkpoints`, or tried); false when the job is not elastic and the request is
-  // ignored. `save(tier)` saves the current state.
+  // (a checkpoint of `step` was saved through `checkpoints`, or tried); false when the
+  // job is not elastic and the request is ignored. `save(tier)` saves the current state.
   bool resize(int64_t step, CheckpointCadence& checkpoints,
               const std::function<bool(const std::string&)>& save) const;
   // Collective: a stop was agreed on after `step` (some rank got SIGTERM, SIGINT or

@@ -141,7 +141,11 @@ TEST(ElasticResize, RequestDuringAsyncSavesStopsEveryRankAtOneStepWithItsCheckpo
   clear_resize_request();
 }
 
-TEST(ElasticResize, AStepInTheMemoryTierIsNotSavedToDiskAgain) {
+// A resize saves its step to disk even when the memory tier holds it: the job does not know
+// which hosts the next launch keeps, and a shrink that takes away a shard's host and its
+// buddy's would leave the memory tier without that step. The relaunch still reads the
+// memory tier first.
+TEST(ElasticResize, AResizeSavesItsStepToDiskBesideTheMemoryTier) {
   install_resize_signal_handler();
   clear_resize_request();
   SharedTempDir tmp(world().group(), "elastic_resize_memory");
@@ -159,7 +163,7 @@ TEST(ElasticResize, AStepInTheMemoryTierIsNotSavedToDiskAgain) {
   }
   ASSERT_GT(step, 0u);
   EXPECT_TRUE(fs::exists(fs::path(mem) / step_dir_name(step) / "manifest.pb"));
-  EXPECT_FALSE(fs::exists(fs::path(ck) / step_dir_name(step)));  // no disk save of it
+  EXPECT_TRUE(fs::exists(fs::path(ck) / step_dir_name(step) / "manifest.pb"));
   if (world().rank() == 0) {
     const std::string exit = "resize-exit step=" + std::to_string(step) + " saved=1";
     EXPECT_NE(read_text(tmp.path() / "run" / "events").find(exit), std::string::npos);
