@@ -291,7 +291,8 @@ void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& pos
   // Once: both saves read the same buffers. A ZeRO rank's exchange of its shards (and its
   // wait for the parameters' gathers) is the training thread's: the first save's stall.
   const std::vector<NamedState> s = states();
-  const double staged = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  const double staged =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
   const ckpt::Manifest meta = manifest(position, origin);
   if (memory) {
     memory_writer_->save(memory_, meta, layout, s, staged);

@@ -14,7 +14,8 @@ bool TrainSession::save_checkpoint(const std::string& tier) {
   checkpoints_->set_batch_policy(batch_->policy_state());
   const auto s0 = std::chrono::steady_clock::now();
   const std::vector<NamedState> states = engine_->states();
-  const double staged = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  const double staged =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
   return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_->origin()),
                             model_.stack->layout(), states, staged);
 }

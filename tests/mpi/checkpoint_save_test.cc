@@ -234,12 +234,14 @@ TEST(CheckpointSave, TheTimeStagingTheStatesIsChargedToTheSave) {
     meta.set_step(1);
     meta.set_writer("checkpoint_save_test");
     const NamedState states[] = {{"param", w.data()}};
-    EXPECT_TRUE(writer.save(CheckpointTier{tmp.path(), "durable", 0}, meta, layout, states, kStaged));
+    const CheckpointTier tier{tmp.path(), "durable", 0};
+    EXPECT_TRUE(writer.save(tier, meta, layout, states, kStaged));
     writer.flush();
     const SaveStats& st = writer.stats().back();
     EXPECT_TRUE(st.ok) << st.error;
     EXPECT_GE(st.stall_seconds, kStaged) << (async ? "async" : "sync");
-    EXPECT_GE(writer.training_cost(st), kStaged - st.peer_wait_seconds) << (async ? "async" : "sync");
+    EXPECT_GE(writer.training_cost(st), kStaged - st.peer_wait_seconds)
+        << (async ? "async" : "sync");
     EXPECT_LT(st.stall_seconds, kStaged + 5.0);  // the staging once, not more
   }
 }
