@@ -362,6 +362,16 @@ void auto_fields(const google::protobuf::Descriptor& d, std::vector<std::string>
   }
 }
 
+// The byte offset of the tokenizer's column `column` on the line that starts at `start`:
+// the tokenizer counts a tab as reaching the next multiple of 8 columns.
+size_t byte_offset(std::string_view text, size_t start, size_t column) {
+  size_t pos = start;
+  for (size_t col = 0; col < column && pos < text.size() && text[pos] != '\n'; ++pos) {
+    col = text[pos] == '\t' ? col + 8 - col % 8 : col + 1;
+  }
+  return pos;
+}
+
 // `micro_batch: auto` as `micro_batch: 0` for the text format parser, for the fields that
 // accept it (found by protobuf's own tokenizer, so comments and strings are left alone).
 std::string substitute_auto(std::string_view text) {
@@ -382,15 +392,15 @@ std::string substitute_auto(std::string_view text) {
     if (t.type == google::protobuf::io::Tokenizer::TYPE_IDENTIFIER && t.text == "auto" &&
         previous[1] == ":" && std::find(names.begin(), names.end(), previous[0]) != names.end() &&
         static_cast<size_t>(t.line) < line_start.size()) {
-      // Columns count a tab to the next multiple of 8; configs indent with spaces.
-      at.push_back(line_start[static_cast<size_t>(t.line)] + static_cast<size_t>(t.column));
+      at.push_back(byte_offset(text, line_start[static_cast<size_t>(t.line)],
+                               static_cast<size_t>(t.column)));
     }
     previous[0] = previous[1];
     previous[1] = t.text;
   }
   std::string out(text);
   for (auto it = at.rbegin(); it != at.rend(); ++it) {
-    if (out.compare(*it, 4, "auto") == 0) out.replace(*it, 4, "0");
+    if (*it + 4 <= out.size() && out.compare(*it, 4, "auto") == 0) out.replace(*it, 4, "0");
   }
   return out;
 }

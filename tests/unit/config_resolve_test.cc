@@ -235,6 +235,13 @@ TEST(Validation, AutoIsZeroOnlyWhereAFieldAcceptsIt) {
   EXPECT_EQ(f.batch().global_batch(), 0);
   EXPECT_EQ(f.log().sample_prompt(), "micro_batch: auto");
   EXPECT_THROW(parse_config("model { n_layer: auto }", "test"), ConfigError);
+  // Tab-indented: the tokenizer counts a tab as up to 8 columns, the text as one byte.
+  const TrainConfig t = parse_config("batch {\tmicro_batch:\tauto\n\t\tglobal_batch: auto }", "t");
+  EXPECT_TRUE(t.batch().has_micro_batch());
+  EXPECT_EQ(t.batch().micro_batch(), 0);
+  EXPECT_EQ(t.batch().global_batch(), 0);
+  // A tab's columns reaching past the end of the text (found by fuzz_config).
+  EXPECT_THROW(parse_config("batch {\n\tglobal_batch:auto", "t"), ConfigError);
 }
 
 TEST(Validation, AccumulationStepsPerDataParallelWorld) {
