@@ -88,14 +88,16 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
     }
   }
   std::vector<std::string> names;
-  std::vector<const float*> buffers;
-  std::vector<int64_t> begins;
+  std::vector<std::vector<StatePiece>> sources;
   for (const NamedState& s : states) {
     names.push_back(s.name);
-    buffers.push_back(s.data);
-    begins.push_back(s.begin);
+    sources.push_back(pieces_of(s, layout.numel()));
+    if (s.owners != states.front().owners) {
+      throw InvalidArgument("the states of a checkpoint follow different owners");
+    }
   }
-  const ShardPlan plan(layout, group_.size(), names);
+  const ShardOwners* owners = states.empty() ? nullptr : states.front().owners.get();
+  const ShardPlan plan(layout, group_.size(), names, owners);
   auto p = std::make_unique<Pending>();
   p->tier = tier;
   p->step = meta.step();
@@ -106,12 +108,11 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->manifest.set_tier(tier.name);
   for (int r = 0; r < group_.size(); ++r) p->file_names.push_back(plan.file_name(r));
   p->t0 = t0;
-  p->begins = std::move(begins);
   const fs::path file = p->partial / plan.file_name(group_.rank());
   p->staged = staged_seconds;
-  if (!async_) return save_now(*p, plan, buffers, file);
+  p->sources = std::move(sources);
+  if (!async_) return save_now(*p, plan, file);
   p->plan = std::make_unique<ShardPlan>(plan);
-  p->buffers = std::move(buffers);
   Pending* raw = p.get();
   p->thread = std::thread([this, raw, file] { write_in_background(*raw, file); });
   pending_ = std::move(p);
@@ -120,10 +121,9 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
 }
 
 // A synchronous save, all of it on the caller's thread.
-bool CheckpointWriter::save_now(Pending& p, const ShardPlan& plan,
-                                const std::vector<const float*>& buffers, const fs::path& file) {
+bool CheckpointWriter::save_now(Pending& p, const ShardPlan& plan, const fs::path& file) {
   p.error = start_agreement(p, group_);
-  if (p.error.empty()) write_now(p, plan, buffers, file);
+  if (p.error.empty()) write_now(p, plan, file);
   const auto c0 = Clock::now();
   p.result = agree_and_publish(p, group_);
   record(p, seconds_since(c0));
@@ -237,21 +237,17 @@ ByteProgress CheckpointWriter::save_progress(uint64_t step, uint64_t total) cons
 }
 
 // A synchronous save: this rank's shard packed straight from the states into its file.
-void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan,
-                                 const std::vector<const float*>& buffers, const fs::path& file) {
+void CheckpointWriter::write_now(Pending& p, const ShardPlan& plan, const fs::path& file) {
   const auto w0 = Clock::now();
   try {
     ShardSink sink(file);
     FiniteCheck finite(plan, group_.rank());
     ByteProgress progress = save_progress(p.step, plan.file_bytes(group_.rank()));
-    plan.pack(
-        group_.rank(), buffers,
-        [&](const void* data, size_t size) {
-          finite.add(data, size);
-          sink.append(data, size);
-          progress.add(size);
-        },
-        p.begins);
+    plan.pack(group_.rank(), p.sources, [&](const void* data, size_t size) {
+      finite.add(data, size);
+      sink.append(data, size);
+      progress.add(size);
+    });
     progress.finish();
     if (!finite.error().empty()) throw CheckpointError(finite.error());
     p.info.bytes = sink.bytes();
@@ -285,13 +281,10 @@ std::string CheckpointWriter::take_snapshot(Pending& p, char* dest) {
   size_t at = 0;
   Checksum sum;
   FiniteCheck finite(*p.plan, group_.rank());
-  p.plan->pack(
-      group_.rank(), p.buffers,
-      [&](const void* data, size_t size) {
-        copy_and_hash(dest + at, static_cast<const char*>(data), size, sum, finite);
-        at += size;
-      },
-      p.begins);
+  p.plan->pack(group_.rank(), p.sources, [&](const void* data, size_t size) {
+    copy_and_hash(dest + at, static_cast<const char*>(data), size, sum, finite);
+    at += size;
+  });
   store_fence();
   if (!finite.error().empty()) return finite.error();
   p.snapshot = std::span<const char>(dest, at);

@@ -3,8 +3,9 @@
 //
 // A save, collective over the group (world N, rank r):
 //   1. rank 0 creates TIER/.step-NNNNNNNNN.partial/ (a stale one from a crash is removed)
-//   2. rank r writes its shard file (ShardPlan: range r of every state, so replicated
-//      state is split and no byte is written twice): DurableFile = write, fsync, rename.
+//   2. rank r writes its shard file (ShardPlan: range r of every state, or the ranges its
+//      engine owns, so replicated state is split and no byte is written twice):
+//      DurableFile = write, fsync, rename.
 //      async: save() returns at once; a background thread first copies the range into a
 //      host buffer kept between saves (the snapshot), then writes it while training goes
 //      on. The caller must not change the states until wait_for_snapshot() has returned
@@ -162,10 +163,8 @@ class CheckpointWriter {
   void write_in_background(Pending& p, const std::filesystem::path& file);
   void write_to_disk(Pending& p, const std::filesystem::path& file);
   void write_to_memory(Pending& p, const std::filesystem::path& file);
-  void write_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
-                 const std::filesystem::path& file);
-  bool save_now(Pending& p, const ShardPlan& plan, const std::vector<const float*>& buffers,
-                const std::filesystem::path& file);
+  void write_now(Pending& p, const ShardPlan& plan, const std::filesystem::path& file);
+  bool save_now(Pending& p, const ShardPlan& plan, const std::filesystem::path& file);
   std::string prepare_directory(const CheckpointTier& tier, uint64_t step);
   ByteProgress save_progress(uint64_t step, uint64_t total) const;
 

@@ -57,8 +57,7 @@ struct CheckpointWriter::Pending {
   std::vector<std::string> file_names;  // every rank's
   // async: what the writer thread copies, and the copy (this rank's file, in snapshot_)
   std::unique_ptr<ShardPlan> plan;
-  std::vector<const float*> buffers;
-  std::vector<int64_t> begins;  // buffers[i][0] is flat element begins[i]
+  std::vector<std::vector<StatePiece>> sources;  // each state's pieces (pieces_of)
   std::span<const char> snapshot;
   uint64_t snapshot_xxh3 = 0;
   std::thread thread;

@@ -155,11 +155,12 @@ void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, s
     const ParamLayout& l = chunks_[c]->layout();
     for (const NamedState& s : held[c]) {
       if (s.name != name) continue;
-      auto [a, b] = ShardPlan(l, grid_.dp_size(), {s.name}).flat_range(grid_.dp_rank());
-      a = std::max(a, cut_.borrowed_numel(j));
-      if (a >= b) continue;
-      const int64_t shift = cut_.own_offset(j);
-      pieces.push_back(FlatPiece{a + shift, b + shift, s.data + (a - s.begin)});
+      for (const StatePiece& p : owned_pieces(s, l, grid_.dp_size(), grid_.dp_rank())) {
+        const int64_t a = std::max(p.begin, cut_.borrowed_numel(j));
+        if (a >= p.end) continue;
+        const int64_t shift = cut_.own_offset(j);
+        pieces.push_back(FlatPiece{a + shift, p.end + shift, p.data + (a - p.begin)});
+      }
     }
   }
   exchange_pieces(grid_.world_group(), pieces, out, begin, end);

@@ -250,11 +250,6 @@ const float* ZeroEngine::host_held(std::string_view s, size_t bucket) {
   return mirror_shard().range<float>(s, held_index_[bucket]);
 }
 
-Allocator& ZeroEngine::staging_alloc() {
-  if (device_path_) return mirror_alloc_;
-  return alloc_;
-}
-
 void ZeroEngine::gather_state(std::string_view name, float* out) {
   if (name == state::kParam && options_.stage < 3) {
     const float* p = parameters();
@@ -297,7 +292,6 @@ EngineMemory ZeroEngine::memory() const {
   m.optimizer = 2 * shard;
   m.unreduced_peak = grad_window_ ? grad_window_->peak_bytes() : 0;
   m.gathered_peak = param_window_ ? param_window_->peak_bytes() : 0;
-  m.checkpoint_staging = staging_bytes_;
   return m;
 }
 
@@ -360,14 +354,6 @@ Engine::WindowBytes ZeroEngine::predicted_windows_if(int micro_batches, bool eac
                                          largest_layer_bytes() + std::min(prefetched, largest_layer_bytes())));
   }
   return p;
-}
-
-// states(): a stage-3 parameter shard and the two moments, each this rank's writer range.
-size_t ZeroEngine::predicted_checkpoint_staging() const {
-  const auto [a, b] = ShardPlan(stack_.layout(), plan_.ranks(), {std::string(state::kParam)})
-                          .flat_range(grid_.dp_rank());
-  const size_t range = static_cast<size_t>(b - a) * sizeof(float);
-  return (options_.stage == 3 ? 3 : 2) * range;
 }
 
 }  // namespace etr

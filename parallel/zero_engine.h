@@ -157,7 +157,6 @@ class ZeroEngine final : public Engine, private GradSink {
   void gather_state(std::string_view name, float* out) override;
   EngineMemory memory() const override;
   WindowBytes predicted_windows(int micro_batches) const override;
-  size_t predicted_checkpoint_staging() const override;
   std::string describe() const override;
 
   void begin_step() override;
@@ -208,7 +207,6 @@ class ZeroEngine final : public Engine, private GradSink {
   void download_mirror(std::string_view state);
   // Where the host reads bucket b's block of `state`: the shard itself, or its mirror.
   const float* host_held(std::string_view state, size_t bucket);
-  Allocator& staging_alloc();
 
   LayerStack<float>& stack_;
   const ProcessGrid& grid_;
@@ -246,8 +244,7 @@ class ZeroEngine final : public Engine, private GradSink {
   std::unique_ptr<LocalNormMeter> local_norm_;  // the device path's
   std::unique_ptr<ParamGather> gather_;
   std::unique_ptr<LayerGatherer> layers_;
-  std::vector<Buffer> staging_;          // checkpoint: the writer's range of each state
-  size_t staging_bytes_ = 0;
+  std::shared_ptr<const ShardOwners> owners_;  // checkpoint: what each rank writes (states())
 };
 
 }  // namespace etr

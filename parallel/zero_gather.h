@@ -100,12 +100,4 @@ class LayerGatherer {
   int64_t prefetched_passes_ = 0;
 };
 
-// Collective over `group` (plan.ranks() ranks): out[0 .. end - begin) becomes flat
-// elements [begin, end) of a state whose blocks are held as `plan` says, rank q's block
-// of bucket b at held(b) on rank q. Every rank passes its own [begin, end) (the ranges
-// may differ and overlap).
-void redistribute(const ZeroPlan& plan, const Group& group,
-                  const std::function<const float*(size_t bucket)>& held, int64_t begin,
-                  int64_t end, float* out);
-
 }  // namespace etr

@@ -193,31 +193,39 @@ void ZeroEngine::launch_parameter_gathers() {
   for (size_t b = plan_.buckets().size(); b-- > 0;) gather_->launch(b);
 }
 
+// Each rank saves what it owns (plan_.norm_ranges: its block of every bucket, and the
+// replicated tail on rank 0) straight from its shards: no exchange between the ranks, and
+// at stages 1-2 no wait for the parameters' gathers, since its own blocks of the
+// parameters were written by the optimizer step before the gathers began (and a gather
+// writes only the other ranks' blocks).
 std::vector<NamedState> ZeroEngine::states() {
-  gather_->wait_all();
+  if (!owners_) {
+    auto owners = std::make_shared<ShardOwners>();
+    for (int q = 0; q < plan_.ranks(); ++q) {
+      auto& mine = owners->emplace_back();
+      for (const HeldRange& h : plan_.norm_ranges(q)) mine.push_back({h.begin, h.end});
+    }
+    owners_ = std::move(owners);
+  }
   if (device_path_) {
+    gather_->wait_all();
     for (std::string_view n : {state::kParam, state::kAdamM, state::kAdamV}) download_mirror(n);
   }
-  const ParamLayout& layout = stack_.layout();
-  const auto [a, b] = ShardPlan(layout, plan_.ranks(), {std::string(state::kParam)})
-                          .flat_range(grid_.dp_rank());
   std::vector<NamedState> out;
-  const std::string_view names[] = {state::kParam, state::kAdamM, state::kAdamV};
-  staging_.resize(3);
-  for (int i = 0; i < 3; ++i) {
-    const std::string name(names[i]);
-    if (names[i] == state::kParam && options_.stage < 3) {
-      out.push_back({name, device_path_ ? mirror_replica().data<float>(state::kParam) : full_params_, 0});
-      continue;
+  for (std::string_view n : {state::kParam, state::kAdamM, state::kAdamV}) {
+    NamedState s{std::string(n)};
+    s.owners = owners_;
+    if (n == state::kParam && options_.stage < 3) {
+      s.data = device_path_ ? mirror_replica().data<float>(state::kParam) : full_params_;
+    } else {
+      for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+        const HeldRange h = plan_.block(b, grid_.dp_rank());
+        s.pieces.push_back({h.begin, h.end, host_held(n, b)});
+      }
+      std::sort(s.pieces.begin(), s.pieces.end(),
+                [](const StatePiece& x, const StatePiece& y) { return x.begin < y.begin; });
     }
-    const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
-    if (staging_[i].size() != bytes) {
-      staging_[i] = Buffer(staging_alloc(), bytes);  // once: the writer's range never changes
-      staging_bytes_ += bytes;
-    }
-    float* stage = static_cast<float*>(staging_[i].data());
-    redistribute(plan_, grid_.dp_group(), [&](size_t k) { return host_held(names[i], k); }, a, b, stage);
-    out.push_back({name, stage, a});
+    out.push_back(std::move(s));
   }
   return out;
 }

@@ -192,25 +192,29 @@ TEST(Zero, Stage3RecordsAChangedOrderAgain) {
   expect_same_state(want, got, "stage 3 after an odd pass");
 }
 
-// A checkpoint written at stage 3 on every rank, read at every stage on every world
+// A checkpoint written at stage 2 (asynchronously: the writer thread reads each rank's own
+// blocks of the parameters while the gathers of the others' may still run) and at stage 3
+// on every rank, each rank writing the blocks it owns, read at every stage on every world
 // size from 1 to N (the first ranks): the restored state is the saved one; every stage
 // continues bitwise as stage 0 does on that world size, and on N ranks as the
 // uninterrupted run.
-TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
+void checkpoints_load_at_any_stage_and_world_size(int saved_stage, bool async) {
   World& w = testing::world();
   const int n = w.group().size();
   testing::SharedTempDir dir(w.group(), "zero_ckpt");
-  const std::vector<std::string> ckpt = {"checkpoint.dir=" + dir.path().string(),
-                                         "checkpoint.every=0", "checkpoint.async=false"};
+  const std::vector<std::string> ckpt = {"checkpoint.dir=" + dir.path().string(), "checkpoint.every=0",
+                                         std::string("checkpoint.async=") + (async ? "true" : "false")};
   State saved, continued;
   fs::path step_dir;
   {
-    Trainer t(config(3, ckpt), w);
+    Trainer t(config(saved_stage, ckpt), w);
     train(t, 2);
     ASSERT_TRUE(t.save_checkpoint("durable"));
-    step_dir = t.checkpoint_writer()->stats().back().dir;
     saved = state_of(t);
     continued = train(t, 2);
+    t.flush_checkpoints();
+    step_dir = t.checkpoint_writer()->stats().back().dir;
+    ASSERT_TRUE(t.checkpoint_writer()->stats().back().ok);
   }
   for (int world = 1; world <= n; ++world) {
     std::optional<Group> g = testing::first_ranks(world);
@@ -218,8 +222,9 @@ TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
       testing::guarded([&] {
         State stage0;  // the continuation at stage 0 on this world size
         for (int stage = 0; stage <= 3; ++stage) {
-          const std::string what = "stage 3 on " + std::to_string(n) + " ranks read at stage " +
-                                   std::to_string(stage) + " on " + std::to_string(world);
+          const std::string what = "stage " + std::to_string(saved_stage) + " on " + std::to_string(n) +
+                                   " ranks read at stage " + std::to_string(stage) + " on " +
+                                   std::to_string(world);
           Trainer t(config(stage, {}), *g, w.log());
           t.restore(step_dir);
           State s = state_of(t);
@@ -234,6 +239,14 @@ TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
     }
     testing::idle_barrier(w.group());
   }
+}
+
+TEST(Zero, CheckpointsLoadAtAnyStageAndWorldSize) {
+  checkpoints_load_at_any_stage_and_world_size(3, false);
+}
+
+TEST(Zero, CheckpointsOfStage2SavedInTheBackgroundLoadAtAnyStageAndWorldSize) {
+  checkpoints_load_at_any_stage_and_world_size(2, true);
 }
 
 // ZeRO's device path (what a GPU runs: whole windows, the gradients and parameters through
