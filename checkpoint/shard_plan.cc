@@ -48,9 +48,9 @@ void ShardPlan::own(const ShardOwners& owners) {
     auto& mine = packed_[r];
     for (const auto& [fa, fb] : owners[r]) {
       // The first tensor that ends after fa (entries are in flat order).
-      auto it = std::upper_bound(tensors_.begin(), tensors_.end(), fa, [](int64_t x, const Tensor& t) {
-        return x < t.entry->offset + t.entry->numel();
-      });
+      auto it = std::upper_bound(
+          tensors_.begin(), tensors_.end(), fa,
+          [](int64_t x, const Tensor& t) { return x < t.entry->offset + t.entry->numel(); });
       for (; it != tensors_.end() && it->entry->offset < fb; ++it) {
         const int64_t off = it->entry->offset, lo = std::max(fa, off);
         const int64_t hi = std::min(fb, off + it->entry->numel());
@@ -119,8 +119,8 @@ void ShardPlan::describe(ckpt::Manifest& manifest) const {
   struct Piece {
     int64_t begin, end;  // packed
     int rank;
-    int64_t at;          // its first element's place in the rank's range of a state
-    int64_t per_state;   // the rank's elements of each state
+    int64_t at;         // its first element's place in the rank's range of a state
+    int64_t per_state;  // the rank's elements of each state
   };
   std::vector<Piece> pieces;
   for (int r = 0; r < world_; ++r) {
@@ -131,7 +131,8 @@ void ShardPlan::describe(ckpt::Manifest& manifest) const {
     }
     for (size_t i = pieces.size(); i-- > 0 && pieces[i].rank == r;) pieces[i].per_state = at;
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.begin < y.begin; });
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& x, const Piece& y) { return x.begin < y.begin; });
   for (const std::string& s : states_) manifest.add_states(s);
   for (size_t si = 0; si < states_.size(); ++si) {
     for (const Tensor& t : tensors_) {
@@ -149,7 +150,8 @@ void ShardPlan::describe(ckpt::Manifest& manifest) const {
         if (lo >= hi) continue;
         ckpt::Extent* e = rec->add_extents();
         e->set_file(file_name(it->rank));
-        const int64_t in_file = static_cast<int64_t>(si) * it->per_state + it->at + (lo - it->begin);
+        const int64_t in_file =
+            static_cast<int64_t>(si) * it->per_state + it->at + (lo - it->begin);
         e->set_file_offset(static_cast<uint64_t>(in_file) * sizeof(float));
         e->set_tensor_begin(static_cast<uint64_t>(lo - tb));
         e->set_count(static_cast<uint64_t>(hi - lo));

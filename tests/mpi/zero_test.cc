@@ -133,13 +133,17 @@ TEST(Zero, Stage3PrefetchesInTheRecordedOrder) {
 TEST(Zero, Stage3PrefetchesTheNextPassBeforeItRuns) {
   World& w = testing::world();
   for (const bool prefetch : {true, false}) {
-    Trainer t(config(3, {prefetch ? "parallel.zero_prefetch_size=1MiB" : "parallel.zero_prefetch_size=0"}), w);
+    Trainer t(config(3, {prefetch ? "parallel.zero_prefetch_size=1MiB"
+                                  : "parallel.zero_prefetch_size=0"}),
+              w);
     const int steps = 3;
     for (int i = 0; i < steps; ++i) t.train_step();
     auto& e = dynamic_cast<ZeroEngine&>(t.session().engine());
-    const int64_t passes = 2 * t.session().stack().size() * static_cast<int64_t>(t.rank_batch().accumulation);
+    const int64_t passes =
+        2 * t.session().stack().size() * static_cast<int64_t>(t.rank_batch().accumulation);
     if (prefetch) {
-      EXPECT_GE(e.gatherer()->prefetched_passes(), (steps - 1) * passes / 2) << "of " << passes << " passes a step";
+      EXPECT_GE(e.gatherer()->prefetched_passes(), (steps - 1) * passes / 2)
+          << "of " << passes << " passes a step";
     } else {
       EXPECT_EQ(e.gatherer()->prefetched_passes(), 0) << "without prefetch";
     }
@@ -202,8 +206,9 @@ void checkpoints_load_at_any_stage_and_world_size(int saved_stage, bool async) {
   World& w = testing::world();
   const int n = w.group().size();
   testing::SharedTempDir dir(w.group(), "zero_ckpt");
-  const std::vector<std::string> ckpt = {"checkpoint.dir=" + dir.path().string(), "checkpoint.every=0",
-                                         std::string("checkpoint.async=") + (async ? "true" : "false")};
+  const std::vector<std::string> ckpt = {
+      "checkpoint.dir=" + dir.path().string(), "checkpoint.every=0",
+      std::string("checkpoint.async=") + (async ? "true" : "false")};
   State saved, continued;
   fs::path step_dir;
   {
@@ -222,9 +227,9 @@ void checkpoints_load_at_any_stage_and_world_size(int saved_stage, bool async) {
       testing::guarded([&] {
         State stage0;  // the continuation at stage 0 on this world size
         for (int stage = 0; stage <= 3; ++stage) {
-          const std::string what = "stage " + std::to_string(saved_stage) + " on " + std::to_string(n) +
-                                   " ranks read at stage " + std::to_string(stage) + " on " +
-                                   std::to_string(world);
+          const std::string what = "stage " + std::to_string(saved_stage) + " on " +
+                                   std::to_string(n) + " ranks read at stage " +
+                                   std::to_string(stage) + " on " + std::to_string(world);
           Trainer t(config(stage, {}), *g, w.log());
           t.restore(step_dir);
           State s = state_of(t);
