@@ -50,7 +50,6 @@ stops_at "micro-batch agreement" "the micro-batch agreement (batch_controller)"
 stops_at "batch limits" "the ranks' batch limits (batch_controller)"
 stops_at "ZeRO gradient mode" "the ZeRO gradient mode agreement (session_memory)" \
   --set parallel.zero_stage=2
-stops_at "ranges of a ZeRO gather" "the ranges of a ZeRO gather (zero_gather)" --set parallel.zero_stage=3
 STOP_RANK=0 stops_at "layer costs" "the pipeline's layer costs (train_session)" --set parallel.pp=2
 stops_at "activation bytes" "the stages' activation bytes (train_session)" --set parallel.pp=2
 stops_at "throughput for the shares" "the ranks' throughput for the shares (batch_goodput)" \
