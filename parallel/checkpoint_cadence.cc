@@ -262,6 +262,32 @@ bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta
   return writer_->save(t, meta, layout, states, staged_seconds);
 }
 
+namespace {
+
+// The states to save, and the time producing them took on the training thread (charged to
+// the save's stall: a pipeline's collection of its stages' states, a GPU's downloads).
+struct StagedStates {
+  std::vector<NamedState> states;
+  double seconds = 0;
+};
+
+StagedStates stage(const std::function<std::vector<NamedState>()>& states) {
+  const auto s0 = std::chrono::steady_clock::now();
+  StagedStates out{states(), 0};
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  return out;
+}
+
+}  // namespace
+
+bool CheckpointCadence::save(const std::string& tier, const ckpt::Manifest& meta,
+                             const ParamLayout& layout,
+                             const std::function<std::vector<NamedState>()>& states) {
+  wait_for_snapshot();  // `states` may reuse the buffers the last saves read
+  const StagedStates s = stage(states);
+  return save(tier, meta, layout, s.states, s.seconds);
+}
+
 void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& position,
                                 const BatchOrigin& origin, const ParamLayout& layout,
                                 const std::function<std::vector<NamedState>()>& states) {
@@ -287,18 +313,14 @@ void CheckpointCadence::at_step(int64_t step, bool last, const DataPosition& pos
   const bool memory = memory_writer_ && memory_cadence_->due(step);
   if (tier.empty() && !memory) return;
   wait_for_snapshot();  // `states` may reuse the buffers the last saves read
-  const auto s0 = std::chrono::steady_clock::now();
-  // Once: both saves read the same buffers. A ZeRO rank's exchange of its shards (and its
-  // wait for the parameters' gathers) is the training thread's: the first save's stall.
-  const std::vector<NamedState> s = states();
-  const double staged =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+  // Once: both saves read the same buffers, and the first one's stall carries the time.
+  const StagedStates s = stage(states);
   const ckpt::Manifest meta = manifest(position, origin);
   if (memory) {
-    memory_writer_->save(memory_, meta, layout, s, staged);
+    memory_writer_->save(memory_, meta, layout, s.states, s.seconds);
     memory_cadence_->saved(step);
   }
-  if (!tier.empty()) save(tier, meta, layout, s, memory ? 0.0 : staged);
+  if (!tier.empty()) save(tier, meta, layout, s.states, memory ? 0.0 : s.seconds);
 }
 
 // Collective (the memory tier's commits are): each committed memory save's cost to

@@ -109,10 +109,15 @@ class CheckpointCadence {
   // The program's files every manifest carries from now on (TrainProgram::attachments).
   void set_attachments(std::vector<ckpt::Attachment> a) { attachments_ = std::move(a); }
   // Collective: saves `states` (of `layout`) to the "durable", "fast" or "memory" tier,
-  // async per checkpoint.async (the memory tier: always). Returns false when the save failed (logged; training may go on).
+  // async per checkpoint.async (the memory tier: always). Returns false when the save
+  // failed (logged; training may go on).
   // `staged_seconds`: the time `states` took to produce (CheckpointWriter::save).
   bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
             std::span<const NamedState> states, double staged_seconds = 0);
+  // The same with the states produced now (after the last save's snapshot), the time that
+  // takes charged to the save.
+  bool save(const std::string& tier, const ckpt::Manifest& meta, const ParamLayout& layout,
+            const std::function<std::vector<NamedState>()>& states);
   // Collective, at every step boundary: commits a finished async save, and saves when
   // `step` is due for a tier (`last`: the run's last step, always saved durably).
   // `states` is called (collectively) only when a save is due, after the snapshot of

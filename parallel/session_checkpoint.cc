@@ -1,6 +1,5 @@
 // TrainSession: saving and resuming (train_session.h; the cadence and the files are
 // parallel/checkpoint_cadence.h's).
-#include <chrono>
 #include <vector>
 
 #include "checkpoint/checkpoint_reader.h"
@@ -10,14 +9,9 @@
 namespace etr {
 
 bool TrainSession::save_checkpoint(const std::string& tier) {
-  checkpoints_->wait_for_snapshot();  // the engine may reuse the last save's buffers
   checkpoints_->set_batch_policy(batch_->policy_state());
-  const auto s0 = std::chrono::steady_clock::now();
-  const std::vector<NamedState> states = engine_->states();
-  const double staged =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
   return checkpoints_->save(tier, checkpoints_->manifest(position_, batch_->origin()),
-                            model_.stack->layout(), states, staged);
+                            model_.stack->layout(), [this] { return engine_->states(); });
 }
 
 void TrainSession::flush_checkpoints() { checkpoints_->flush(); }
