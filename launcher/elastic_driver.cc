@@ -337,7 +337,8 @@ int Driver::run() {
     }
     int np = whole_pipelines(o_, total_slots(*hosts));
     if (launches_ == 0 && o_.np > 0) np = std::min(np, o_.np);
-    const auto assigned = take_slots(*hosts, np);
+    const auto assigned = take_slots(*hosts, np, previous_);
+    previous_ = assigned;
     if (const std::string why = launch_problem(o_, assigned, network_); !why.empty()) {
       say("error: ", why);
       break;

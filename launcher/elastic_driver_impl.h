@@ -194,6 +194,7 @@ class Driver {
   MpiNetwork network_;  // the transports of the launch (network.h); said_: its line, once
   std::string said_;
   int launches_ = 0, failures_ = 0, resizes_ = 0, oom_kills_ = 0;
+  std::vector<HostSlots> previous_;  // the last launch's hosts (take_slots keeps them first)
 };
 
 }  // namespace etr::launcher

@@ -153,9 +153,21 @@ std::vector<HostSlots> HostHealth::usable(const std::vector<HostSlots>& hosts, C
   return out;
 }
 
-std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np) {
-  std::vector<HostSlots> out;
+std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np,
+                                  const std::vector<HostSlots>& previous) {
+  const auto find = [](const std::vector<HostSlots>& in, const std::string& host) {
+    return std::find_if(in.begin(), in.end(), [&](const HostSlots& h) { return h.host == host; });
+  };
+  std::vector<HostSlots> order;
+  for (const auto& p : previous) {
+    const auto it = find(hosts, p.host);
+    if (it != hosts.end() && find(order, p.host) == order.end()) order.push_back(*it);
+  }
   for (const auto& h : hosts) {
+    if (find(order, h.host) == order.end()) order.push_back(h);
+  }
+  std::vector<HostSlots> out;
+  for (const auto& h : order) {
     if (np <= 0) break;
     const int n = std::min(np, h.slots);
     if (n > 0) out.push_back({h.host, n});

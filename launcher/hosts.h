@@ -99,9 +99,13 @@ class HostHealth {
   std::map<std::string, State> state_;
 };
 
-// The first `np` slots of `hosts`, in order (mpirun fills a host's slots before the next
-// host's, so rank r runs on the host whose slots cover r).
-std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np);
+// The first `np` slots of `hosts` (mpirun fills a host's slots before the next host's, so
+// rank r runs on the host whose slots cover r): the hosts of `previous` (the last launch's)
+// first, in its order, then the others in the order of `hosts`. So a relaunch keeps each
+// surviving host's ranks where they were (their memory tier's copies, their page cache),
+// and a spare host (more usable slots than --max-np) is taken only for a host lost.
+std::vector<HostSlots> take_slots(const std::vector<HostSlots>& hosts, int np,
+                                  const std::vector<HostSlots>& previous = {});
 
 // Why a job on `np` ranks on `hosts` should resize now that discovery reports
 // `now_hosts`: more usable slots (up to max_np; with `pp` pipeline stages, enough for

@@ -316,6 +316,27 @@ TEST(TakeSlots, FirstSlotsInHostOrder) {
             (HostList{{"a", 1}, {"b", 1}}));
 }
 
+TEST(TakeSlots, TheLastLaunchsHostsFirstInTheirOrder) {
+  // A relaunch on the same hosts keeps their order, whatever discovery's is.
+  const HostList prev = {{"c", 1}, {"a", 1}, {"b", 1}};
+  EXPECT_EQ(launcher::take_slots({{"a", 1}, {"b", 1}, {"c", 1}}, 3, prev), prev);
+  // A spare host (more slots than ranks) is taken only for a host lost: d replaces b, the
+  // survivors keep their places, and a returning host stays spare.
+  const HostList spare = {{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}};
+  const HostList lost_b = launcher::take_slots({{"a", 1}, {"c", 1}, {"d", 1}}, 3,
+                                               {{"a", 1}, {"b", 1}, {"c", 1}});
+  EXPECT_EQ(lost_b, (HostList{{"a", 1}, {"c", 1}, {"d", 1}}));
+  EXPECT_EQ(launcher::take_slots(spare, 3, lost_b), lost_b);
+  // A grown job: the survivors first, the returning host after them.
+  EXPECT_EQ(launcher::take_slots({{"a", 1}, {"b", 1}, {"c", 1}}, 3, {{"a", 1}, {"c", 1}}),
+            (HostList{{"a", 1}, {"c", 1}, {"b", 1}}));
+  // A shrunk job keeps the first of its hosts; slots are today's, not the last launch's.
+  EXPECT_EQ(launcher::take_slots({{"a", 4}, {"b", 2}}, 3, {{"b", 1}, {"a", 1}}),
+            (HostList{{"b", 2}, {"a", 1}}));
+  // A host of the last launch that discovery no longer lists is not taken.
+  EXPECT_EQ(launcher::take_slots({{"a", 1}}, 2, {{"z", 1}, {"a", 1}}), (HostList{{"a", 1}}));
+}
+
 // ---- is_local_host --------------------------------------------------------------------
 
 TEST(IsLocalHost, LoopbackNamesAndThisMachine) {
