@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The chaos soak's report (bench/run_chaos.sh), from its fault log and etr-run's events.
 
-  chaos_report.py FAULTS EVENTS OUTPUT FF_STEPS CHAOS_STEPS SECONDS
+  chaos_report.py FAULTS EVENTS OUTPUT FF_STEPS CHAOS_STEPS SECONDS [HOSTS]
       a row per fault: its class and target, detection (the fault to the end of the
       launch it broke), recovery (to the next launch's first step), steps lost (the
       broken launch's last step less the step the next one restored), the tier restored
@@ -12,7 +12,9 @@
       all of them (steps a second from each launch's first step to its end or the fault
       that broke it). Beside it, the same ceiling with the work split as etr splits it
       (each of k ranks runs ceil(B/k) of the global batch B, so a step takes that long),
-      which is what compute-bound hosts would give.
+      which is what compute-bound hosts would give. HOSTS (default 3): the hosts of 1
+      slot the soak ran on, the job on at most RANKS of them; with spare hosts a second
+      with a host away is worth a full one while enough others are up.
   chaos_report.py --segments EVENTS FINAL
       the launches to replay: "NP FROM TO" lines, each launch's world size from the step
       it restored to the step the next one restored, the last to FINAL.
@@ -25,7 +27,7 @@ import math
 import re
 import sys
 
-HOSTS = 3          # run_chaos.sh: 3 hosts of 1 slot
+RANKS = 3          # run_chaos.sh: the job runs on at most 3 ranks (etr-run --max-np 3)
 HOST_AWAY_S = 20   # run_chaos.sh: a partition or a lost host is back 20 s later
 
 
@@ -108,12 +110,12 @@ def away_spans(faults, backs):
     return spans
 
 
-def ceiling(away, begin_ms, seconds, worth):
+def ceiling(away, begin_ms, seconds, worth, hosts):
     """The fraction of the fault-free steps a runtime with no overhead would do, a second
-    on `up` hosts being worth worth(up) of one on all of them."""
+    on `up` ranks (one a host up, at most RANKS) being worth worth(up) of one on RANKS."""
     dt, done = 100, 0.0
     for t in range(begin_ms, begin_ms + seconds * 1000, dt):
-        up = HOSTS - sum(1 for a, b in away if a <= t < b)
+        up = min(RANKS, hosts - sum(1 for a, b in away if a <= t < b))
         done += worth(up) if up > 0 else 0.0
     return done * dt / (seconds * 1000)
 
@@ -156,7 +158,7 @@ def global_batch_of(output_path):
     return int(m.group(1)) if m else None
 
 
-def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds):
+def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds, hosts=3):
     faults, backs = [], []
     with open(faults_path) as f:
         for line in f:
@@ -195,25 +197,27 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
           f"goodput kept {kept * 100:.1f} %")
     batch = global_batch_of(output_path)
     if runs and batch:
-        split = lambda up: math.ceil(batch / HOSTS) / math.ceil(batch / up)
+        split = lambda up: math.ceil(batch / RANKS) / math.ceil(batch / up)
         r = rates(runs, faults)
-        measured = lambda up: min(1.0, r[up] / r[HOSTS]) if up in r and HOSTS in r else split(up)
+        measured = lambda up: min(1.0, r[up] / r[RANKS]) if up in r and RANKS in r else split(up)
         away = away_spans(faults, backs)
-        c = ceiling(away, runs[0]["ms"], seconds, measured)
+        c = ceiling(away, runs[0]["ms"], seconds, measured, hosts)
+        c_split = ceiling(away, runs[0]["ms"], seconds, split, hosts)
         shown = ", ".join(f"{k} rank(s) {v:.2f}" for k, v in sorted(r.items()))
         print(f"steps a second in this run, after each launch's first step: {shown}")
-        print(f"ceiling (no time lost to detection, relaunch or recomputation; {HOSTS} hosts, "
+        spares = f" ({hosts - RANKS} spare)" if hosts > RANKS else ""
+        print(f"ceiling (no time lost to detection, relaunch or recomputation; {hosts} hosts{spares}, "
               f"each partition or lost host away {away_text(away)}, a second with a host away "
               f"worth what this run measured): {c * 100:.1f} %; kept of the ceiling: "
               f"{kept / c * 100:.1f} %; with the work split as etr splits the global batch of "
-              f"{batch} (compute-bound hosts): {ceiling(away, runs[0]['ms'], seconds, split) * 100:.1f} %")
-        if HOSTS in r and ff_steps:
+              f"{batch} (compute-bound hosts): {c_split * 100:.1f} %")
+        if RANKS in r and ff_steps:
             # The goodput against the fault-free halves compares two stretches of time; a
             # machine whose speed wanders (a shared VM) moves the figure by its drift. The
             # chaos run's own speed on all hosts gives the same comparison without it.
-            ff_rate, own = ff_steps / seconds, r[HOSTS] * seconds
+            ff_rate, own = ff_steps / seconds, r[RANKS] * seconds
             print(f"the machine's speed: fault-free {ff_rate:.2f} steps a second, the chaos run's "
-                  f"{HOSTS}-rank launches {r[HOSTS]:.2f} ({(r[HOSTS] / ff_rate - 1) * 100:+.1f} %); "
+                  f"{RANKS}-rank launches {r[RANKS]:.2f} ({(r[RANKS] / ff_rate - 1) * 100:+.1f} %); "
                   f"against a fault-free run at the chaos run's own speed ({own:.0f} steps): goodput "
                   f"kept {chaos_steps / own * 100:.1f} %")
 
@@ -221,7 +225,8 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--segments":
         segments(sys.argv[2], int(sys.argv[3]))
-    elif len(sys.argv) == 7:
-        report(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    elif len(sys.argv) in (7, 8):
+        report(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+               int(sys.argv[6]), int(sys.argv[7]) if len(sys.argv) == 8 else 3)
     else:
         sys.exit(__doc__)

@@ -20,9 +20,15 @@
 # in parts with schedule.stop_at_step on this machine; bitwise when the sums' order is
 # the same, which it is for the same world sizes).
 #
-#   bench/run_chaos.sh BUILD_DIR [--minutes M] [--every S] [--seed N] [--set KEY=VALUE]...
+#   bench/run_chaos.sh BUILD_DIR [--minutes M] [--every S] [--seed N] [--spare K] [--set KEY=VALUE]...
 #
-# Defaults: 10 minutes, a fault every 30 s, seed 1, each fault drawn from all four classes
+# --spare K adds K spare hosts (3 + K hosts, the job still on 3 ranks: etr-run --max-np 3):
+# a host lost or cut off is replaced by a spare at once instead of the job shrinking to 2
+# ranks until it is back, and a host that comes back is the next spare. Then a kill -9 or a
+# SIGSTOP hits a host that runs a rank, a partition or a lost host one of hosts 2-(3+K)
+# that runs a rank (host 1 runs etr-run).
+#
+# Defaults: 10 minutes, a fault every 30 s, seed 1, no spare host, each fault drawn from all four classes
 # (ETR_CHAOS_FAULTS="sigstop partition" draws from those only). --set passes settings to etr-train
 # (e.g. the checkpoint cadence). ETR_CHAOS_RUN_ARGS adds etr-run flags; etr-run runs with
 # --blacklist-cooldown 20 (a host found silent or lost is excluded for 20 s, as long as a
@@ -32,17 +38,18 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-}
 [ -n "$build" ] && [ -x "$build/launcher/etr-run" ] && [ -x "$build/examples/train/etr-train" ] || {
-  echo "usage: $0 BUILD_DIR [--minutes M] [--every S] [--seed N] [--set KEY=VALUE]..." >&2
+  echo "usage: $0 BUILD_DIR [--minutes M] [--every S] [--seed N] [--spare K] [--set KEY=VALUE]..." >&2
   exit 2
 }
 build=$(cd "$build" && pwd)
 shift
-minutes=10 every=30 seed=1 sets=()
+minutes=10 every=30 seed=1 spare=0 sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;
     --every) every=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --spare) spare=$2; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     *) echo "run_chaos: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -72,7 +79,9 @@ cleanup() {
   [ -n "${ETR_CHAOS_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-ETR_CLUSTER_CPU=${ETR_CHAOS_CPU:-0.6} "$sim" up 3 1 2gbit >/dev/null
+[[ "$spare" =~ ^[0-9]$ ]] || { echo "run_chaos: --spare takes 0-9 hosts, not '$spare'" >&2; exit 2; }
+hosts=$((3 + spare))
+ETR_CLUSTER_CPU=${ETR_CHAOS_CPU:-0.6} "$sim" up "$hosts" 1 2gbit >/dev/null
 seconds=$((minutes * 60))
 job=("$build/examples/train/etr-train" --config "$root/configs/demo.pbtxt"
      --set schedule.max_steps=1000000 --set log.log_every=100 --set log.eval_every=0
@@ -85,9 +94,9 @@ list() {
   for h in "$@"; do echo "198.18.0.$h:1"; done >"$work/$name.slots.new"
   mv "$work/$name.slots.new" "$work/$name.slots"
 }
-start() {  # NAME: etr-run on host 1, all 3 hosts listed
+start() {  # NAME: etr-run on host 1, every host listed
   local name=$1
-  list "$name" 1 2 3
+  list "$name" $(seq 1 "$hosts")
   printf '#!/bin/sh\ncat %s\n' "$work/$name.slots" >"$work/$name.sh"
   chmod +x "$work/$name.sh"
   # shellcheck disable=SC2086
@@ -131,25 +140,41 @@ RANDOM=$seed
 start chaos
 begin_ms=$(now_ms)
 : >"$work/faults"
-back2=0 back3=0  # when host 2 / 3 comes back, unix ms (0: it is up)
+back=()  # back[H]: when host H (2..) comes back, unix ms (0 or unset: it is up)
+# up_list: list the hosts up (1 and every host not away) in the chaos run's discovery.
+up_list() {
+  local u up=(1)
+  for ((u = 2; u <= hosts; u++)); do [ "${back[u]:-0}" -gt 0 ] || up+=("$u"); done
+  list chaos "${up[@]}"
+}
+# pick FIRST: a host from FIRST..hosts for a fault, into $target. Without a spare host as
+# the soaks before --spare drew it (any of them; a host without a rank or away is then no
+# fault); with one, among the hosts that run a rank and are up.
+pick() {
+  local h cands=()
+  if [ "$spare" -eq 0 ]; then target=$(($1 + RANDOM % (hosts - $1 + 1))); return; fi
+  for ((h = $1; h <= hosts; h++)); do
+    [ "${back[h]:-0}" -eq 0 ] && [ -n "$(rank_on "$h")" ] && cands+=("$h")
+  done
+  if [ ${#cands[@]} -gt 0 ]; then target=${cands[RANDOM % ${#cands[@]}]}; else target=$1; fi
+}
 # The loop wakes at each whole second of the run (a fault is due at every EVERY-th) and
 # at each host's return, 20 s to the millisecond after its fault (the report's ceiling
 # counts the time a host was away from these lines, "<ms> back hN").
 tick=1
 while [ "$tick" -le "$seconds" ]; do
   wake=$((begin_ms + tick * 1000))
-  for b in back2 back3; do [ "${!b}" -gt 0 ] && [ "${!b}" -lt "$wake" ] && wake=${!b}; done
+  for ((h = 2; h <= hosts; h++)); do
+    [ "${back[h]:-0}" -gt 0 ] && [ "${back[h]}" -lt "$wake" ] && wake=${back[h]}
+  done
   pause=$((wake - $(now_ms)))
   [ "$pause" -le 0 ] || sleep "$((pause / 1000)).$(printf %03d $((pause % 1000)))"
   now=$(now_ms)
-  for h in 2 3; do
-    b=back$h
-    if [ "${!b}" -gt 0 ] && [ "$now" -ge "${!b}" ]; then
+  for ((h = 2; h <= hosts; h++)); do
+    if [ "${back[h]:-0}" -gt 0 ] && [ "$now" -ge "${back[h]}" ]; then
       "$sim" heal "$h"
-      printf -v "$b" 0
-      up=(1)
-      for u in 2 3; do b=back$u; [ "${!b}" -gt 0 ] || up+=("$u"); done
-      list chaos "${up[@]}"
+      back[h]=0
+      up_list
       echo "$(now_ms) back h$h" >>"$work/faults"
     fi
   done
@@ -161,29 +186,26 @@ while [ "$tick" -le "$seconds" ]; do
   cls=${classes[RANDOM % ${#classes[@]}]}
   case $cls in
     kill9|sigstop)
-      target=$((1 + RANDOM % 3))
+      pick 1
       pid=$(rank_on "$target")
       [ -n "$pid" ] || { echo "  (no rank on h$target at $t s: no fault)"; continue; }
       echo "$(now_ms) $cls h$target" >>"$work/faults"
       kill "-$([ "$cls" = kill9 ] && echo KILL || echo STOP)" "$pid" ;;
     *)
-      target=$((2 + RANDOM % 2))
-      b=back$target
-      [ "${!b}" -eq 0 ] || { echo "  (h$target is already down at $t s: no fault)"; continue; }
+      pick 2
+      [ "${back[target]:-0}" -eq 0 ] || { echo "  (h$target is already down at $t s: no fault)"; continue; }
       fault_ms=$(now_ms)
       echo "$fault_ms $cls h$target" >>"$work/faults"
       if [ "$cls" = host ]; then "$sim" kill "$target"; "$sim" wipe "$target"; fi
       "$sim" cut "$target"
-      printf -v "$b" %d $((fault_ms + 20000))
-      up=(1)
-      for u in 2 3; do b=back$u; [ "${!b}" -gt 0 ] || up+=("$u"); done
-      list chaos "${up[@]}" ;;
+      back[target]=$((fault_ms + 20000))
+      up_list ;;
   esac
   echo "  fault $t s: $cls on h$target"
 done
 chaos_steps=$(progress chaos)
 stop
-for h in 2 3; do "$sim" heal "$h"; done
+for ((h = 2; h <= hosts; h++)); do "$sim" heal "$h"; done
 echo "chaos: $chaos_steps steps in $seconds s"
 
 echo "== fault-free, second half"
@@ -202,7 +224,7 @@ echo "fault-free, second half: $ff2 steps in $((seconds - half)) s after its fir
 awk -v a="$ff1" -v b="$ff2" -v h="$half" -v s="$seconds" 'BEGIN {
   printf "the machine between the halves: %+.1f %% steps a second\n", ((b / (s - h)) / (a / h) - 1) * 100 }'
 python3 "$root/bench/chaos_report.py" "$work/faults" "$work/chaos.run/events" "$work/chaos.out" \
-  "$ff_steps" "$chaos_steps" "$seconds" >"$work/report.txt"
+  "$ff_steps" "$chaos_steps" "$seconds" "$hosts" >"$work/report.txt"
 cat "$work/report.txt"
 
 echo "== replay of the chaos run's launches (this machine, etr-mpirun)"
