@@ -125,15 +125,17 @@ def away_text(away):
     return f"{secs[0]:.2f}-{secs[-1]:.2f} s" if secs else f"{HOST_AWAY_S} s"
 
 
-def grow_backs(backs, events):
+def grow_backs(backs, events, faults):
     """A line on the hosts' returns: from each "back" to etr-run's resize request and to
     the first step of the launch on more ranks (a return while the job had already
-    relaunched for another reason is left out)."""
+    relaunched for another reason is left out, and so is one with no request before the
+    next fault: a host that came back as a spare, the job already on all its ranks)."""
     asked, grown = [], []
     for ms, _ in backs:
         later = [(t, n, f) for t, n, f in events if t >= ms]
         req = next((t for t, n, _ in later if n == "resize-request"), None)
-        if req is None or any(n == "launch" and t < req for t, n, _ in later):
+        next_fault = min((t for t, _, _ in faults if t > ms), default=float("inf"))
+        if req is None or req > next_fault or any(n == "launch" and t < req for t, n, _ in later):
             continue
         asked.append((req - ms) / 1000)
         launch = next(((t, f) for t, n, f in later if n == "launch" and t > req), None)
@@ -192,7 +194,7 @@ def report(faults_path, events_path, output_path, ff_steps, chaos_steps, seconds
     kept = chaos_steps / ff_steps if ff_steps else float("nan")
     print(f"faults: {len(faults)}, launches: {len(runs)}, resizes (hosts back): {resizes}, "
           f"steps lost in all: {lost_total}")
-    grow_backs(backs, events)
+    grow_backs(backs, events, faults)
     print(f"steps in {seconds} s: fault-free {ff_steps}, with faults {chaos_steps}: "
           f"goodput kept {kept * 100:.1f} %")
     batch = global_batch_of(output_path)

@@ -74,11 +74,9 @@ Engine::WindowBytes PipelineEngine::predicted_windows(int micro_batches) const {
   return w;
 }
 
-// states(): three ranges of the world's writer, plus what each chunk's engine stages.
+// states(): what each chunk's engine stages (the pipeline itself stages nothing).
 size_t PipelineEngine::predicted_checkpoint_staging() const {
-  const auto [a, b] = ShardPlan(model_.layout(), grid_.size(), {std::string(state::kParam)})
-                          .flat_range(grid_.rank());
-  size_t bytes = 3 * static_cast<size_t>(b - a) * sizeof(float);
+  size_t bytes = 0;
   for (const auto& e : engines_) bytes += e->predicted_checkpoint_staging();
   return bytes;
 }
@@ -146,10 +144,9 @@ std::vector<std::vector<NamedState>> PipelineEngine::chunk_states() {
   return out;
 }
 
-void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, std::string_view name,
-                             float* out, int64_t begin, int64_t end) {
-  // Each chunk contributes its own tensors of what its engine hands a dp-group writer.
-  std::vector<FlatPiece> pieces;
+std::vector<StatePiece> PipelineEngine::own_pieces(const std::vector<std::vector<NamedState>>& held,
+                                                   std::string_view name) const {
+  std::vector<StatePiece> out;
   for (size_t c = 0; c < engines_.size(); ++c) {
     const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
     const ParamLayout& l = chunks_[c]->layout();
@@ -159,28 +156,44 @@ void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, s
         const int64_t a = std::max(p.begin, cut_.borrowed_numel(j));
         if (a >= p.end) continue;
         const int64_t shift = cut_.own_offset(j);
-        pieces.push_back(FlatPiece{a + shift, p.end + shift, p.data + (a - p.begin)});
+        out.push_back(StatePiece{a + shift, p.end + shift, p.data + (a - p.begin)});
       }
     }
   }
+  std::sort(out.begin(), out.end(),
+            [](const StatePiece& x, const StatePiece& y) { return x.begin < y.begin; });
+  return out;
+}
+
+void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, std::string_view name,
+                             float* out, int64_t begin, int64_t end) {
+  std::vector<FlatPiece> pieces;
+  for (const StatePiece& p : own_pieces(held, name)) pieces.push_back({p.begin, p.end, p.data});
   exchange_pieces(grid_.world_group(), pieces, out, begin, end);
 }
 
+// Each rank writes the pieces it holds (no exchange): the owners are every rank's pieces,
+// agreed once (one all-gather over the world at the first save; the chunks' blocks do not
+// move while the engine lives).
 std::vector<NamedState> PipelineEngine::states() {
-  const auto [a, b] = ShardPlan(model_.layout(), grid_.size(), {std::string(state::kParam)})
-                          .flat_range(grid_.rank());
-  const std::string_view names[] = {state::kParam, state::kAdamM, state::kAdamV};
-  staging_.resize(3);
   const auto held = chunk_states();
   std::vector<NamedState> out;
-  for (int i = 0; i < 3; ++i) {
-    const size_t bytes = static_cast<size_t>(b - a) * sizeof(float);
-    if (staging_[i].size() != bytes) staging_[i] = Buffer(alloc_, bytes);
-    float* stage = static_cast<float*>(staging_[i].data());
-    std::fill(stage, stage + (b - a), 0.0f);
-    collect(held, names[i], stage, a, b);
-    out.push_back({std::string(names[i]), stage, a});
+  for (std::string_view name : {state::kParam, state::kAdamM, state::kAdamV}) {
+    out.emplace_back(std::string(name));
+    out.back().pieces = own_pieces(held, name);
   }
+  if (!owners_) {
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    for (const StatePiece& p : out.front().pieces) {
+      if (!mine.empty() && mine.back().second == p.begin) {
+        mine.back().second = p.end;
+      } else {
+        mine.emplace_back(p.begin, p.end);
+      }
+    }
+    owners_ = std::make_shared<const ShardOwners>(gather_ranges(grid_.world_group(), mine));
+  }
+  for (NamedState& s : out) s.owners = owners_;
   return out;
 }
 
@@ -233,7 +246,6 @@ EngineMemory PipelineEngine::memory() const {
     m.unreduced_peak += o.unreduced_peak;
     m.checkpoint_staging += o.checkpoint_staging;
   }
-  for (const Buffer& b : staging_) m.checkpoint_staging += b.size();
   return m;
 }
 

@@ -134,6 +134,11 @@ class PipelineEngine final : public Engine {
   // `held`: chunk_states(), each chunk engine's states (collective in each stage's dp group).
   void collect(const std::vector<std::vector<NamedState>>& held, std::string_view name, float* out,
                int64_t begin, int64_t end);
+  // The pieces of state `name` this rank writes, sorted, in the model's layout: of each
+  // chunk what its engine's writer in the stage's dp group writes (owned_pieces), less the
+  // copies of tied tensors it borrows. The ranks' pieces cover the model once.
+  std::vector<StatePiece> own_pieces(const std::vector<std::vector<NamedState>>& held,
+                                     std::string_view name) const;
   std::vector<std::vector<NamedState>> chunk_states();
 
   LayerStack<float>& model_;
@@ -144,7 +149,7 @@ class PipelineEngine final : public Engine {
   std::vector<std::unique_ptr<LayerStack<float>>> chunks_;
   std::vector<std::unique_ptr<Engine>> engines_;
   std::unique_ptr<PipelineExecutor> executor_;
-  std::vector<Buffer> staging_;  // checkpoint: the world writer's range of each state
+  std::shared_ptr<const ShardOwners> owners_;  // checkpoint: every rank's pieces (states())
   Buffer whole_params_, whole_grads_;  // world rank 0, after materialize_parameters()
   double norm_wait_seconds_ = 0;
   Tracer* tracer_ = nullptr;

@@ -94,4 +94,27 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
   for (MPI_Request& q : requests) wait(q);
 }
 
+std::vector<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
+    const Group& group, std::span<const std::pair<int64_t, int64_t>> mine) {
+  const int n = group.size();
+  auto wait = [](MPI_Request& r) { wait_with_timeout(r, "an agreement on the ranks' ranges"); };
+  const int count = static_cast<int>(2 * mine.size());
+  std::vector<int> counts(static_cast<size_t>(n), 0);
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, group.comm(), &r));
+  wait(r);
+  std::vector<int64_t> flat;
+  for (const auto& [a, b] : mine) flat.insert(flat.end(), {a, b});
+  const std::vector<int> at = displacements(counts);
+  std::vector<int64_t> all(static_cast<size_t>(at.back() + counts.back()));
+  MPI_CHECK(MPI_Iallgatherv(flat.data(), count, MPI_INT64_T, all.data(), counts.data(), at.data(),
+                            MPI_INT64_T, group.comm(), &r));
+  wait(r);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> out(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    for (int i = 0; i < counts[k]; i += 2) out[k].emplace_back(all[at[k] + i], all[at[k] + i + 1]);
+  }
+  return out;
+}
+
 }  // namespace etr

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "runtime/group.h"
 
@@ -30,5 +32,11 @@ struct FlatPiece {
 // then end (etr's programs abort it): MPI may still use the exchange's freed buffers.
 void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, float* out,
                      int64_t out_begin, int64_t out_end);
+
+// Collective over `group`: every rank's `mine` (ranges [first, second) of a flat buffer), on
+// every rank, out[r] being rank r's as it passed them. One MPI_Iallgather of the counts,
+// one MPI_Iallgatherv of the ranges, each within the collectives' timeout (CommError).
+std::vector<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
+    const Group& group, std::span<const std::pair<int64_t, int64_t>> mine);
 
 }  // namespace etr

@@ -10,15 +10,20 @@
 #     restores from the memory tier: host 2's shard from the buddy copy host 1 keeps (the
 #     `restored` event says tier=memory-buddy); host 3, which had nothing, receives the
 #     byte ranges its rank reads from host 1 (the log says how much moved between hosts);
-#     at most 1 step lost; the final parameters equal the reference's bitwise (2 ranks
-#     again: the same sums).
+#     at most 1 step lost;
+#  b. host 2 back (its link up, listed again): the job already has its 2 ranks, so host 2
+#     stays spare; then a kill -9 of host 3's rank: the relaunch keeps hosts 1 and 3, in
+#     that order (etr-run puts the last launch's hosts first), where the memory tier holds
+#     the step (tier=memory-local), rather than taking host 2 first as discovery lists it;
+#     at most 1 step lost;
+#  the final parameters equal the reference's bitwise (2 ranks throughout: the same sums).
 # Skipped (exit 77, with the reason) where network namespaces cannot be made.
 # Usage: cluster_memtier_test.sh BUILD_DIR CONFIG CKPT_COMPARE
 pid=
 on_exit() { if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; fi; }
 source "$(dirname "$0")/test_setup.sh" etrm "$@"
 "$sim" up 3 1 2gbit || fail "the simulated cluster did not come up"
-steps=120
+steps=160
 job=("$build/examples/train/etr-train" --config "$config" --set schedule.max_steps=$steps
      --set log.log_every=40 --set log.eval_every=0 --set runtime.threads=1 --set checkpoint.every=50
      --set log.sample_tokens=0)
@@ -35,21 +40,39 @@ echo "== a. host 2 lost with its memory; the relaunch on hosts 1 and 3 restores 
 list 1 2 3
 printf '#!/bin/sh\ncat %s\n' "$work/slots" >"$work/discover.sh"
 chmod +x "$work/discover.sh"
-"$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
+# Rank 0 slowed (~60 ms a step) so that the job outlasts both faults.
+ETR_SLOW_RANK=0:10 "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
   --host-discovery-script "$work/discover.sh" --discovery-interval 0.2 --run-dir "$work/a.run" \
   --checkpoint-dir "$work/a.ck" --mpi-arg=--bind-to --mpi-arg=none -- "${job[@]}" \
   --set checkpoint.memory_every=1 >"$work/a.out" 2>&1 &
 pid=$!
-i=0
-while [ "$(progress)" -lt 30 ]; do
-  kill -0 "$pid" 2>/dev/null || { show; fail "a: etr-run ended before step 30"; }
-  sleep 0.05
-  i=$((i + 1))
-  [ "$i" -lt 2400 ] || { show; fail "a: no step 30 within 120 s"; }
-done
+# wait_for STEP CASE: until the job's progress reaches STEP.
+wait_for() {
+  local i=0
+  while [ "$(progress)" -lt "$1" ]; do
+    kill -0 "$pid" 2>/dev/null || { show; fail "$2: etr-run ended before step $1"; }
+    sleep 0.05
+    i=$((i + 1))
+    [ "$i" -lt 2400 ] || { show; fail "$2: no step $1 within 120 s"; }
+  done
+}
+wait_for 30 a
 "$sim" kill 2
 "$sim" cut 2
 "$sim" wipe 2
+list 1 3
+wait_for 60 a
+grep -q "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.3:1" "$work/a.out" || { show; fail "a: not relaunched on hosts 1 and 3"; }
+
+echo "== b. host 2 back stays spare; a kill -9 on host 3 relaunches on hosts 1 and 3 again"
+"$sim" heal 2
+list 1 2 3
+sleep 1  # five discoveries: host 2, listed again after it was dropped, is usable again
+wait_for 70 b
+rank3=
+for p in $("$sim" pids 3); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] && rank3=$p; done
+[ -n "$rank3" ] || { show; fail "b: no rank on host 3"; }
+kill -KILL "$rank3"
 i=0
 while kill -0 "$pid" 2>/dev/null; do
   sleep 0.1
@@ -60,17 +83,25 @@ wait "$pid"
 status=$?
 pid=
 [ "$status" -eq 0 ] || { show; fail "a: etr-run exited $status"; }
-grep -q "launch 2: 2 rank(s) on 198.18.0.1:1,198.18.0.3:1" "$work/a.out" || { show; fail "a: not relaunched on hosts 1 and 3"; }
 grep "restored" "$work/a.run/events"
 grep -q "restored step=[0-9]* world=2 tier=memory-buddy" "$work/a.run/events" ||
   { show; fail "a: the relaunch did not restore from the buddy's memory copy"; }
 moved=$(grep -o "tier; [0-9.]* [KMG]\?i\?B moved between hosts" "$work/a.out" | head -1)
 echo "a: the restore: $moved"
 [ -n "$moved" ] && ! echo "$moved" | grep -q "; 0 B moved" || { show; fail "a: host 3's rank received nothing from host 1"; }
-line=$(grep -o "the last launch completed step [0-9]*: [0-9]* steps\? lost" "$work/a.out")
-echo "a: $line"
-lost=$(echo "$line" | sed 's/.*: \([0-9]*\) steps\? lost/\1/')
-[ -n "$lost" ] && [ "$lost" -le 1 ] || { show; fail "a: '$lost' steps lost (at most 1 with the memory tier)"; }
+grep -q "launch 3: 2 rank(s) on 198.18.0.1:1,198.18.0.3:1 (after a failure" "$work/a.out" ||
+  { show; fail "b: the relaunch after the kill -9 did not keep hosts 1 and 3"; }
+[ "$(grep -c "restored step=[0-9]* world=2 tier=memory-local" "$work/a.run/events")" -ge 1 ] ||
+  { show; fail "b: the relaunch on hosts 1 and 3 did not restore from their own memory"; }
+grep -q "launch 4:" "$work/a.out" && { show; fail "b: more launches than the two faults make"; }
+n=0
+for line in $(grep -o "the last launch completed step [0-9]*: [0-9]* steps\? lost" "$work/a.out" |
+              sed 's/.*: \([0-9]*\) steps\? lost/\1/'); do
+  n=$((n + 1))
+  echo "relaunch $n: $line step(s) lost"
+  [ "$line" -le 1 ] || { show; fail "relaunch $n: $line steps lost (at most 1 with the memory tier)"; }
+done
+[ "$n" -eq 2 ] || { show; fail "$n relaunches said how many steps they lost, not 2"; }
 "$compare" "$(ckpt "$work/ref.ck" $steps)" "$(ckpt "$work/a.ck" $steps)" 0 ||
   fail "a: the final parameters differ from the uninterrupted run's"
 echo "PASS"

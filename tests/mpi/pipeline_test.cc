@@ -195,6 +195,37 @@ TEST(Pipeline, CheckpointLoadsIntoAnotherSplit) {
   }
 }
 
+// Saved by dp 2 x pp 2 (interleaved: 2 chunks a stage) at ZeRO 2, each rank writing the
+// blocks its chunks hold (no exchange before the save), loaded by pp = 1 (dp = 4) and by
+// pp = 4: the same state bitwise.
+TEST(Pipeline, CheckpointOfDpTimesPpLoadsIntoOtherLayouts) {
+  World& w = testing::world();
+  if (w.group().size() != 4) GTEST_SKIP() << "dp 2 x pp 2 needs 4 ranks";
+  const testing::SharedTempDir temp(w.group(), "pipeline_ckpt_dpxpp");
+  const std::string ckpt = "checkpoint.dir=" + temp.path().string();
+  State saved;
+  {
+    Trainer t(config({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.zero_stage=2",
+                      ckpt}),
+              w);
+    saved = train(t, 2);
+    ASSERT_TRUE(t.save_checkpoint("durable"));
+    t.flush_checkpoints();
+  }
+  for (const std::string pp : {"1", "4"}) {
+    Trainer t(config({"parallel.pp=" + pp, "parallel.zero_stage=1", ckpt}), w);
+    t.restore(temp.path() / "step-000000002");
+    for (std::string_view s : {state::kParam, state::kAdamM, state::kAdamV}) {
+      const std::vector<float> back = t.gather_state(s);
+      const std::vector<float>& want =
+          s == state::kParam ? saved.param : s == state::kAdamM ? saved.m : saved.v;
+      ASSERT_EQ(back.size(), want.size()) << s;
+      EXPECT_EQ(0, std::memcmp(back.data(), want.data(), want.size() * sizeof(float)))
+          << "pp " << pp << ": " << s;
+    }
+  }
+}
+
 // The other way round: saved at pp = 1 (dp = np),
 // loaded by an interleaved pipeline of np stages x 2 chunks at ZeRO 3, bitwise.
 TEST(Pipeline, CheckpointOfDataParallelismLoadsIntoAnInterleavedPipeline) {
