@@ -40,8 +40,8 @@ echo "== a. host 2 lost with its memory; the relaunch on hosts 1 and 3 restores 
 list 1 2 3
 printf '#!/bin/sh\ncat %s\n' "$work/slots" >"$work/discover.sh"
 chmod +x "$work/discover.sh"
-# Rank 0 slowed (~60 ms a step) so that the job outlasts both faults.
-ETR_SLOW_RANK=0:10 "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
+# Rank 0 slowed (tens of ms a step) so that the job outlasts both faults.
+ETR_SLOW_RANK=0:40 "$sim" exec 1 "$build/launcher/etr-run" --min-np 1 --max-np 2 --launch-agent "$sim rsh" \
   --host-discovery-script "$work/discover.sh" --discovery-interval 0.2 --run-dir "$work/a.run" \
   --checkpoint-dir "$work/a.ck" --mpi-arg=--bind-to --mpi-arg=none -- "${job[@]}" \
   --set checkpoint.memory_every=1 >"$work/a.out" 2>&1 &
