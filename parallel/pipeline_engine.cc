@@ -173,7 +173,7 @@ void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, s
 }
 
 // Each rank writes the pieces it holds (no exchange): the owners are every rank's pieces,
-// agreed once (one all-gather over the world at the first save; the chunks' blocks do not
+// agreed once (gather_ranges over the world at the first save; the chunks' blocks do not
 // move while the engine lives).
 std::vector<NamedState> PipelineEngine::states() {
   const auto held = chunk_states();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/control_ops.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_wait.h"
@@ -96,23 +97,25 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
 
 std::vector<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
     const Group& group, std::span<const std::pair<int64_t, int64_t>> mine) {
-  const int n = group.size();
-  auto wait = [](MPI_Request& r) { wait_with_timeout(r, "an agreement on the ranks' ranges"); };
-  const int count = static_cast<int>(2 * mine.size());
-  std::vector<int> counts(static_cast<size_t>(n), 0);
-  MPI_Request r = MPI_REQUEST_NULL;
-  MPI_CHECK(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, group.comm(), &r));
-  wait(r);
-  std::vector<int64_t> flat;
-  for (const auto& [a, b] : mine) flat.insert(flat.end(), {a, b});
-  const std::vector<int> at = displacements(counts);
-  std::vector<int64_t> all(static_cast<size_t>(at.back() + counts.back()));
-  MPI_CHECK(MPI_Iallgatherv(flat.data(), count, MPI_INT64_T, all.data(), counts.data(), at.data(),
-                            MPI_INT64_T, group.comm(), &r));
-  wait(r);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> out(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) {
-    for (int i = 0; i < counts[k]; i += 2) out[k].emplace_back(all[at[k] + i], all[at[k] + i + 1]);
+  const char* site = "the agreement on the ranks' checkpoint pieces (range_exchange)";
+  const auto n = static_cast<size_t>(group.size());
+  const auto count = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> counts(n);
+  control::allgather(&count, 1, MPI_INT64_T, counts.data(), group.comm(), site);
+  // Every rank's list padded to the longest: one fixed-size all-gather.
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<int64_t> flat(static_cast<size_t>(2 * most), 0);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    flat[2 * i] = mine[i].first;
+    flat[2 * i + 1] = mine[i].second;
+  }
+  std::vector<int64_t> all(flat.size() * n);
+  control::allgather(flat.data(), static_cast<int>(flat.size()), MPI_INT64_T, all.data(),
+                     group.comm(), site);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> out(n);
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t* at = all.data() + k * flat.size();
+    for (int64_t i = 0; i < counts[k]; ++i) out[k].emplace_back(at[2 * i], at[2 * i + 1]);
   }
   return out;
 }

@@ -34,8 +34,9 @@ void exchange_pieces(const Group& group, std::span<const FlatPiece> pieces, floa
                      int64_t out_begin, int64_t out_end);
 
 // Collective over `group`: every rank's `mine` (ranges [first, second) of a flat buffer), on
-// every rank, out[r] being rank r's as it passed them. One MPI_Iallgather of the counts,
-// one MPI_Iallgatherv of the ranges, each within the collectives' timeout (CommError).
+// every rank, out[r] being rank r's as it passed them. Two control all-gathers (the
+// counts, then the lists padded to the longest; runtime/control_ops.h: within the
+// collectives' timeout, else CommError).
 std::vector<std::vector<std::pair<int64_t, int64_t>>> gather_ranges(
     const Group& group, std::span<const std::pair<int64_t, int64_t>> mine);
 
