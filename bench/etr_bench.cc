@@ -24,6 +24,7 @@
 #ifdef ETR_HAVE_CUDA
 #include "bench/gpu_bench.h"
 #endif
+#include "bench/manifest_bench.h"
 #include "bench/memory_bandwidth.h"
 #include "bench/subcommand.h"
 #include "bench/train_bench.h"
@@ -50,6 +51,7 @@ constexpr void (*kSubcommands[])(CLI::App&, etr::bench::SubcommandList&) = {
     etr::bench::add_batch_subcommand,             // batch
     etr::bench::add_zero_subcommand,              // zero
     etr::bench::add_zero_grads_subcommand,        // zero-grads
+    etr::bench::add_manifest_subcommand,          // manifest
 #ifdef ETR_HAVE_CUDA
     etr::bench::add_gpu_subcommands,         // gpu-alloc, gpu-cast
     etr::bench::add_gpu_kernels_subcommand,  // gpu-kernels

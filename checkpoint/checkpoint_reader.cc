@@ -9,6 +9,7 @@
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/catalog.h"
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.h"
 #include "runtime/error.h"
 
@@ -20,7 +21,6 @@ CheckpointReader::CheckpointReader(fs::path dir) : CheckpointReader(dir, read_ma
 CheckpointReader::CheckpointReader(fs::path dir, ckpt::Manifest manifest)
     : dir_(std::move(dir)), manifest_(std::move(manifest)) {
   for (const auto& t : manifest_.tensors()) index_[{t.state(), t.name()}] = &t;
-  for (int i = 0; i < manifest_.files_size(); ++i) file_index_[manifest_.files(i).name()] = i;
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -82,20 +82,17 @@ std::vector<ShardRead> CheckpointReader::plan_range(const std::string& state,
     // Tensor elements [lo - offset, hi - offset) from the extents that overlap them.
     const uint64_t need_lo = static_cast<uint64_t>(lo - e.offset);
     const uint64_t need_hi = static_cast<uint64_t>(hi - e.offset);
-    for (const ckpt::Extent& x : rec.extents()) {
-      const uint64_t a = std::max(need_lo, x.tensor_begin());
-      const uint64_t b = std::min(need_hi, x.tensor_begin() + x.count());
-      if (a >= b) continue;
-      const auto file = file_index_.find(x.file());
-      if (file == file_index_.end()) {
-        throw CheckpointError("tensor " + e.name + " in " + dir_.string() + " is in " + x.file() +
-                              ", which the manifest does not list");
+    for_each_extent(rec, need_lo, need_hi, [&](const ExtentRef& x) {
+      if (x.file < 0 || x.file >= manifest_.files_size()) {  // parse_manifest refuses these
+        throw CheckpointError("tensor " + e.name + " in " + dir_.string() + " is in file number " +
+                              std::to_string(x.file) + ", which the manifest does not list");
       }
+      const uint64_t a = std::max(need_lo, x.tensor_begin);
+      const uint64_t b = std::min(need_hi, x.tensor_begin + x.count);
       reads.push_back(ShardRead{
-          file->second, x.file_offset() + (a - x.tensor_begin()) * sizeof(float),
-          (b - a) * sizeof(float),
+          x.file, x.file_offset + (a - x.tensor_begin) * sizeof(float), (b - a) * sizeof(float),
           reinterpret_cast<char*>(dest + (e.offset + static_cast<int64_t>(a) - begin))});
-    }
+    });
   }
   return reads;
 }

@@ -77,7 +77,6 @@ class CheckpointReader {
   std::filesystem::path dir_;
   ckpt::Manifest manifest_;
   std::map<std::pair<std::string, std::string>, const ckpt::TensorRecord*> index_;  // (state, name)
-  std::map<std::string, int> file_index_;  // name -> the manifest's files(i)
   std::map<std::string, int> fds_;
   ByteProgress* progress_ = nullptr;
   uint64_t bytes_read_ = 0;

@@ -96,15 +96,17 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
       throw InvalidArgument("the states of a checkpoint follow different owners");
     }
   }
-  const ShardOwners* owners = states.empty() ? nullptr : states.front().owners.get();
-  const ShardPlan plan(layout, group_.size(), names, owners);
   auto p = std::make_unique<Pending>();
+  p->plan = plans_.get(layout, group_.size(), names,
+                       states.empty() ? nullptr : states.front().owners);
+  const ShardPlan& plan = *p->plan;
   p->tier = tier;
   p->step = meta.step();
   p->partial = tier.dir / writer_detail::partial_name(p->step);
   p->final_dir = tier.dir / step_dir_name(p->step);
+  // The tensor records come at the commit, on rank 0 alone (agree_and_publish): on the
+  // writer thread of an async save, not in this stall.
   p->manifest = std::move(meta);
-  plan.describe(p->manifest);
   p->manifest.set_tier(tier.name);
   for (int r = 0; r < group_.size(); ++r) p->file_names.push_back(plan.file_name(r));
   p->t0 = t0;
@@ -112,7 +114,6 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   p->staged = staged_seconds;
   p->sources = std::move(sources);
   if (!async_) return save_now(*p, plan, file);
-  p->plan = std::make_unique<ShardPlan>(plan);
   Pending* raw = p.get();
   p->thread = std::thread([this, raw, file] { write_in_background(*raw, file); });
   pending_ = std::move(p);

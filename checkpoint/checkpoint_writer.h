@@ -175,6 +175,7 @@ class CheckpointWriter {
   bool async_;
   Logger& log_;
   std::unique_ptr<Pending> pending_;
+  ShardPlanCache plans_;  // the last save's plan, kept while the layout and owners stay
   // async disk saves: this rank's shard contents, kept between saves (host memory of 1/N of the
   // saved state) so that the copy does not fault in fresh pages every time; aligned for
   // O_DIRECT writes. Only the writer thread of the pending save touches it.

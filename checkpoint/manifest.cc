@@ -8,6 +8,7 @@
 
 #include "checkpoint/checksum.h"
 #include "checkpoint/durable_file.h"
+#include "checkpoint/extent_runs.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -99,7 +100,10 @@ ckpt::Manifest parse_manifest(const std::string& bytes, const std::string& where
   if (!m.ParseFromString(body)) {
     throw CheckpointError(where + " passes its checksum but its body does not parse");
   }
-  if (const std::string bad = check_manifest_sense(m); !bad.empty()) {
+  std::string bad;
+  if (envelope.format_version() == 1) bad = runs_from_extents(m);  // a record per extent
+  if (bad.empty()) bad = check_manifest_sense(m);
+  if (!bad.empty()) {
     throw CheckpointError(where + " passes its checksum but does not make sense: " + bad);
   }
   return m;

@@ -25,8 +25,10 @@
 namespace etr {
 
 namespace ckpt_format {
-// The format version this build writes and the newest it reads.
-inline constexpr uint32_t kFormatVersion = 1;
+// The format version this build writes and the newest it reads: 2, the extents as runs
+// (checkpoint/extent_runs.h). Version 1 (a record per extent) is read too; its extents
+// become runs as it is parsed, so a manifest in memory always holds runs.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr const char* kManifestName = "manifest.pb";
 }  // namespace ckpt_format
 

@@ -21,6 +21,9 @@ namespace {
 constexpr uint64_t kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 // A tensor's elements: 2^50 (4 PiB of f32) is more than any host holds.
 constexpr uint64_t kMaxNumel = uint64_t{1} << 50;
+// The extents a manifest's runs stand for, which bounds the work of checking them (about a
+// second at the bound): GPT-2 1.5B in 1 MiB ZeRO buckets at 16k ranks makes 2^28.
+constexpr uint64_t kMaxExtents = uint64_t{1} << 30;
 
 std::optional<uint64_t> times(uint64_t a, uint64_t b) {
   uint64_t r = 0;
@@ -36,6 +39,20 @@ std::optional<uint64_t> plus(uint64_t a, uint64_t b) {
 
 std::string str(uint64_t x) {
   return std::to_string(x);
+}
+
+// A 128-bit sum of a manifest's numbers, in decimal (it may lie outside int64).
+std::string str128(__int128 x) {
+  char digits[48];
+  char* p = digits + sizeof digits;
+  const bool negative = x < 0;
+  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(x) : static_cast<unsigned __int128>(x);
+  do {
+    *--p = static_cast<char>('0' + static_cast<int>(u % 10));
+    u /= 10;
+  } while (u > 0);
+  if (negative) *--p = '-';
+  return std::string(p, digits + sizeof digits);
 }
 
 // Step, schedule, batch policy and data position agree with each other.
@@ -104,17 +121,16 @@ std::string check_position(const ckpt::Manifest& m) {
 
 // Shard file names stay inside the directory, appear once, and have sizes a file offset
 // (off_t) can address, also all together.
-std::string check_files(const ckpt::Manifest& m, std::map<std::string, uint64_t>& file_bytes) {
+std::string check_files(const ckpt::Manifest& m) {
   uint64_t total = 0;
+  std::set<std::string> names;
   for (const auto& f : m.files()) {
     if (!is_plain_file_name(f.name())) {
       return "it names the shard file '" + f.name() +
              "', which is not a plain file name inside the checkpoint directory; refusing to "
              "read it";
     }
-    if (!file_bytes.emplace(f.name(), f.bytes()).second) {
-      return "it lists the shard file " + f.name() + " twice";
-    }
+    if (!names.insert(f.name()).second) return "it lists the shard file " + f.name() + " twice";
     const auto sum = plus(total, f.bytes());
     if (f.bytes() > kMaxInt64 || !sum || *sum > kMaxInt64) {
       return "it gives the shard file " + f.name() + " a size of " + str(f.bytes()) +
@@ -125,10 +141,40 @@ std::string check_files(const ckpt::Manifest& m, std::map<std::string, uint64_t>
   return "";
 }
 
-// One tensor record: a known dtype, a shape without overflow, extents in order inside
-// listed files that cover the tensor exactly once.
-std::string check_tensor(const ckpt::TensorRecord& t,
-                         const std::map<std::string, uint64_t>& file_bytes) {
+// The extents of one run, each inside a listed file (sizes and offsets fit an int64, so
+// the 128-bit sums below cannot overflow). File index and offset are linear in k, so the
+// first and the last extent bound them; a run in one file needs no more, and a run over
+// files visits at most one extent per listed file.
+std::string check_run(const std::string& name, const ckpt::Manifest& m, const ckpt::ExtentRun& r,
+                      size_t esize) {
+  const uint64_t ends[2] = {0, r.more()};
+  const bool one_file = r.file_step() == 0 || r.more() == 0;
+  for (uint64_t i = 0; i < 2; ++i) {
+    const __int128 file = static_cast<__int128>(r.file()) + static_cast<__int128>(ends[i]) * r.file_step();
+    if (file < 0 || file >= m.files_size()) {
+      return name + " points into file number " + str128(file) +
+             ", which the manifest does not list (it lists " + std::to_string(m.files_size()) + ")";
+    }
+  }
+  for (uint64_t k = 0; k <= r.more(); k = one_file && k < r.more() ? r.more() : k + 1) {
+    const __int128 file = static_cast<__int128>(r.file()) + static_cast<__int128>(k) * r.file_step();
+    const __int128 at = static_cast<__int128>(r.file_offset()) + static_cast<__int128>(k) * r.offset_step();
+    const ckpt::ShardFile& f = m.files(static_cast<int>(file));
+    // count <= numel <= 2^50 and esize <= 8: the byte count cannot overflow.
+    if (at < 0 || at + static_cast<__int128>(r.count() * esize) > f.bytes()) {
+      return name + " has an extent outside its file (elements " +
+             str(r.tensor_begin() + k * r.count()) + " + " + str(r.count()) + " at byte " +
+             str128(at) + " of " + f.name() + ", " +
+             str(f.bytes()) + " bytes)";
+    }
+  }
+  return "";
+}
+
+// One tensor record: a known dtype, a shape without overflow, runs in order whose extents
+// lie inside listed files and cover the tensor exactly once. `extents` counts the
+// extents of the whole manifest, which kMaxExtents bounds (and with it this check's work).
+std::string check_tensor(const ckpt::TensorRecord& t, const ckpt::Manifest& m, uint64_t& extents) {
   const std::string name = "tensor " + t.name() + " (" + t.state() + ")";
   const size_t esize = dtype_name_size(t.dtype());
   if (esize == 0) return name + " has the unknown dtype '" + t.dtype() + "'";
@@ -139,20 +185,24 @@ std::string check_tensor(const ckpt::TensorRecord& t,
     }
     numel *= static_cast<uint64_t>(d);
   }
+  if (t.extents_size() > 0) {
+    return name + " has format version 1 extents in a version " +
+           std::to_string(ckpt_format::kFormatVersion) + " manifest";
+  }
   uint64_t next = 0;
-  for (const auto& e : t.extents()) {
-    auto f = file_bytes.find(e.file());
-    if (f == file_bytes.end()) {
-      return name + " points into " + e.file() + ", which the manifest does not list";
+  for (const auto& r : t.runs()) {
+    // (more + 1) count <= numel - next, without overflow.
+    if (r.count() == 0 || r.tensor_begin() != next || r.more() >= (numel - next) / r.count()) {
+      return name + " has extents out of order or past its end (" + str(r.more()) +
+             " + 1 of " + str(r.count()) + " elements from element " + str(r.tensor_begin()) +
+             ", of " + str(numel) + ")";
     }
-    // count <= numel <= 2^50 and esize <= 8: the byte count cannot overflow.
-    if (e.tensor_begin() != next || e.count() > numel - next || e.file_offset() > f->second ||
-        e.count() * esize > f->second - e.file_offset()) {
-      return name + " has an extent outside its file or out of order (elements " +
-             str(e.tensor_begin()) + " + " + str(e.count()) + " at byte " + str(e.file_offset()) +
-             " of " + e.file() + ", " + str(f->second) + " bytes)";
+    extents += r.more() + 1;
+    if (extents > kMaxExtents) {
+      return "it holds more than " + str(kMaxExtents) + " extents, more than any writer makes";
     }
-    next += e.count();
+    if (std::string bad = check_run(name, m, r, esize); !bad.empty()) return bad;
+    next += (r.more() + 1) * r.count();
   }
   if (next != numel) {
     return "the extents of " + name + " hold " + str(next) + " of its " + str(numel) + " elements";
@@ -164,8 +214,7 @@ std::string check_tensor(const ckpt::TensorRecord& t,
 
 std::string check_manifest_sense(const ckpt::Manifest& m) {
   if (std::string bad = check_position(m); !bad.empty()) return bad;
-  std::map<std::string, uint64_t> file_bytes;
-  if (std::string bad = check_files(m, file_bytes); !bad.empty()) return bad;
+  if (std::string bad = check_files(m); !bad.empty()) return bad;
   std::set<std::string> attachments;
   for (const auto& a : m.attachments()) {
     if (!is_plain_file_name(a.name()))
@@ -174,6 +223,7 @@ std::string check_manifest_sense(const ckpt::Manifest& m) {
   }
   const std::set<std::string> states(m.states().begin(), m.states().end());
   std::set<std::pair<std::string, std::string>> seen;
+  uint64_t extents = 0;
   for (const auto& t : m.tensors()) {
     if (!states.empty() && !states.contains(t.state())) {
       return "tensor " + t.name() + " belongs to the state '" + t.state() +
@@ -182,7 +232,7 @@ std::string check_manifest_sense(const ckpt::Manifest& m) {
     if (!seen.emplace(t.state(), t.name()).second) {
       return "it holds tensor " + t.name() + " (" + t.state() + ") twice";
     }
-    if (std::string bad = check_tensor(t, file_bytes); !bad.empty()) return bad;
+    if (std::string bad = check_tensor(t, m, extents); !bad.empty()) return bad;
   }
   return "";
 }

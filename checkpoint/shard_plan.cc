@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "checkpoint/extent_runs.h"
 #include "runtime/error.h"
 
 namespace etr {
@@ -148,13 +149,10 @@ void ShardPlan::describe(ckpt::Manifest& manifest) const {
       for (; it != pieces.end() && it->begin < te; ++it) {
         const int64_t lo = std::max(it->begin, tb), hi = std::min(it->end, te);
         if (lo >= hi) continue;
-        ckpt::Extent* e = rec->add_extents();
-        e->set_file(file_name(it->rank));
         const int64_t in_file =
             static_cast<int64_t>(si) * it->per_state + it->at + (lo - it->begin);
-        e->set_file_offset(static_cast<uint64_t>(in_file) * sizeof(float));
-        e->set_tensor_begin(static_cast<uint64_t>(lo - tb));
-        e->set_count(static_cast<uint64_t>(hi - lo));
+        append_extent(*rec, {it->rank, static_cast<uint64_t>(in_file) * sizeof(float),
+                             static_cast<uint64_t>(lo - tb), static_cast<uint64_t>(hi - lo)});
       }
     }
   }
@@ -223,6 +221,43 @@ std::vector<StatePiece> owned_pieces(const NamedState& s, const ParamLayout& lay
     }
   }
   return out;
+}
+
+struct ShardPlanCache::Entry {
+  ParamLayout layout;  // a copy: the plan refers to it
+  int world = 0;
+  std::vector<std::string> states;
+  std::shared_ptr<const ShardOwners> owners;
+  std::unique_ptr<const ShardPlan> plan;
+};
+
+namespace {
+
+bool same_layout(const ParamLayout& a, const ParamLayout& b) {
+  if (a.numel() != b.numel() || a.entries().size() != b.entries().size()) return false;
+  for (size_t i = 0; i < a.entries().size(); ++i) {
+    const TensorEntry &x = a.entries()[i], &y = b.entries()[i];
+    if (x.name != y.name || x.offset != y.offset || !(x.shape == y.shape)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const ShardPlan> ShardPlanCache::get(const ParamLayout& layout, int world,
+                                                     const std::vector<std::string>& states,
+                                                     std::shared_ptr<const ShardOwners> owners) {
+  if (!last_ || last_->world != world || last_->states != states || last_->owners != owners ||
+      !same_layout(last_->layout, layout)) {
+    auto e = std::make_shared<Entry>();
+    e->layout = layout;
+    e->world = world;
+    e->states = states;
+    e->owners = std::move(owners);
+    e->plan = std::make_unique<const ShardPlan>(e->layout, world, states, e->owners.get());
+    last_ = std::move(e);
+  }
+  return std::shared_ptr<const ShardPlan>(last_, last_->plan.get());
 }
 
 }  // namespace etr

@@ -141,6 +141,7 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
   if (err.empty()) {
     std::string local;
     if (group.rank() == 0) {
+      p.plan->describe(p.manifest);
       for (int r = 0; r < group.size(); ++r) {
         ckpt::ShardFile* f = p.manifest.add_files();
         f->set_name(p.file_names[static_cast<size_t>(r)]);

@@ -55,8 +55,10 @@ struct CheckpointWriter::Pending {
   std::filesystem::path partial, final_dir;
   ckpt::Manifest manifest;
   std::vector<std::string> file_names;  // every rank's
-  // async: what the writer thread copies, and the copy (this rank's file, in snapshot_)
-  std::unique_ptr<ShardPlan> plan;
+  // Where every rank's elements go (rank 0 describes the manifest's tensors from it at the
+  // commit); async: what the writer thread copies, and the copy (this rank's file, in
+  // snapshot_)
+  std::shared_ptr<const ShardPlan> plan;
   std::vector<std::vector<StatePiece>> sources;  // each state's pieces (pieces_of)
   std::span<const char> snapshot;
   uint64_t snapshot_xxh3 = 0;

@@ -11,6 +11,7 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/checksum.h"
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.h"
 #include "examples/ckpt/ckpt_commands.h"
 #include "runtime/bytes.h"
@@ -251,11 +252,12 @@ int run_show(const std::string& checkpoint) {
   size_t width = 4;
   for (const auto& t : m.tensors()) width = std::max(width, t.name().size());
   std::printf("tensors (%d records):\n", m.tensors_size());
-  std::printf("  %-*s  %-7s  %-5s  %-18s  %s\n", static_cast<int>(width), "NAME", "STATE", "DTYPE",
-              "SHAPE", "EXTENTS");
+  std::printf("  %-*s  %-7s  %-5s  %-18s  %7s  %s\n", static_cast<int>(width), "NAME", "STATE",
+              "DTYPE", "SHAPE", "EXTENTS", "RUNS");
   for (const auto& t : m.tensors()) {
-    std::printf("  %-*s  %-7s  %-5s  %-18s  %d\n", static_cast<int>(width), t.name().c_str(),
-                t.state().c_str(), t.dtype().c_str(), shape_text(t).c_str(), t.extents_size());
+    std::printf("  %-*s  %-7s  %-5s  %-18s  %7" PRIu64 "  %d\n", static_cast<int>(width),
+                t.name().c_str(), t.state().c_str(), t.dtype().c_str(), shape_text(t).c_str(),
+                extent_count(t), t.runs_size());
   }
 
   std::printf("config:\n");

@@ -1,12 +1,14 @@
 // Fuzz target: the checkpoint manifest decoder and its sense checks (checkpoint/manifest.h).
 //
 // Input: a mode byte, then bytes. Mode even: the bytes are a Manifest body, which the
-// target wraps in a valid envelope (format version 1, the body's XXH3) so that the
+// target wraps in a valid envelope (the body's XXH3; format version 1 when the mode is a
+// multiple of 4, a record per extent, else the current version, extent runs) so that the
 // fuzzer reaches the decoder and check_manifest_sense past the checksum; mode odd: the
 // bytes are a whole manifest.pb, envelope and all. read_manifest reads it from a
 // directory in /dev/shm and must either return a manifest or throw CheckpointError; any
 // other exception, a crash or a sanitizer report is a finding. A manifest it returns
-// must pass check_manifest_sense again and its files' sizes must sum without overflow.
+// must pass check_manifest_sense again, its files' sizes must sum without overflow, and
+// every extent its runs stand for must lie inside a listed file.
 #include <google/protobuf/stubs/logging.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "checkpoint/checksum.h"
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.h"
 #include "runtime/error.h"
 
@@ -52,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string file = bytes;
   if (data[0] % 2 == 0) {
     etr::ckpt::ManifestFile envelope;
-    envelope.set_format_version(etr::ckpt_format::kFormatVersion);
+    envelope.set_format_version(data[0] % 4 == 0 ? 1 : etr::ckpt_format::kFormatVersion);
     envelope.set_manifest(bytes);
     envelope.set_manifest_xxh3(etr::Checksum::of(bytes.data(), bytes.size()));
     file = envelope.SerializeAsString();
@@ -71,5 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (__builtin_add_overflow(sum, f.bytes(), &sum)) std::abort();
   }
   if (etr::shard_bytes(manifest) != sum) std::abort();
+  for (const auto& t : manifest.tensors()) {
+    const uint64_t esize = etr::dtype_name_size(t.dtype());
+    etr::for_each_extent(t, [&](const etr::ExtentRef& x) {
+      if (x.file < 0 || x.file >= manifest.files_size()) std::abort();
+      const uint64_t size = manifest.files(x.file).bytes();
+      if (x.file_offset > size || x.count * esize > size - x.file_offset) std::abort();
+    });
+  }
   return 0;
 }

@@ -2,10 +2,9 @@
 // writes through: a layout from a manifest, whole checkpoints written by one process for
 // world sizes 1..7 and read back by CheckpointReader, a reshard through the reader that
 // gives the same bytes as writing from memory, durable copies that check every file, and
-// the plan's extents covering every tensor and every file byte exactly once, and the sense
-// checks of a manifest whose checksum holds (check_manifest_sense: crafted steps, data
-// positions, sizes and offsets). Tensor sizes are odd (primes, 1, 0) so that ranges split
-// tensors at every possible place.
+// the plan's extents covering every tensor and every file byte exactly once (the sense
+// checks of a manifest are unit/manifest_sense_test.cc's). Tensor sizes are odd (primes,
+// 1, 0) so that ranges split tensors at every possible place.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,30 +21,20 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/offline.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/error.h"
+#include "unit/odd_layout.h"
 
 namespace etr {
 namespace {
 
 namespace fs = std::filesystem;
-
-const std::vector<std::string> kStates = {"param", "adam.m", "adam.v"};
-
-// Odd sizes: a prime vector, a non-square matrix, a single element, an empty tensor,
-// a 3-D tensor; 7 + 221 + 1 + 0 + 30 + 13 = 272 elements, padded to 16 in memory.
-ParamLayout odd_layout() {
-  ParamLayout l;
-  l.add("a.bias", Shape{7}, 0, false);
-  l.add("b.weight", Shape{13, 17}, 1, true);
-  l.add("c.scale", Shape{1}, 1, false);
-  l.add("d.empty", Shape{0}, 2, false);
-  l.add("e.cube", Shape{2, 3, 5}, 2, true);
-  l.add("f.tail", Shape{13}, 3, false);
-  return l;
-}
+using testing::kStates;
+using testing::meta;
+using testing::odd_layout;
 
 // Flat buffers of `layout`, one per state, with distinct values; padding holds NaN.
 std::vector<std::vector<float>> random_states(const ParamLayout& layout, uint32_t seed) {
@@ -66,18 +55,6 @@ std::vector<NamedState> named(const std::vector<std::vector<float>>& states) {
   std::vector<NamedState> out;
   for (size_t s = 0; s < states.size(); ++s) out.push_back({kStates[s], states[s].data()});
   return out;
-}
-
-ckpt::Manifest meta(uint64_t step, int world) {
-  ckpt::Manifest m;
-  m.set_step(step);
-  m.mutable_data()->set_samples_seen(step * 8);
-  m.mutable_layout()->set_world_size(world);
-  m.mutable_layout()->set_dp_size(world);
-  m.mutable_layout()->set_pp_size(1);
-  m.set_tier("durable");
-  m.set_writer("checkpoint_offline_test");
-  return m;
 }
 
 std::string read_all(const fs::path& p) {
@@ -252,17 +229,15 @@ TEST(ShardPlanCoverage, EveryTensorAndEveryFileByteOnceForWorlds1To5) {
         const TensorEntry* e = layout->find(t.name());
         ASSERT_NE(e, nullptr) << t.name();
         uint64_t next = 0;
-        for (const auto& x : t.extents()) {
-          EXPECT_EQ(x.tensor_begin(), next) << t.name();
-          EXPECT_GT(x.count(), 0u) << t.name();
-          next += x.count();
-          int r = 0;
-          while (r < world && plan.file_name(r) != x.file()) ++r;
-          ASSERT_LT(r, world) << x.file();
-          auto& bytes = covered[static_cast<size_t>(r)];
-          ASSERT_LE(x.file_offset() + x.count() * 4, bytes.size()) << t.name();
-          for (uint64_t b = 0; b < x.count() * 4; ++b) ++bytes[x.file_offset() + b];
-        }
+        for_each_extent(t, [&](const ExtentRef& x) {  // the runs' extents; files(r) is rank r's
+          EXPECT_EQ(x.tensor_begin, next) << t.name();
+          EXPECT_GT(x.count, 0u) << t.name();
+          next += x.count;
+          ASSERT_TRUE(x.file >= 0 && x.file < world) << x.file;
+          auto& bytes = covered[static_cast<size_t>(x.file)];
+          ASSERT_LE(x.file_offset + x.count * 4, bytes.size()) << t.name();
+          for (uint64_t b = 0; b < x.count * 4; ++b) ++bytes[x.file_offset + b];
+        });
         EXPECT_EQ(next, static_cast<uint64_t>(e->numel())) << t.name();
       }
       for (int r = 0; r < world; ++r) {
@@ -306,175 +281,6 @@ TEST_F(CheckpointOffline, MoveAsideNewerKeepsEverythingAndNeedsNoStep) {
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].step, 2u);
   EXPECT_TRUE(move_aside_newer(dir_, 2).empty());
-}
-
-// A manifest as etr-train writes it: odd_layout over 2 files, step 6 at a global batch of
-// 8 (so sample 48), seq_len 64 (so token 3072).
-ckpt::Manifest sane_manifest() {
-  const ParamLayout layout = odd_layout();
-  const ShardPlan plan(layout, 2, kStates);
-  ckpt::Manifest m = meta(6, 2);
-  m.mutable_data()->set_tokens_seen(48 * 64);
-  m.mutable_batch()->set_global_batch(8);
-  m.mutable_batch()->set_micro_batch(2);
-  m.mutable_schedule()->set_step(6);
-  m.mutable_schedule()->set_next_lr(1e-3);
-  m.mutable_config()->mutable_model()->set_seq_len(64);
-  m.mutable_config()->mutable_batch()->set_global_batch(8);
-  plan.describe(m);
-  for (int r = 0; r < 2; ++r) {
-    ckpt::ShardFile* f = m.add_files();
-    f->set_name(plan.file_name(r));
-    f->set_bytes(plan.file_bytes(r));
-  }
-  return m;
-}
-
-struct SenseCase {
-  std::string what;
-  std::function<void(ckpt::Manifest&)> edit;
-  std::string sentence;  // "" = still makes sense
-};
-
-constexpr uint64_t k2To63 = uint64_t{1} << 63;
-
-std::vector<SenseCase> sense_cases() {
-  const auto set_step = [](uint64_t step) {
-    return [step](ckpt::Manifest& m) {
-      m.set_step(step);
-      m.mutable_schedule()->set_step(step);
-    };
-  };
-  return {
-      {"step 2^63", set_step(k2To63),
-       "records step 9223372036854775808, more than the "
-       "9223372036854775806 steps"},
-      {"step 2^64 - 1", set_step(~uint64_t{0}), "more than the 9223372036854775806 steps"},
-      {"the largest step, no batch policy",
-       [&](ckpt::Manifest& m) {
-         set_step(kMaxManifestStep)(m);
-         m.mutable_batch()->set_global_batch(0);
-         m.mutable_config()->mutable_batch()->clear_global_batch();
-       },
-       ""},
-      {"the largest step at a global batch of 8", set_step(kMaxManifestStep),
-       "step 9223372036854775806 at a global batch of 8 needs more samples than a 64-bit "
-       "position counts"},
-      {"step 2^61 at 8: 2^64 samples wrap to 0",
-       [&](ckpt::Manifest& m) {
-         set_step(uint64_t{1} << 61)(m);
-         m.mutable_data()->set_samples_seen(0);
-         m.mutable_data()->set_tokens_seen(0);
-       },
-       "needs more samples than a 64-bit position counts"},
-      {"schedule behind the step", [](ckpt::Manifest& m) { m.mutable_schedule()->set_step(7); },
-       "its schedule is at step 7 but it records step 6"},
-      {"position one sample short",
-       [](ckpt::Manifest& m) { m.mutable_data()->set_samples_seen(47); },
-       "its data position is sample 47 but step 6 at a global batch of 8 ends at sample 48"},
-      {"a resume changed the batch at step 4, sample 20 (20 + 2 x 8 = 36)",
-       [](ckpt::Manifest& m) {
-         m.mutable_data()->set_batch_origin_step(4);
-         m.mutable_data()->set_batch_origin_samples(20);
-         m.mutable_data()->set_samples_seen(36);
-         m.mutable_data()->set_tokens_seen(36 * 64);
-       },
-       ""},
-      {"batch origin after the step",
-       [](ckpt::Manifest& m) {
-         m.mutable_data()->set_batch_origin_step(7);
-         m.mutable_data()->set_batch_origin_samples(40);
-       },
-       "its global batch took effect at step 7, sample 40"},
-      {"tokens disagree", [](ckpt::Manifest& m) { m.mutable_data()->set_tokens_seen(48 * 65); },
-       "it records 3120 tokens seen for 48 samples of 64 tokens"},
-      {"config's batch disagrees",
-       [](ckpt::Manifest& m) { m.mutable_config()->mutable_batch()->set_global_batch(16); },
-       "global batch of 8 but its config 16"},
-      {"negative global batch", [](ckpt::Manifest& m) { m.mutable_batch()->set_global_batch(-8); },
-       "negative batch"},
-      {"next rate NaN", [](ckpt::Manifest& m) { m.mutable_schedule()->set_next_lr(std::nan("")); },
-       "its next learning rate is not finite"},
-      {"negative world", [](ckpt::Manifest& m) { m.mutable_layout()->set_world_size(-2); },
-       "its layout has a negative size"},
-      {"file size 2^63", [](ckpt::Manifest& m) { m.mutable_files(1)->set_bytes(k2To63); },
-       "gives the shard file shard-00001-of-00002.bin a size of 9223372036854775808 bytes, more "
-       "than a file offset can address"},
-      {"file sizes summing past int64",
-       [](ckpt::Manifest& m) {
-         m.mutable_files(0)->set_bytes(k2To63 - 1);
-         m.mutable_files(1)->set_bytes(k2To63 - 1);
-       },
-       "more than a file offset can address"},
-      {"extent offset at the end of its file",
-       [](ckpt::Manifest& m) {
-         ckpt::Extent* e = m.mutable_tensors(1)->mutable_extents(0);
-         e->set_file_offset(m.files(0).bytes());
-       },
-       "tensor b.weight (param) has an extent outside its file or out of order"},
-      {"extent offset near 2^64 (offset + bytes wraps)",
-       [](ckpt::Manifest& m) {
-         m.mutable_tensors(1)->mutable_extents(0)->set_file_offset(~uint64_t{0} - 3);
-       },
-       "has an extent outside its file"},
-      {"extent one element too long for its file",
-       [](ckpt::Manifest& m) {
-         // The last tensor of adam.v ends its file; one more element runs past it.
-         ckpt::TensorRecord* t = m.mutable_tensors(m.tensors_size() - 1);
-         ckpt::Extent* e = t->mutable_extents(t->extents_size() - 1);
-         e->set_file_offset(e->file_offset() + 4);
-       },
-       "has an extent outside its file"},
-      {"shape overflowing int64",
-       [](ckpt::Manifest& m) {
-         m.mutable_tensors(1)->set_shape(0, int64_t{1} << 40);
-         m.mutable_tensors(1)->set_shape(1, int64_t{1} << 40);
-       },
-       "tensor b.weight (param) has an impossible shape"},
-      {"negative dimension", [](ckpt::Manifest& m) { m.mutable_tensors(0)->set_shape(0, -7); },
-       "has an impossible shape"},
-      {"a tensor twice", [](ckpt::Manifest& m) { *m.add_tensors() = m.tensors(0); },
-       "it holds tensor a.bias (param) twice"},
-      {"a state the manifest does not list",
-       [](ckpt::Manifest& m) { m.mutable_tensors(0)->set_state("adam.x"); },
-       "belongs to the state 'adam.x', which the manifest does not list"},
-  };
-}
-
-TEST(ManifestSense, TheSaneManifestPassesAndEachCraftedOneIsNamed) {
-  EXPECT_EQ(check_manifest_sense(sane_manifest()), "");
-  for (const SenseCase& c : sense_cases()) {
-    SCOPED_TRACE(c.what);
-    ckpt::Manifest m = sane_manifest();
-    c.edit(m);
-    const std::string bad = check_manifest_sense(m);
-    if (c.sentence.empty()) {
-      EXPECT_EQ(bad, "");
-    } else {
-      EXPECT_NE(bad.find(c.sentence), std::string::npos) << bad;
-    }
-  }
-}
-
-TEST_F(CheckpointOffline, ReadManifestRefusesACraftedManifestWithAValidChecksum) {
-  for (const SenseCase& c : sense_cases()) {
-    if (c.sentence.empty()) continue;
-    SCOPED_TRACE(c.what);
-    ckpt::Manifest m = sane_manifest();
-    c.edit(m);
-    write_manifest(dir_, m);  // a valid checksum of the crafted body
-    try {
-      read_manifest(dir_);
-      ADD_FAILURE() << "read_manifest accepted it";
-    } catch (const CheckpointError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find((dir_ / "manifest.pb").string() +
-                          " passes its checksum but does not make sense: "),
-                std::string::npos)
-          << what;
-      EXPECT_NE(what.find(c.sentence), std::string::npos) << what;
-    }
-  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.pb.h"
 #include "checkpoint/shard_plan.h"
 #include "runtime/error.h"
@@ -94,25 +95,23 @@ TEST(ShardPlanOwners, EveryElementOnceFromItsOwnerAndTheExtentsLeadBackToIt) {
                                              kNames.begin());
         ASSERT_LT(s, kNames.size()) << t.state();
         uint64_t next = 0;
-        for (const ckpt::Extent& x : t.extents()) {
-          ASSERT_EQ(x.tensor_begin(), next) << t.name();  // in tensor order, no gap, no overlap
-          ASSERT_GT(x.count(), 0u) << t.name();
-          int r = 0;
-          while (r < world && plan.file_name(r) != x.file()) ++r;
-          ASSERT_LT(r, world) << x.file();
-          const auto& f = files[static_cast<size_t>(r)];
-          ASSERT_LE(x.file_offset() + x.count() * sizeof(float), f.size()) << t.name();
-          for (uint64_t i = 0; i < x.count(); ++i) {
+        for_each_extent(t, [&](const ExtentRef& x) {  // the runs' extents; files(r) is rank r's
+          ASSERT_EQ(x.tensor_begin, next) << t.name();  // in tensor order, no gap, no overlap
+          ASSERT_GT(x.count, 0u) << t.name();
+          ASSERT_TRUE(x.file >= 0 && x.file < world) << x.file;
+          const auto& f = files[static_cast<size_t>(x.file)];
+          ASSERT_LE(x.file_offset + x.count * sizeof(float), f.size()) << t.name();
+          for (uint64_t i = 0; i < x.count; ++i) {
             float got;
-            std::memcpy(&got, f.data() + x.file_offset() + i * sizeof(float), sizeof got);
-            const float want = h.whole[s][static_cast<size_t>(e->offset) + x.tensor_begin() + i];
+            std::memcpy(&got, f.data() + x.file_offset + i * sizeof(float), sizeof got);
+            const float want = h.whole[s][static_cast<size_t>(e->offset) + x.tensor_begin + i];
             ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
-                << t.state() << " " << t.name() << " element " << x.tensor_begin() + i;
+                << t.state() << " " << t.name() << " element " << x.tensor_begin + i;
             for (size_t b = 0; b < sizeof(float); ++b)
-              ++read[static_cast<size_t>(r)][x.file_offset() + i * 4 + b];
+              ++read[static_cast<size_t>(x.file)][x.file_offset + i * 4 + b];
           }
-          next += x.count();
-        }
+          next += x.count;
+        });
         EXPECT_EQ(next, static_cast<uint64_t>(e->numel())) << t.name();
       }
       for (size_t r = 0; r < read.size(); ++r) {
@@ -167,6 +166,44 @@ TEST(ShardPlanOwners, OwnedPiecesAreTheOwnersRangesOrTheEvenSplits) {
   EXPECT_EQ(dealt_pieces[0].begin, 40);
   EXPECT_EQ(dealt_pieces[0].end, 80);
   EXPECT_EQ(dealt_pieces[0].data, whole.data() + 40);
+}
+
+// The writer's cache gives the same plan while the layout, world, states and owners
+// object stay, and a new one when any of them changes; a plan given earlier stays usable
+// (its own copy of the layout) after the cache moved on and the caller's layout is gone.
+TEST(ShardPlanOwners, TheCacheKeepsAPlanWhileItsInputsStay) {
+  ShardPlanCache cache;
+  auto owners = std::make_shared<const ShardOwners>(dealt(testing::ragged_layout().numel(), 3, 16));
+  std::shared_ptr<const ShardPlan> first;
+  {
+    const ParamLayout layout = testing::ragged_layout();
+    first = cache.get(layout, 3, kNames, owners);
+    EXPECT_EQ(cache.get(layout, 3, kNames, owners), first);
+    const ParamLayout copy = layout;  // another object, the same layout
+    EXPECT_EQ(cache.get(copy, 3, kNames, owners), first);
+    EXPECT_NE(cache.get(layout, 3, {"param"}, owners), first);
+    auto same_ranges = std::make_shared<const ShardOwners>(*owners);  // another agreement
+    EXPECT_NE(cache.get(layout, 3, kNames, same_ranges), cache.get(layout, 3, kNames, owners));
+    EXPECT_NE(cache.get(layout, 3, kNames, nullptr)->file_bytes(0), first->file_bytes(0));
+    ParamLayout bigger = layout;
+    bigger.add("e", Shape{5}, 3, false);
+    const auto plan = cache.get(bigger, 3, kNames, nullptr);
+    EXPECT_EQ(plan->packed_numel(), first->packed_numel() + 5);
+  }
+  // The layout `first` was made from is gone, and the cache holds another plan.
+  const ParamLayout layout = testing::ragged_layout();
+  const Held h = hold(layout, *owners, 5);
+  const ShardPlan fresh(layout, 3, kNames, owners.get());
+  for (int r = 0; r < 3; ++r) {
+    std::vector<char> a, b;
+    first->pack(r, h.pieces[static_cast<size_t>(r)], [&](const void* p, size_t n) {
+      a.insert(a.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+    });
+    fresh.pack(r, h.pieces[static_cast<size_t>(r)], [&](const void* p, size_t n) {
+      b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+    });
+    EXPECT_EQ(a, b) << "rank " << r;
+  }
 }
 
 }  // namespace
