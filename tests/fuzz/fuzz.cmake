@@ -38,6 +38,7 @@ set(ETR_FUZZ_SOURCES
   examples/gpt/model_presets.cc
   checkpoint/checksum.cc
   checkpoint/durable_file.cc
+  checkpoint/extent_runs.cc
   checkpoint/mapping_cache.cc
   checkpoint/manifest.cc
   checkpoint/manifest_sense.cc
