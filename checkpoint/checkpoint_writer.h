@@ -152,7 +152,7 @@ class CheckpointWriter {
   std::string start_agreement(Pending& p, const Group& group);
   SaveStats agree_and_publish(Pending& p, const Group& group);
   std::string publish(Pending& p);
-  std::string publish_per_host(Pending& p, const Group& group);
+  std::string publish_per_host(Pending& p, const Group& group, bool described);
   bool dir_leader(const CheckpointTier& tier) const;
   void announce_and_prune(const Pending& p, const SaveStats& s);
   void join_pruner();

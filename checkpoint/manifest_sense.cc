@@ -21,9 +21,10 @@ namespace {
 constexpr uint64_t kMaxInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 // A tensor's elements: 2^50 (4 PiB of f32) is more than any host holds.
 constexpr uint64_t kMaxNumel = uint64_t{1} << 50;
-// The extents a manifest's runs stand for, which bounds the work of checking them (about a
-// second at the bound): GPT-2 1.5B in 1 MiB ZeRO buckets at 16k ranks makes 2^28.
-constexpr uint64_t kMaxExtents = uint64_t{1} << 30;
+// The extents a manifest's runs stand for, which bounds what a reader plans from a few
+// bytes of runs (a read each): about what format version 1's records could express within
+// protobuf's size limit. GPT-2 1.5B in 1 MiB ZeRO buckets at 1024 ranks makes 2^24.
+constexpr uint64_t kMaxExtents = uint64_t{1} << 26;
 
 std::optional<uint64_t> times(uint64_t a, uint64_t b) {
   uint64_t r = 0;
@@ -199,7 +200,8 @@ std::string check_tensor(const ckpt::TensorRecord& t, const ckpt::Manifest& m, u
     }
     extents += r.more() + 1;
     if (extents > kMaxExtents) {
-      return "it holds more than " + str(kMaxExtents) + " extents, more than any writer makes";
+      return "it holds more than " + str(kMaxExtents) +
+             " extents, more than etr writes (larger ZeRO buckets make fewer)";
     }
     if (std::string bad = check_run(name, m, r, esize); !bad.empty()) return bad;
     next += (r.more() + 1) * r.count();

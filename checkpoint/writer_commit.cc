@@ -109,11 +109,13 @@ bool CheckpointWriter::dir_leader(const CheckpointTier& tier) const {
 }
 
 // A per-host tier: rank 0's manifest (with every file) to every rank, and each host's
-// leader publishes it in its host's directory. The error, "" when it worked.
-std::string CheckpointWriter::publish_per_host(Pending& p, const Group& group) {
+// leader publishes it in its host's directory. `described`: rank 0 completed the manifest
+// (else it sends nothing, and no host publishes). The error, "" when it worked.
+std::string CheckpointWriter::publish_per_host(Pending& p, const Group& group, bool described) {
   try {
-    const std::string bytes =
-        broadcast_bytes(group, group.rank() == 0 ? p.manifest.SerializeAsString() : "", 0);
+    const std::string bytes = broadcast_bytes(
+        group, group.rank() == 0 && described ? p.manifest.SerializeAsString() : "", 0);
+    if (bytes.empty()) return "rank 0 could not complete the manifest";
     if (!buddy_->host_leader()) return "";
     if (group.rank() != 0 && !p.manifest.ParseFromString(bytes)) {
       return "the manifest rank 0 sent does not parse";
@@ -138,9 +140,10 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
   p.commit_wait.end = Clock::now();
   p.peer_wait += std::chrono::duration<double>(p.commit_wait.end - p.commit_wait.begin).count();
   const std::vector<ShardInfo> infos = all_gather(group, p.info);
-  if (err.empty()) {
-    std::string local;
-    if (group.rank() == 0) {
+  // Rank 0's manifest: the tensors' extents (described here, off the training thread of
+  // an async save) and every rank's file. A failure (memory) is an agreed one, not a hang.
+  const auto complete = [&]() -> std::string {
+    try {
       p.plan->describe(p.manifest);
       for (int r = 0; r < group.size(); ++r) {
         ckpt::ShardFile* f = p.manifest.add_files();
@@ -149,9 +152,21 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
         f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
         f->set_writer_rank(r);
       }
-      if (!p.tier.per_host) local = publish(p);
+      return "";
+    } catch (const std::exception& e) {
+      return std::string("cannot complete the manifest: ") + e.what();
     }
-    if (p.tier.per_host) local = publish_per_host(p, group);
+  };
+  if (err.empty()) {
+    std::string local;
+    if (group.rank() == 0) {
+      local = complete();
+      if (local.empty() && !p.tier.per_host) local = publish(p);
+    }
+    if (p.tier.per_host) {
+      const std::string shared = publish_per_host(p, group, local.empty());
+      if (local.empty()) local = shared;
+    }
     err = first_error(group, local);
   }
   s.total_seconds = seconds_since(p.t0);

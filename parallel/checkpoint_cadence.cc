@@ -364,12 +364,6 @@ bool CheckpointCadence::saved(int64_t step) const {
   return last.ok && last.step == static_cast<uint64_t>(step);
 }
 
-bool CheckpointCadence::in_memory(int64_t step) const {
-  if (!memory_writer_ || memory_writer_->stats().empty()) return false;
-  const SaveStats& last = memory_writer_->stats().back();
-  return last.ok && last.step == static_cast<uint64_t>(step);
-}
-
 void CheckpointCadence::release_memory_tier(int64_t last_step) {
   if (!memory_writer_ || !saved(last_step)) return;
   memory_writer_->flush();

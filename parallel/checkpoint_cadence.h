@@ -134,9 +134,6 @@ class CheckpointCadence {
   std::string stop_tier() const;
   // The last completed save was of `step` and succeeded.
   bool saved(int64_t step) const;
-  // The memory tier's last completed save was of `step` and succeeded: a relaunch finds
-  // the step there (each host's own copy, a lost host's on its buddy).
-  bool in_memory(int64_t step) const;
   // Collective, at the end of a finished or stopped run (after flush()): when its last
   // step is saved on disk, each host's leader empties and removes the memory tier's
   // directory (its tmpfs pages are the host's RAM); otherwise the copies stay for a

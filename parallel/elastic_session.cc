@@ -40,23 +40,18 @@ bool ElasticSession::resize(int64_t step, CheckpointCadence& checkpoints,
     if (leader()) log_.warn("ignoring a resize request (SIGUSR1): only jobs launched by etr-run resize");
     return false;
   }
-  checkpoints.flush();  // a save in flight (perhaps of this very step) commits first
-  // The memory tier's copy of the step is what the relaunch restores from (every host
-  // stays, or its buddy keeps its copy): no disk save to wait for.
-  const bool in_memory = checkpoints.in_memory(step);
   if (leader()) {
-    log_.info("resize requested: ",
-              in_memory ? "step " + std::to_string(step) + " is in the memory tier; stopping"
-                        : "saving step " + std::to_string(step) + " and stopping",
-              " so that etr-run relaunches the job at its new size");
+    log_.info("resize requested: saving step ", step,
+              " and stopping so that etr-run relaunches the job at its new size");
   }
-  if (!in_memory && !checkpoints.saved(step)) {
+  checkpoints.flush();  // a save in flight (perhaps of this very step) commits first
+  if (!checkpoints.saved(step)) {
     save(checkpoints.resize_tier());
     checkpoints.flush();
   }
   if (leader()) {
-    const bool saved = in_memory || checkpoints.saved(step);
-    reporter_->event("resize-exit step=" + std::to_string(step) + " saved=" + (saved ? "1" : "0"));
+    reporter_->event("resize-exit step=" + std::to_string(step) +
+                     " saved=" + (checkpoints.saved(step) ? "1" : "0"));
   }
   return true;
 }

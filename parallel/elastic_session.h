@@ -2,8 +2,7 @@
 // has the protocol). Rank 0 reports start-up, restore and progress to etr-run's run
 // directory and logs what a relaunch cost; when a resize is agreed on at a step boundary
 // (the request flag rides on the step's sums, so every rank sees it alike), the job saves
-// a checkpoint of that step (unless the memory tier holds it) and stops, for etr-run to
-// relaunch it at the new size; a stop
+// a checkpoint of that step and stops, for etr-run to relaunch it at the new size; a stop
 // (a signal, runtime/elastic.h) likewise saves the step and ends the run.
 #pragma once
 
@@ -42,8 +41,7 @@ class ElasticSession {
     if (reporter_) reporter_->position(static_cast<int64_t>(step), stage);
   }
   // Collective: a resize was agreed on after `step`. Returns true when the run must stop
-  // (a checkpoint of `step` was saved through `checkpoints`, or tried, unless the memory
-  // tier's last save is of `step`: the relaunch restores from it); false when the
+  // (a checkpoint of `step` was saved through `checkpoints`, or tried); false when the
   // job is not elastic and the request is ignored. `save(tier)` saves the current state.
   bool resize(int64_t step, CheckpointCadence& checkpoints,
               const std::function<bool(const std::string&)>& save) const;

@@ -9,9 +9,6 @@
 #     and the data are the same; only the order of the gradient sums changes, and over 300
 #     AdamW steps that moves float32 parameters (|p| up to 1.2) by a few 1e-4: two
 #     uninterrupted runs on 2 and on 3 ranks differ by 4.6e-4 at step 300 (measured);
-#  b2. b. with the memory tier every step: the resize stops without a disk save (its step
-#     is in the memory tier), the relaunch on 3 ranks restores it from there
-#     (tier=memory-local), 0 steps lost, the same final parameters within 1e-3;
 #  c. one of 2 ranks stopped (SIGSTOP), heartbeats off: the collectives' timeout
 #     (ETR_COMM_TIMEOUT_S=2) ends the job, which is relaunched and completes; parameters
 #     bitwise equal;
@@ -155,26 +152,6 @@ expect b "asking the job to resize" "no resize request"
 expect b "launch 2: 3 rank(s) on localhost:3 (after a resize, relaunch 1)" "not relaunched on 3 ranks"
 expect_e b "relaunch 1 after a resize: world 2 -> 3, resumed from step [0-9]+ \(the last launch completed step [0-9]+: 0 steps lost\)" "the resize lost steps or was not logged"
 same_params b 1e-3
-
-echo "== b2. the same with the memory tier every step: the resize saves nothing to disk"
-extra=(--set checkpoint.memory_every=1)
-start b2 --min-np 1 --max-np 3 --host-discovery-script "$(discovery b2 localhost:2)"
-extra=()
-wait_step b2 100
-[ "$(progress b2)" -lt $steps ] || fail "b2: the job finished before the join"
-echo "localhost:3" >"$work/b2.slots"
-finish b2
-completed b2
-expect_e b2 "resize requested: step [0-9]+ is in the memory tier; stopping" "the resize did not find its step in the memory tier"
-resized=$(sed -n 's/.*resize-exit step=\([0-9]*\) saved=1.*/\1/p' "$work/b2.run/events" | tail -1)
-[ -n "$resized" ] || { cat "$work/b2.run/events"; fail "b2: no resize-exit event with saved=1"; }
-grep -q "restored step=$resized world=2 tier=memory-local" "$work/b2.run/events" ||
-  { cat "$work/b2.run/events"; fail "b2: the relaunch at 3 ranks did not restore step $resized (saved by 2) from memory"; }
-# Disk checkpoints come every 5 steps: the resize's step is on disk only if it is one of those.
-[ $((resized % 5)) -eq 0 ] || [ ! -e "$(ckpt "$work/b2.ck" "$resized")" ] ||
-  fail "b2: the resize saved step $resized to disk"
-expect_e b2 "relaunch 1 after a resize: world 2 -> 3, resumed from step $resized \(the last launch completed step $resized: 0 steps lost\)" "the resize lost steps or was not logged"
-same_params b2 1e-3
 
 echo "== c. a stopped rank: the collectives' timeout turns it into a failure"
 ETR_COMM_TIMEOUT_S=2 start c --min-np 1 --max-np 2 --heartbeat-timeout 0 \

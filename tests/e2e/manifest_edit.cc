@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "checkpoint/extent_runs.h"
 #include "checkpoint/manifest.h"
 
 namespace {
@@ -50,6 +51,13 @@ int main(int argc, char** argv) {
     etr::ckpt::Manifest m;
     if (!google::protobuf::TextFormat::ParseFromString(read_text(argv[3]), &m)) {
       throw std::runtime_error(std::string(argv[3]) + " is not a manifest in protobuf text");
+    }
+    // A version 1 manifest's records (as `print` shows them) become the runs version 2
+    // writes (a record naming an unlisted file cannot).
+    bool records = false;
+    for (const auto& t : m.tensors()) records = records || t.extents_size() > 0;
+    if (records && !etr::runs_from_extents(m).empty()) {
+      throw std::runtime_error(std::string(argv[3]) + " has an extent in an unlisted file");
     }
     etr::write_manifest(dir, m);
     return 0;

@@ -180,6 +180,17 @@ std::vector<SenseCase> sense_cases() {
          r->set_more(r->more() + 1);
        },
        "tensor b.weight (param) has extents out of order or past its end"},
+      {"a run of 2^26 + 1 extents, each inside its file",
+       [](ckpt::Manifest& m) {
+         m.mutable_tensors(1)->set_shape(0, int64_t{1} << 27);
+         m.mutable_tensors(1)->set_shape(1, 1);
+         m.mutable_files(0)->set_bytes(uint64_t{1} << 40);
+         ckpt::ExtentRun* r = one_run(m);
+         r->set_count(1);
+         r->set_more(uint64_t{1} << 26);
+         r->set_offset_step(4);
+       },
+       "it holds more than 67108864 extents, more than etr writes"},
       {"a run of 2^63 extents",
        [](ckpt::Manifest& m) { m.mutable_tensors(1)->mutable_runs(0)->set_more(k2To63); },
        "has extents out of order or past its end"},

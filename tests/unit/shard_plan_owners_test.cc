@@ -190,7 +190,14 @@ TEST(ShardPlanOwners, TheCacheKeepsAPlanWhileItsInputsStay) {
     const auto plan = cache.get(bigger, 3, kNames, nullptr);
     EXPECT_EQ(plan->packed_numel(), first->packed_numel() + 5);
   }
-  // The layout `first` was made from is gone, and the cache holds another plan.
+  // The layout `first` was made from is gone, and the cache holds another plan. Another
+  // layout now takes its place: a plan that still referred to the old one would read it.
+  ParamLayout other;
+  other.add("z", Shape{40, 3}, 0, true);
+  other.add("y", Shape{2}, 1, false);
+  other.add("x", Shape{9}, 2, false);
+  other.add("w", Shape{33}, 3, false);
+  ASSERT_NE(other.numel(), testing::ragged_layout().numel());
   const ParamLayout layout = testing::ragged_layout();
   const Held h = hold(layout, *owners, 5);
   const ShardPlan fresh(layout, 3, kNames, owners.get());
