@@ -108,7 +108,6 @@ bool CheckpointWriter::save(const CheckpointTier& tier, ckpt::Manifest meta,
   // writer thread of an async save, not in this stall.
   p->manifest = std::move(meta);
   p->manifest.set_tier(tier.name);
-  for (int r = 0; r < group_.size(); ++r) p->file_names.push_back(plan.file_name(r));
   p->t0 = t0;
   const fs::path file = p->partial / plan.file_name(group_.rank());
   p->staged = staged_seconds;

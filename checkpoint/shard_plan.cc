@@ -117,6 +117,13 @@ std::string ShardPlan::file_name(int rank) const {
 }
 
 void ShardPlan::describe(ckpt::Manifest& manifest) const {
+  Described& d = *described_;
+  std::call_once(d.once, [&] { describe_into(d.records); });
+  manifest.mutable_states()->MergeFrom(d.records.states());
+  manifest.mutable_tensors()->MergeFrom(d.records.tensors());
+}
+
+void ShardPlan::describe_into(ckpt::Manifest& manifest) const {
   struct Piece {
     int64_t begin, end;  // packed
     int rank;

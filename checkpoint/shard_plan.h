@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -84,6 +85,8 @@ class ShardPlan {
 
   // Adds the states' names and every tensor record (name, state, dtype, shape, extent
   // runs). The runs name rank r's file as files(r): the writers list the files in rank order.
+  // The records are worked out once per plan (and its copies) and copied at each call: a
+  // writer that keeps its plan (ShardPlanCache) describes every later save by a copy.
   void describe(ckpt::Manifest& manifest) const;
 
   // Rank `rank`'s file contents, in order, as pieces of the flat buffers: sink(data,
@@ -103,6 +106,12 @@ class ShardPlan {
   };
   // The tensor that holds packed element p.
   std::vector<Tensor>::const_iterator tensor_at(int64_t p) const;
+  void describe_into(ckpt::Manifest& manifest) const;
+  struct Described {  // describe()'s records, worked out at the first call (any thread)
+    std::once_flag once;
+    ckpt::Manifest records;
+  };
+  std::shared_ptr<Described> described_ = std::make_shared<Described>();
   void own(const ShardOwners& owners);
   // packed_[r]: what rank r writes of each state; the even split's when no owners.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> packed_;

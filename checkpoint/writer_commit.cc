@@ -147,7 +147,7 @@ SaveStats CheckpointWriter::agree_and_publish(Pending& p, const Group& group) {
       p.plan->describe(p.manifest);
       for (int r = 0; r < group.size(); ++r) {
         ckpt::ShardFile* f = p.manifest.add_files();
-        f->set_name(p.file_names[static_cast<size_t>(r)]);
+        f->set_name(p.plan->file_name(r));
         f->set_bytes(infos[static_cast<size_t>(r)].bytes);
         f->set_xxh3(infos[static_cast<size_t>(r)].xxh3);
         f->set_writer_rank(r);

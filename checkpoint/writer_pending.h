@@ -54,7 +54,6 @@ struct CheckpointWriter::Pending {
   uint64_t step = 0;
   std::filesystem::path partial, final_dir;
   ckpt::Manifest manifest;
-  std::vector<std::string> file_names;  // every rank's
   // Where every rank's elements go (rank 0 describes the manifest's tensors from it at the
   // commit); async: what the writer thread copies, and the copy (this rank's file, in
   // snapshot_)

@@ -211,6 +211,15 @@ TEST(ShardPlanOwners, TheCacheKeepsAPlanWhileItsInputsStay) {
     });
     EXPECT_EQ(a, b) << "rank " << r;
   }
+  // Its records, worked out now (after that layout went) and then copied, are a fresh
+  // plan's.
+  ckpt::Manifest once, twice, fresh_records;
+  first->describe(once);
+  first->describe(twice);
+  fresh.describe(fresh_records);
+  EXPECT_GT(fresh_records.tensors_size(), 0);
+  EXPECT_EQ(once.SerializeAsString(), fresh_records.SerializeAsString());
+  EXPECT_EQ(twice.SerializeAsString(), fresh_records.SerializeAsString());
 }
 
 }  // namespace
