@@ -113,14 +113,21 @@ stop() {  # NAME: etr-run stopped (SIGTERM), waited for
   etr_run_pid=
 }
 now_ms() { local t=${EPOCHREALTIME//[!0-9]/}; echo $((10#$t / 1000)); }  # (no fork)
-# A rank's pid on host I (the oldest etr-train process in its namespace), or nothing.
-# (No pipeline: under pipefail a reader that stops early, or a last process that is not
-# etr-train, would fail it, and set -e would end the soak.)
+# A rank's pid on host I (the newest running etr-train process in its namespace: a rank of
+# an ended launch may still be exiting, or stopped by an earlier SIGSTOP until its launch's
+# end kills it, and a fault sent to it would break nothing), or nothing. (No pipeline:
+# under pipefail a reader that stops early, or a last process that is not etr-train, would
+# fail it, and set -e would end the soak.)
 rank_on() {
-  local p
+  local p st f best= best_start=-1
   for p in $(ip netns pids "etrchaos-h$1" 2>/dev/null); do
-    if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ]; then echo "$p"; return 0; fi
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = etr-train ] || continue
+    st=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    read -ra f <<<"${st##*) }"  # f[0]: the state (field 3), f[19]: the start time (field 22)
+    case ${f[0]:-X} in T | t | Z | X | x) continue ;; esac
+    [ "${f[19]:-0}" -gt "$best_start" ] && { best=$p; best_start=${f[19]}; }
   done
+  [ -z "$best" ] || echo "$best"
   return 0
 }
 
