@@ -28,33 +28,42 @@ std::array<char, 64> this_host_name() {
 
 }  // namespace
 
-BuddyLink::BuddyLink(const Group& group) : comm_(group.dup(group.name() + ".buddy")) {
-  const std::vector<std::array<char, 64>> names = all_gather(comm_, this_host_name());
+std::vector<int> gather_hosts(const Group& group, std::vector<std::string>* names) {
+  const std::vector<std::array<char, 64>> all = all_gather(group, this_host_name());
   std::map<std::string, int> number;
-  std::vector<std::vector<int>> ranks;  // [host]: its ranks, ascending
-  for (int r = 0; r < comm_.size(); ++r) {
-    const std::string name(names[static_cast<size_t>(r)].data());
-    auto [it, fresh] = number.emplace(name, static_cast<int>(host_names_.size()));
-    if (fresh) {
-      host_names_.push_back(name);
-      ranks.emplace_back();
-    }
-    host_of_.push_back(it->second);
-    ranks[static_cast<size_t>(it->second)].push_back(r);
+  std::vector<int> host_of;
+  for (const auto& n : all) {
+    const std::string name(n.data());
+    auto [it, fresh] = number.emplace(name, static_cast<int>(number.size()));
+    if (fresh && names) names->push_back(name);
+    host_of.push_back(it->second);
   }
-  auto buddy_of = [&](int r) {
-    const int h = host_of_[static_cast<size_t>(r)];
+  return host_of;
+}
+
+std::vector<int> buddy_ranks(const std::vector<int>& host_of) {
+  const int hosts = host_of.empty() ? 0 : *std::max_element(host_of.begin(), host_of.end()) + 1;
+  std::vector<int> out(host_of.size(), -1);
+  if (hosts < 2) return out;
+  std::vector<std::vector<int>> ranks(static_cast<size_t>(hosts));  // [host]: its ranks, ascending
+  for (size_t q = 0; q < host_of.size(); ++q) ranks[static_cast<size_t>(host_of[q])].push_back(static_cast<int>(q));
+  for (int h = 0; h < hosts; ++h) {
+    const auto& next = ranks[static_cast<size_t>((h + 1) % hosts)];
     const auto& mine = ranks[static_cast<size_t>(h)];
-    const int i = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-    const auto& next = ranks[static_cast<size_t>((h + 1) % hosts())];
-    return next[static_cast<size_t>(i) % next.size()];
-  };
+    for (size_t i = 0; i < mine.size(); ++i) out[static_cast<size_t>(mine[i])] = next[i % next.size()];
+  }
+  return out;
+}
+
+BuddyLink::BuddyLink(const Group& group) : comm_(group.dup(group.name() + ".buddy")) {
+  host_of_ = gather_hosts(comm_, &host_names_);
   const int me = comm_.rank();
-  leader_ = ranks[static_cast<size_t>(host_of(me))].front() == me;
+  leader_ = std::find(host_of_.begin(), host_of_.end(), host_of(me)) - host_of_.begin() == me;
   if (hosts() < 2) return;
-  buddy_ = buddy_of(me);
+  const std::vector<int> buddies = buddy_ranks(host_of_);
+  buddy_ = buddies[static_cast<size_t>(me)];
   for (int r = 0; r < comm_.size(); ++r) {
-    if (buddy_of(r) == me) senders_.push_back(r);
+    if (buddies[static_cast<size_t>(r)] == me) senders_.push_back(r);
   }
   received_.resize(senders_.size());
 }

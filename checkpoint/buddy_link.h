@@ -34,6 +34,12 @@ namespace etr {
 // The suffix of a buddy copy's marker file.
 inline constexpr const char* kBuddyMarkerSuffix = ".buddy";
 
+// Collective over `group`: every rank's host, numbered by the host's lowest rank, and
+// (when `names` is given) each host's name.
+std::vector<int> gather_hosts(const Group& group, std::vector<std::string>* names = nullptr);
+// Every rank's buddy, given every rank's host (gather_hosts); all -1 with one host.
+std::vector<int> buddy_ranks(const std::vector<int>& host_of);
+
 class BuddyLink {
  public:
   // Collective over `group`; duplicates its communicator for the shards' messages.

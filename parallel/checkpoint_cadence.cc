@@ -61,10 +61,19 @@ CheckpointCadence::CheckpointCadence(const TrainConfig& config, const ProcessGri
   }
 }
 
-size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes) {
-  if (c.memory_every() <= 0) return 0;
+std::vector<size_t> memory_tier_bytes(const config::CheckpointConfig& c, const ShardPlan& plan,
+                                      const std::vector<int>& host_of) {
+  std::vector<size_t> out(host_of.size(), 0);
+  if (c.memory_every() <= 0) return out;
+  const std::vector<int> buddies = buddy_ranks(host_of);
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    const size_t file = plan.file_bytes(static_cast<int>(r));
+    out[r] += file;
+    if (buddies[r] >= 0) out[static_cast<size_t>(buddies[r])] += file;
+  }
   const size_t saves = static_cast<size_t>(c.memory_keep()) + 1;
-  return shard_bytes * 2 * saves;  // files x (own + buddy copy): copied and received in place
+  for (size_t& b : out) b *= saves;
+  return out;
 }
 
 CheckpointCadence::~CheckpointCadence() = default;

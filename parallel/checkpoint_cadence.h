@@ -67,11 +67,14 @@ struct Restored {
   double seconds = 0;
 };
 
-// Host RAM a rank's memory tier holds at its peak (`shard_bytes`: the rank's shard of the
-// saved states): memory_keep + 1 saves of its shard and of the buddy's copy it receives,
-// in the host's tmpfs (copied and received there in place: no staging buffers); 0 when
+// Host RAM each rank's memory tier holds at its peak, [rank]: memory_keep + 1 saves of its
+// own file of `plan` (its engine's owners, when it has them) and of the buddy copies it
+// receives (checkpoint/buddy_link.h: a rank of a host with fewer ranks than the host
+// before it receives more than one; `host_of` as gather_hosts gives it), in the host's
+// tmpfs (copied and received there in place: no staging buffers); all 0 when
 // checkpoint.memory_every is 0.
-size_t memory_tier_bytes(const config::CheckpointConfig& c, size_t shard_bytes);
+std::vector<size_t> memory_tier_bytes(const config::CheckpointConfig& c, const ShardPlan& plan,
+                                      const std::vector<int>& host_of);
 
 class CheckpointCadence {
  public:

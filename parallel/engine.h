@@ -157,6 +157,10 @@ class Engine {
   // range the checkpoint writer of this group takes from this rank
   // (ShardPlan::flat_range). Valid until the next step.
   virtual std::vector<NamedState> states() = 0;
+  // Collective (over the world, at the first call; kept after): which flat ranges each
+  // rank's checkpoint file holds, the owners states() hands the writer; nullptr: the even
+  // split (ShardPlan). Reads no state, so the memory model can size a save before any.
+  virtual std::shared_ptr<const ShardOwners> checkpoint_owners() { return nullptr; }
 
   // Hooks that forward the stack's per-layer calls to this engine.
   StackHooks hooks();

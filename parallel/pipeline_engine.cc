@@ -172,9 +172,39 @@ void PipelineEngine::collect(const std::vector<std::vector<NamedState>>& held, s
   exchange_pieces(grid_.world_group(), pieces, out, begin, end);
 }
 
-// Each rank writes the pieces it holds (no exchange): the owners are every rank's pieces,
-// agreed once (gather_ranges over the world at the first save; the chunks' blocks do not
-// move while the engine lives).
+// The owners are every rank's pieces, agreed once (gather_ranges over the world at the
+// first call; the chunks' blocks do not move while the engine lives). Worked out from the
+// chunk engines' owners, as own_pieces() takes them from the held states (which hold at
+// least what their owners name), so without reading any state.
+std::shared_ptr<const ShardOwners> PipelineEngine::checkpoint_owners() {
+  if (owners_) return owners_;
+  std::vector<std::pair<int64_t, int64_t>> mine;
+  for (size_t c = 0; c < engines_.size(); ++c) {
+    const int j = cut_.vstage(grid_.pp_rank(), static_cast<int>(c));
+    const std::shared_ptr<const ShardOwners> chunk = engines_[c]->checkpoint_owners();
+    const std::vector<std::pair<int64_t, int64_t>> owned =
+        chunk ? chunk->at(static_cast<size_t>(grid_.dp_rank()))
+              : std::vector{ShardPlan(chunks_[c]->layout(), grid_.dp_size(), {std::string(state::kParam)})
+                                .flat_range(grid_.dp_rank())};
+    for (const auto& [lo, hi] : owned) {
+      const int64_t a = std::max(lo, cut_.borrowed_numel(j));
+      if (a < hi) mine.emplace_back(a + cut_.own_offset(j), hi + cut_.own_offset(j));
+    }
+  }
+  std::sort(mine.begin(), mine.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& r : mine) {
+    if (!merged.empty() && merged.back().second == r.first) {
+      merged.back().second = r.second;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  owners_ = std::make_shared<const ShardOwners>(gather_ranges(grid_.world_group(), merged));
+  return owners_;
+}
+
+// Each rank writes the pieces it holds (no exchange).
 std::vector<NamedState> PipelineEngine::states() {
   const auto held = chunk_states();
   std::vector<NamedState> out;
@@ -182,18 +212,8 @@ std::vector<NamedState> PipelineEngine::states() {
     out.emplace_back(std::string(name));
     out.back().pieces = own_pieces(held, name);
   }
-  if (!owners_) {
-    std::vector<std::pair<int64_t, int64_t>> mine;
-    for (const StatePiece& p : out.front().pieces) {
-      if (!mine.empty() && mine.back().second == p.begin) {
-        mine.back().second = p.end;
-      } else {
-        mine.emplace_back(p.begin, p.end);
-      }
-    }
-    owners_ = std::make_shared<const ShardOwners>(gather_ranges(grid_.world_group(), mine));
-  }
-  for (NamedState& s : out) s.owners = owners_;
+  const std::shared_ptr<const ShardOwners> owners = checkpoint_owners();
+  for (NamedState& s : out) s.owners = owners;
   return out;
 }
 

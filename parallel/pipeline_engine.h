@@ -123,6 +123,9 @@ class PipelineEngine final : public Engine {
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;
+  // Each rank's pieces in the model's layout: of each of its chunks what the chunk
+  // engine's checkpoint writes in the stage's dp group, less the borrowed tied copies.
+  std::shared_ptr<const ShardOwners> checkpoint_owners() override;
 
  private:
   // Collective over the world: every user copy of a tied parameter takes its owner's

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "checkpoint/buddy_link.h"
 #include "parallel/train_session.h"
+#include "runtime/state_names.h"
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/mpi_check.h"
@@ -84,6 +86,29 @@ void TrainSession::read_budget() {
   mem_.budget_read = true;
 }
 
+// The checkpoint memory tier's copies are host RAM (tmpfs pages count against the host's
+// memory and its cgroup, not this process's resident set, so the budget's measure of what
+// lies outside the allocator misses them): read_budget() takes them off the host budget,
+// so the micro-batch the model picks leaves room for them (on a GPU the host's budget
+// only; the model stays what the allocator holds). What a rank's file holds follows its
+// engine's owners, and what it receives, the hosts' ranks (collective: both agreed).
+void TrainSession::setup_memory_tier() {
+  const std::shared_ptr<const ShardOwners> owners = engine_->checkpoint_owners();
+  const ShardPlan plan(model_.stack->layout(), grid_->size(),
+                       {std::string(state::kParam), std::string(state::kAdamM), std::string(state::kAdamV)},
+                       owners.get());
+  const std::vector<size_t> tier =
+      etr::memory_tier_bytes(config_.checkpoint(), plan, gather_hosts(grid_->world_group()));
+  mem_.memory_tier = tier[static_cast<size_t>(grid_->rank())];
+  if (leader()) {
+    const auto most = std::max_element(tier.begin(), tier.end());
+    log_.info("memory: the checkpoint memory tier holds up to ", format_bytes(static_cast<double>(*most)),
+              " of host RAM on rank ", most - tier.begin(), " (", format_bytes(static_cast<double>(tier.front())),
+              " on rank 0: checkpoint.memory_keep + 1 saves of its shard and of the buddy copies it "
+              "receives, in tmpfs), taken off the host budget");
+  }
+}
+
 // The memory model of this job (the engine's state, checkpoint staging, ZeRO 2-3's
 // windows, the activations of the stack or the pipeline's plan), handed to the batch
 // controller, which picks the micro-batch.
@@ -97,19 +122,7 @@ void TrainSession::setup_memory() {
   const bool checkpoints = !config_.checkpoint().dir().empty() || !config_.checkpoint().fast_dir().empty();
   const size_t staging = checkpoints ? engine_->predicted_checkpoint_staging() : 0;
   if (staging > 0) fixed.push_back({"checkpoint staging", staging});
-  // The checkpoint memory tier's copies are host RAM (tmpfs pages count against the host's
-  // memory and its cgroup, not this process's resident set, so the budget's measure of
-  // what lies outside the allocator misses them): read_budget() takes them off the host
-  // budget, so the micro-batch the model picks leaves room for them (on a GPU the host's
-  // budget only; the model stays what the allocator holds).
-  const ShardPlan plan(model_.stack->layout(), grid_->size(), {"param", "adam.m", "adam.v"});
-  mem_.memory_tier = memory_tier_bytes(config_.checkpoint(), plan.file_bytes(grid_->rank()));
-  if (mem_.memory_tier > 0 && leader()) {
-    log_.info("memory: the checkpoint memory tier holds up to ",
-              format_bytes(static_cast<double>(mem_.memory_tier)),
-              " of host RAM per rank (checkpoint.memory_keep + 1 saves of its shard and of the "
-              "buddy copy it receives, in tmpfs), taken off the host budget");
-  }
+  if (config_.checkpoint().memory_every() > 0) setup_memory_tier();
   read_budget();
   MemoryModel::VariableParts windows;
   if (m.stage >= 2) {

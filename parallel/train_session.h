@@ -224,6 +224,9 @@ class TrainSession {
   // it and on a GPU. predicted_resident_peak() adds it to predicted_peak(): the kernel's
   // count (VmHWM, peak_resident_bytes()) the memory model predicts.
   size_t outside_bytes() const { return mem_.outside_bytes; }
+  // Host RAM this rank's checkpoint memory tier holds at its peak (memory_tier_bytes in
+  // parallel/checkpoint_cadence.h), taken off the host budget; 0 without the tier.
+  size_t memory_tier_bytes() const { return mem_.memory_tier; }
   size_t predicted_resident_peak() const { return predicted_peak() + mem_.outside_bytes; }
   // What `etr-train --plan` prints: the memory model's table for this rank.
   std::vector<std::string> memory_plan() const;
@@ -280,6 +283,7 @@ class TrainSession {
   // each plan, the activations taken and given back, ZeRO's gradient mode.
   void setup_batch();
   void setup_memory();
+  void setup_memory_tier();  // mem_.memory_tier: this rank's memory-tier bytes (collective)
   void read_budget();
   void planned(int64_t micro_batch);
   void acquire_activations();

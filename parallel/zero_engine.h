@@ -171,6 +171,7 @@ class ZeroEngine final : public Engine, private GradSink {
   double grad_norm() override;
   void optimizer_step(const OptimizerStep& step) override;
   std::vector<NamedState> states() override;
+  std::shared_ptr<const ShardOwners> checkpoint_owners() override;  // its block of every bucket
 
  private:
   void build_storage();

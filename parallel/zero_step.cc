@@ -198,7 +198,7 @@ void ZeroEngine::launch_parameter_gathers() {
 // at stages 1-2 no wait for the parameters' gathers, since its own blocks of the
 // parameters were written by the optimizer step before the gathers began (and a gather
 // writes only the other ranks' blocks).
-std::vector<NamedState> ZeroEngine::states() {
+std::shared_ptr<const ShardOwners> ZeroEngine::checkpoint_owners() {
   if (!owners_) {
     auto owners = std::make_shared<ShardOwners>();
     for (int q = 0; q < plan_.ranks(); ++q) {
@@ -207,6 +207,11 @@ std::vector<NamedState> ZeroEngine::states() {
     }
     owners_ = std::move(owners);
   }
+  return owners_;
+}
+
+std::vector<NamedState> ZeroEngine::states() {
+  checkpoint_owners();
   if (device_path_) {
     gather_->wait_all();
     for (std::string_view n : {state::kParam, state::kAdamM, state::kAdamV}) download_mirror(n);
