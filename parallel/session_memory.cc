@@ -102,10 +102,13 @@ void TrainSession::setup_memory_tier() {
   mem_.memory_tier = tier[static_cast<size_t>(grid_->rank())];
   if (leader()) {
     const auto most = std::max_element(tier.begin(), tier.end());
+    const std::string where = most == tier.begin()
+                                  ? std::string(" on rank 0, the most of any rank")
+                                  : " on rank " + std::to_string(most - tier.begin()) + " (rank 0: " +
+                                        format_bytes(static_cast<double>(tier.front())) + ")";
     log_.info("memory: the checkpoint memory tier holds up to ", format_bytes(static_cast<double>(*most)),
-              " of host RAM on rank ", most - tier.begin(), " (", format_bytes(static_cast<double>(tier.front())),
-              " on rank 0: checkpoint.memory_keep + 1 saves of its shard and of the buddy copies it "
-              "receives, in tmpfs), taken off the host budget");
+              " of host RAM", where, ": checkpoint.memory_keep + 1 saves of a rank's shard and of the "
+              "buddy copies it receives, in tmpfs, taken off each rank's host budget");
   }
 }
 
