@@ -2,7 +2,7 @@
 // taken off the host budget; parallel/checkpoint_cadence.h) against what the tier holds
 // after a run: checkpoint.memory_keep saves of this rank's file, each of the size the
 // model gave one save. The files follow the engine's owners (checkpoint_owners()), which
-// for ZeRO are the rank's blocks and for a pipeline the rank's stage, so the even split of
+// for ZeRO are the rank's blocks and for a pipeline its stage's chunks, so the even split of
 // the whole model would be far off (a cut of 1 and 7 layers gives one stage most of it).
 // Every owner range is covered by the states the engine hands the writer (states()'s
 // pieces, or whole buffers). One host here, so no buddy copies: what those add, per host
@@ -118,6 +118,18 @@ TEST(MemoryTierModel, ZeroFilesAreEachRanksBlocks) {
     const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
     EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
   }
+}
+
+// Interleaved: two chunks a rank, a tied parameter's copy borrowed by the chunk that uses
+// it (saved by its owner only), at ZeRO 2 (each chunk's blocks in its stage's dp group at
+// np 4).
+TEST(MemoryTierModel, InterleavedPipelineFilesAreEachRanksChunks) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "pp 2 needs an even world";
+  SharedTempDir tmp(world().group(), "tier_model_interleaved");
+  const TrainConfig c = train::testing_config::pipeline_config(tier_settings(
+      tmp.path() / "mem", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.zero_stage=2"}));
+  const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
+  EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
 }
 
 TEST(MemoryTierModel, PipelineFilesAreEachRanksStage) {
