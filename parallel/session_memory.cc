@@ -1,7 +1,8 @@
 // TrainSession: the memory side of the batch policy (train_session.h, "Memory"): the
-// budget read, the memory model handed to the batch controller (parallel/batch_controller.h)
-// and what each of its plans asks of the engines, the activations taken at the start of
-// each step and given back at its end, and ZeRO's gradient mode.
+// budget read (less the checkpoint memory tier's copies), the memory model handed to the
+// batch controller (parallel/batch_controller.h) and what each of its plans asks of the
+// engines, the activations taken at the start of each step and given back at its end, and
+// ZeRO's gradient mode.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -10,10 +11,10 @@
 
 #include "checkpoint/buddy_link.h"
 #include "parallel/train_session.h"
-#include "runtime/state_names.h"
 #include "runtime/bytes.h"
 #include "runtime/cpu_affinity.h"
 #include "runtime/mpi_check.h"
+#include "runtime/state_names.h"
 #include "runtime/env.h"
 #include "runtime/control_ops.h"
 
