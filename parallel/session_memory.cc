@@ -276,6 +276,13 @@ void TrainSession::measure_outside() {
 
 std::vector<std::string> TrainSession::memory_plan() const {
   std::vector<std::string> lines = batch_->plan_table();
+  if (mem_.memory_tier > 0) {  // after the table's first line, which states the budget
+    lines.insert(lines.begin() + (lines.empty() ? 0 : 1),
+                 "  checkpoint memory tier: " + format_bytes(static_cast<double>(mem_.memory_tier)) +
+                     " of host RAM in tmpfs (checkpoint.memory_keep + 1 saves of this rank's file and "
+                     "of the buddy copies it receives), not in the peak: taken off the host's budget" +
+                     (device().is_cuda() ? std::string(" (the device's is not)") : std::string(" above")));
+  }
   if (device().is_cuda()) {
     lines.insert(lines.begin(),
                  "on " + device().str() + " (" + dev_.context.describe() + "): the device's budget " +

@@ -19,8 +19,9 @@
 #     run removes the tier's directory (its last step is on disk);
 #  d. a memory directory that cannot be made (under a regular file): every memory save
 #     fails with a sentence, training completes, the final parameters are equal; with
-#     runtime.memory_budget=64MiB the memory tier's 2.76 MiB per rank (a 723 KB shard x 2 x
-#     (1 + memory_keep)) comes off the budget: 61.24 MiB;
+#     runtime.memory_budget=64MiB the memory tier's share, 2 saves (1 + memory_keep) of
+#     rank 0's 723 KB file and no buddy copy on one host, comes off the budget (62.62 MiB
+#     left), and `etr-train --plan` names that share;
 #  e. checkpoint.memory_max_stall = 0.001: a save costs far more than 0.1 % of this tiny
 #     model's step, so the interval grows (logged) and the run saves to memory a few times
 #     instead of every step; the final parameters are equal;
@@ -144,6 +145,12 @@ touch "$work/file"
 file0=$(stat -c %s "$work/d.ck/step-000000080/shard-00000-of-00002.bin")
 left=$(awk -v f="$file0" 'BEGIN { printf "%.2f MiB", (64 * 1048576 - 2 * f) / 1048576 }')
 expect d "memory plan: .* of the budget $left" "$work/d.out" "the memory tier was not taken off the budget ($left expected)"
+# etr-train --plan names the same share in its table.
+tier=$(awk -v f="$file0" 'BEGIN { printf "%.4g MiB", 2 * f / 1048576 }')
+"$mpirun" -np 2 "${job[@]}" --set checkpoint.memory_every=1 --set checkpoint.memory_dir="$work/file/mem" \
+  --set checkpoint.dir="$work/d.ck" --set runtime.memory_budget=64MiB --plan >"$work/d.plan" 2>&1 ||
+  { cat "$work/d.plan"; fail "d: etr-train --plan failed"; }
+expect d "^  checkpoint memory tier: $tier of host RAM" "$work/d.plan" "--plan does not show the memory tier's $tier"
 expect d "not saved: cannot create the checkpoint directory $work/file/mem" "$work/d.out" "no sentence on the bad memory directory"
 same_params d
 
