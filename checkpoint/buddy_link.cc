@@ -46,7 +46,9 @@ std::vector<int> buddy_ranks(const std::vector<int>& host_of) {
   std::vector<int> out(host_of.size(), -1);
   if (hosts < 2) return out;
   std::vector<std::vector<int>> ranks(static_cast<size_t>(hosts));  // [host]: its ranks, ascending
-  for (size_t q = 0; q < host_of.size(); ++q) ranks[static_cast<size_t>(host_of[q])].push_back(static_cast<int>(q));
+  for (size_t q = 0; q < host_of.size(); ++q) {
+    ranks[static_cast<size_t>(host_of[q])].push_back(static_cast<int>(q));
+  }
   for (int h = 0; h < hosts; ++h) {
     const auto& next = ranks[static_cast<size_t>((h + 1) % hosts)];
     const auto& mine = ranks[static_cast<size_t>(h)];

@@ -59,9 +59,13 @@ void expect_covered(const NamedState& s, const std::vector<std::pair<int64_t, in
   }
 }
 
-// Runs `c` with the memory tier and checks its files against the model's bytes; returns
-// this rank's bytes a save.
-uint64_t expect_model_holds(const TrainConfig& c, const fs::path& mem) {
+struct SaveBytes {
+  uint64_t mine = 0;   // this rank's file, one save
+  uint64_t model = 0;  // each saved state's elements once, as f32
+};
+
+// Runs `c` with the memory tier and checks its files against the model's bytes.
+SaveBytes expect_model_holds(const TrainConfig& c, const fs::path& mem) {
   Trainer t(c, world().group(), test_log());
   const uint64_t predicted = t.session().memory_tier_bytes();
   EXPECT_GT(predicted, 0u);
@@ -86,13 +90,8 @@ uint64_t expect_model_holds(const TrainConfig& c, const fs::path& mem) {
   }
   EXPECT_EQ(saves, kKeep);
   testing::idle_barrier(world().group());
-  return predicted / (kKeep + 1);
-}
-
-// The bytes a save of `c` writes over all ranks: each state's elements once.
-uint64_t model_bytes(const TrainConfig& c) {
-  Trainer t(c, world().group(), test_log());
-  return 3 * sizeof(float) * static_cast<uint64_t>(t.session().host_stack().layout().numel());
+  const auto numel = static_cast<uint64_t>(t.session().host_stack().layout().numel());
+  return {predicted / (kKeep + 1), 3 * sizeof(float) * numel};
 }
 
 uint64_t sum_over_ranks(uint64_t mine) {
@@ -104,8 +103,8 @@ uint64_t sum_over_ranks(uint64_t mine) {
 TEST(MemoryTierModel, DataParallelFilesAreTheEvenSplit) {
   SharedTempDir tmp(world().group(), "tier_model_dp");
   const TrainConfig c = tiny_config(tier_settings(tmp.path() / "mem", {}));
-  const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
-  EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
+  const SaveBytes b = expect_model_holds(c, tmp.path() / "mem");
+  EXPECT_EQ(sum_over_ranks(b.mine), b.model);
 }
 
 TEST(MemoryTierModel, ZeroFilesAreEachRanksBlocks) {
@@ -115,8 +114,8 @@ TEST(MemoryTierModel, ZeroFilesAreEachRanksBlocks) {
     const TrainConfig c = tiny_config(tier_settings(
         tmp.path() / "mem", {"parallel.zero_stage=" + std::to_string(stage),
                              "parallel.first_bucket_size=8KiB", "parallel.bucket_size=20KiB"}));
-    const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
-    EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
+    const SaveBytes b = expect_model_holds(c, tmp.path() / "mem");
+    EXPECT_EQ(sum_over_ranks(b.mine), b.model);
   }
 }
 
@@ -128,8 +127,8 @@ TEST(MemoryTierModel, InterleavedPipelineFilesAreEachRanksChunks) {
   SharedTempDir tmp(world().group(), "tier_model_interleaved");
   const TrainConfig c = train::testing_config::pipeline_config(tier_settings(
       tmp.path() / "mem", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.zero_stage=2"}));
-  const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
-  EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
+  const SaveBytes b = expect_model_holds(c, tmp.path() / "mem");
+  EXPECT_EQ(sum_over_ranks(b.mine), b.model);
 }
 
 TEST(MemoryTierModel, PipelineFilesAreEachRanksStage) {
@@ -139,17 +138,17 @@ TEST(MemoryTierModel, PipelineFilesAreEachRanksStage) {
     SharedTempDir tmp(world().group(), "tier_model_pp");
     const TrainConfig c = train::testing_config::pipeline_config(tier_settings(
         tmp.path() / "mem", {"parallel.pp=2", "parallel.pp_partition=1,7", "parallel.zero_stage=" + zero}));
-    const uint64_t mine = expect_model_holds(c, tmp.path() / "mem");
-    EXPECT_EQ(sum_over_ranks(mine), model_bytes(c));
+    const SaveBytes b = expect_model_holds(c, tmp.path() / "mem");
+    EXPECT_EQ(sum_over_ranks(b.mine), b.model);
     // Stage 0 (1 layer: the embeddings) and stage 1 (7) hold different shares; the even
     // split of the world would give every rank the same.
-    uint64_t first = mine;
+    uint64_t first = b.mine;
     MPI_Bcast(&first, 1, MPI_UINT64_T, 0, world().group().comm());
-    const uint64_t even = model_bytes(c) / static_cast<uint64_t>(world().size());
+    const uint64_t even = b.model / static_cast<uint64_t>(world().size());
     if (world().rank() == world().size() - 1) {
-      EXPECT_NE(mine, first);
+      EXPECT_NE(b.mine, first);
     }
-    EXPECT_GT(std::max(mine, even) - std::min(mine, even), even / 10);
+    EXPECT_GT(std::max(b.mine, even) - std::min(b.mine, even), even / 10);
   }
 }
 
